@@ -1,0 +1,3 @@
+pub mod clock;
+pub mod digest;
+pub mod report;

@@ -1,0 +1,454 @@
+//! The one report schema. The guest writes it, the host extends it (`vm`) and reads it back
+//! (review, verify, show, diff, list): both sides use these types and nothing else.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// Bumped whenever a field changes meaning or disappears; readers refuse other versions.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// File name of the report inside a report directory.
+pub const REPORT_FILE: &str = "report.json";
+
+#[derive(Serialize, Deserialize, Clone, Copy, PartialEq, Eq, Debug, Hash)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Status {
+    Pass,
+    Fail,
+    NotRun,
+    ReviewRequired,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Pass => "PASS",
+            Status::Fail => "FAIL",
+            Status::NotRun => "NOT_RUN",
+            Status::ReviewRequired => "REVIEW_REQUIRED",
+        }
+    }
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The ten gates, in the order of the SPEC. The order of the variants is the run order.
+#[derive(Serialize, Deserialize, Clone, Copy, PartialEq, Eq, Debug, Hash, PartialOrd, Ord)]
+#[serde(rename_all = "snake_case")]
+pub enum GateName {
+    Prerequisites,
+    Launch,
+    LiveStateProbe,
+    Dump,
+    RestoreLiveProcess,
+    RestoreXState,
+    Isolation,
+    Reset,
+    GuiPixelReview,
+    Cleanup,
+}
+
+impl GateName {
+    pub const ALL: [GateName; 10] = [
+        GateName::Prerequisites,
+        GateName::Launch,
+        GateName::LiveStateProbe,
+        GateName::Dump,
+        GateName::RestoreLiveProcess,
+        GateName::RestoreXState,
+        GateName::Isolation,
+        GateName::Reset,
+        GateName::GuiPixelReview,
+        GateName::Cleanup,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GateName::Prerequisites => "prerequisites",
+            GateName::Launch => "launch",
+            GateName::LiveStateProbe => "live_state_probe",
+            GateName::Dump => "dump",
+            GateName::RestoreLiveProcess => "restore_live_process",
+            GateName::RestoreXState => "restore_x_state",
+            GateName::Isolation => "isolation",
+            GateName::Reset => "reset",
+            GateName::GuiPixelReview => "gui_pixel_review",
+            GateName::Cleanup => "cleanup",
+        }
+    }
+
+    /// True for the gates that need a working CRIU.
+    pub fn needs_criu(self) -> bool {
+        matches!(
+            self,
+            GateName::Dump
+                | GateName::RestoreLiveProcess
+                | GateName::RestoreXState
+                | GateName::Isolation
+                | GateName::Reset
+        )
+    }
+}
+
+impl fmt::Display for GateName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One named check of a gate with the value it saw.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct Check {
+    pub name: String,
+    pub passed: bool,
+    /// What was observed (a number, a hash, a list of windows, ...).
+    pub value: Value,
+    /// What the check wanted, in words, so a failed check explains itself.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub expected: String,
+}
+
+/// One external command (or one probe) a gate ran, as it ran.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct Evidence {
+    /// What this step was for.
+    pub step: String,
+    /// The argv, exactly as executed; empty for in-process probes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub argv: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    /// Set when the process was ended by a signal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i32>,
+    #[serde(default)]
+    pub timed_out: bool,
+    pub duration_ms: u64,
+    /// The last lines of standard output.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub stdout_tail: String,
+    /// The last lines of standard error.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub stderr_tail: String,
+    /// Free-form observation of an in-process probe.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub note: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct Gate {
+    pub name: GateName,
+    pub status: Status,
+    pub reason: String,
+    pub duration_ms: u64,
+    #[serde(default)]
+    pub checks: Vec<Check>,
+    #[serde(default)]
+    pub evidence: Vec<Evidence>,
+    /// Gate-specific measurements (init pid, image size, pids of the copies, ...).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub data: BTreeMap<String, Value>,
+}
+
+impl Gate {
+    pub fn new(name: GateName, status: Status, reason: impl Into<String>) -> Self {
+        Gate {
+            name,
+            status,
+            reason: reason.into(),
+            duration_ms: 0,
+            checks: Vec::new(),
+            evidence: Vec::new(),
+            data: BTreeMap::new(),
+        }
+    }
+
+    pub fn check(&self, name: &str) -> Option<&Check> {
+        self.checks.iter().find(|c| c.name == name)
+    }
+}
+
+/// Where the diagnostic ran, read on the machine that ran it.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct Environment {
+    pub kernel_release: String,
+    pub kernel_version: String,
+    pub machine: String,
+    pub hostname: String,
+    pub boot_id: String,
+    /// PRETTY_NAME of /etc/os-release.
+    pub os: String,
+    pub euid: u32,
+    /// UTC, RFC 3339.
+    pub started_at: String,
+    pub finished_at: String,
+    pub criu_version: Option<String>,
+    pub xvfb_version: Option<String>,
+    pub xterm_version: Option<String>,
+    pub gate_version: String,
+    /// The gate binary's own argv.
+    pub command_line: Vec<String>,
+}
+
+/// A file the run wrote, relative to the report's directory.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct Artifact {
+    pub path: String,
+    pub sha256: String,
+    pub bytes: u64,
+    /// png, log, criu-log, criu-images, serial-log, ...
+    pub kind: String,
+}
+
+/// The host's side of the provenance, added by `vm-run`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct VmProvenance {
+    /// The accelerator that actually ran the guest: "kvm" or "tcg".
+    pub accel: String,
+    /// Why that accelerator: the probe's outcome in words.
+    pub accel_reason: String,
+    pub qemu_version: String,
+    pub machine_type: String,
+    pub cpu_model: String,
+    pub memory_mib: u64,
+    pub cpus: u32,
+    pub qemu_argv: Vec<String>,
+    pub host_os: String,
+    pub host_kernel: String,
+    pub host_hostname: String,
+    pub image_name: String,
+    pub image_sha256: String,
+    pub image_lock_sha256: String,
+    pub kernel_release_pinned: String,
+    pub image_builder_mode: String,
+    pub gate_binary_sha256: String,
+    pub rig_version: String,
+    pub rig_git_commit: String,
+    pub command_line: Vec<String>,
+    pub started_at: String,
+    pub finished_at: String,
+    /// Seconds per phase: image, boot_to_ssh, copy, gates, fetch.
+    pub phases: Vec<Phase>,
+    pub guest_mem_used_mib: Option<u64>,
+    pub guest_mem_total_mib: Option<u64>,
+    /// Set when the rig itself failed (exit 2): what went wrong and how to fix it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rig_error: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct Phase {
+    pub name: String,
+    pub duration_ms: u64,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct Report {
+    pub schema_version: u32,
+    /// The random marker every process of the tree carried.
+    pub marker: String,
+    pub all_gates_pass: bool,
+    /// 0 every gate passed, 3 only the human review is outstanding, 1 anything else.
+    pub exit_code: i32,
+    pub gates: Vec<Gate>,
+    pub environment: Environment,
+    pub artifacts: Vec<Artifact>,
+    pub fidelity_differences: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vm: Option<VmProvenance>,
+}
+
+impl Report {
+    pub fn gate(&self, name: GateName) -> Option<&Gate> {
+        self.gates.iter().find(|g| g.name == name)
+    }
+
+    /// Recomputes `all_gates_pass` and `exit_code` from the gates.
+    pub fn seal(&mut self) {
+        let v = verdict(&self.gates);
+        self.all_gates_pass = v == Verdict::Pass;
+        self.exit_code = v.exit_code();
+    }
+
+    /// The PNG artifacts a reviewer must cite.
+    pub fn png_artifacts(&self) -> impl Iterator<Item = &Artifact> {
+        self.artifacts.iter().filter(|a| a.kind == "png")
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Verdict {
+    /// Every gate PASS, the human review included.
+    Pass,
+    /// Every gate PASS but gui_pixel_review, which waits for a human.
+    ReviewRequired,
+    Fail,
+}
+
+impl Verdict {
+    pub fn exit_code(self) -> i32 {
+        match self {
+            Verdict::Pass => 0,
+            Verdict::ReviewRequired => 3,
+            Verdict::Fail => 1,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Pass => "PASS",
+            Verdict::ReviewRequired => "REVIEW_REQUIRED",
+            Verdict::Fail => "FAIL",
+        }
+    }
+}
+
+impl fmt::Display for Verdict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The verdict rules of the SPEC: PASS only when all ten gates are present and PASS;
+/// REVIEW_REQUIRED when the only gate short of PASS is the GUI review waiting for a human.
+pub fn verdict(gates: &[Gate]) -> Verdict {
+    let all_present = GateName::ALL
+        .iter()
+        .all(|n| gates.iter().filter(|g| g.name == *n).count() == 1);
+    if !all_present || gates.len() != GateName::ALL.len() {
+        return Verdict::Fail;
+    }
+    let mut review_outstanding = false;
+    for g in gates {
+        match (g.name, g.status) {
+            (_, Status::Pass) => {}
+            (GateName::GuiPixelReview, Status::ReviewRequired) => review_outstanding = true,
+            _ => return Verdict::Fail,
+        }
+    }
+    if review_outstanding {
+        Verdict::ReviewRequired
+    } else {
+        Verdict::Pass
+    }
+}
+
+/// The human decision on the GUI gate, stored as `review.json` beside the report.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct Review {
+    pub schema_version: u32,
+    pub decision: ReviewDecision,
+    pub reviewer: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub note: String,
+    /// UTC, RFC 3339.
+    pub recorded_at: String,
+    /// sha256 of report.json when the decision was recorded.
+    pub report_sha256: String,
+    /// Every PNG of the report with the sha256 the reviewer saw.
+    pub images: Vec<CitedImage>,
+}
+
+pub const REVIEW_FILE: &str = "review.json";
+
+#[derive(Serialize, Deserialize, Clone, Copy, PartialEq, Eq, Debug)]
+#[serde(rename_all = "lowercase")]
+pub enum ReviewDecision {
+    Pass,
+    Fail,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct CitedImage {
+    pub path: String,
+    pub sha256: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn all(status: Status) -> Vec<Gate> {
+        GateName::ALL
+            .iter()
+            .map(|n| Gate::new(*n, status, "x"))
+            .collect()
+    }
+
+    #[test]
+    fn every_gate_pass_is_pass() {
+        assert_eq!(verdict(&all(Status::Pass)), Verdict::Pass);
+        assert_eq!(Verdict::Pass.exit_code(), 0);
+    }
+
+    #[test]
+    fn only_review_outstanding_is_three() {
+        let mut g = all(Status::Pass);
+        g[8].status = Status::ReviewRequired;
+        assert_eq!(verdict(&g), Verdict::ReviewRequired);
+        assert_eq!(verdict(&g).exit_code(), 3);
+    }
+
+    #[test]
+    fn not_run_is_never_pass() {
+        for i in 0..10 {
+            let mut g = all(Status::Pass);
+            g[i].status = Status::NotRun;
+            assert_eq!(verdict(&g), Verdict::Fail, "gate {i} NOT_RUN");
+        }
+    }
+
+    #[test]
+    fn review_required_elsewhere_fails() {
+        let mut g = all(Status::Pass);
+        g[3].status = Status::ReviewRequired;
+        assert_eq!(verdict(&g), Verdict::Fail);
+    }
+
+    #[test]
+    fn missing_or_duplicate_gate_fails() {
+        let mut g = all(Status::Pass);
+        g.pop();
+        assert_eq!(verdict(&g), Verdict::Fail);
+        let mut g = all(Status::Pass);
+        g[9] = Gate::new(GateName::Launch, Status::Pass, "dup");
+        assert_eq!(verdict(&g), Verdict::Fail);
+    }
+
+    #[test]
+    fn names_serialize_as_the_spec_spells_them() {
+        let names: Vec<String> = GateName::ALL
+            .iter()
+            .map(|n| serde_json::to_value(n).unwrap().as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "prerequisites",
+                "launch",
+                "live_state_probe",
+                "dump",
+                "restore_live_process",
+                "restore_x_state",
+                "isolation",
+                "reset",
+                "gui_pixel_review",
+                "cleanup"
+            ]
+        );
+        for n in GateName::ALL {
+            assert_eq!(serde_json::to_value(n).unwrap(), n.as_str());
+        }
+        assert_eq!(
+            serde_json::to_value(Status::NotRun).unwrap(),
+            "NOT_RUN".to_string()
+        );
+    }
+}

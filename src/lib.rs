@@ -1,0 +1,11 @@
+//! sharedos-rig: the host side. Builds the pinned guest image, boots it in QEMU, runs the gate
+//! binary over SSH and archives, renders, reviews and verifies the reports it brings back.
+
+pub use sharedos_gate::{clock, digest, report};
+
+pub mod image;
+pub mod review;
+pub mod verify;
+pub mod render;
+pub mod diff;
+pub mod list;
