@@ -1,3 +1,17 @@
+//! sharedos-gate: the diagnostic that runs inside the guest (or on any Linux as root), and the
+//! report schema both sides share.
+
 pub mod clock;
+pub mod criu;
+pub mod diagnose;
 pub mod digest;
+pub mod environment;
+pub mod exec;
+pub mod gates;
+pub mod probe;
 pub mod report;
+pub mod signals;
+pub mod stateapp;
+pub mod tree;
+pub mod wait;
+pub mod x11;

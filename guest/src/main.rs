@@ -1,1 +1,209 @@
-fn main(){}
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+use sharedos_gate::gates::Config;
+use sharedos_gate::report::Gate;
+use sharedos_gate::tree::TreeSpec;
+use sharedos_gate::{diagnose, stateapp, tree};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// The sharedos gate diagnostic: launches a namespaced Xvfb + xterm + app tree, probes it,
+/// checkpoints and restores it with CRIU, and reports ten gates.
+#[derive(Parser)]
+#[command(name = "sharedos-gate", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run the ten gates on this machine (needs root) and write the report.
+    Diagnose(DiagnoseArgs),
+    /// Internal: started after unshare(2); forks the tree's PID 1.
+    #[command(hide = true)]
+    TreeSpawn {
+        #[arg(long)]
+        marker: String,
+        #[arg(long, value_parser = parse_display)]
+        display: u32,
+        #[arg(long)]
+        root: PathBuf,
+    },
+    /// Internal: PID 1 of the tree.
+    #[command(hide = true)]
+    TreeInit {
+        #[arg(long)]
+        marker: String,
+        #[arg(long, value_parser = parse_display)]
+        display: u32,
+    },
+    /// Internal: the stateful probe app.
+    #[command(hide = true)]
+    Stateapp {
+        #[arg(long)]
+        marker: String,
+        #[arg(long)]
+        socket: PathBuf,
+    },
+}
+
+#[derive(clap::Args)]
+struct DiagnoseArgs {
+    /// Print every command the run would execute, and execute nothing.
+    #[arg(long)]
+    plan: bool,
+    /// Scratch directory: CRIU images, the tree's root bind, command output.
+    /// [default: /tmp/sharedos-gate-<marker>]
+    #[arg(long)]
+    work: Option<PathBuf>,
+    /// Where the report goes; artifacts are written beside it. [default: <work>/report/report.json]
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// X display number inside the tree.
+    #[arg(long, default_value = ":170", value_parser = parse_display)]
+    display: u32,
+    /// Marker carried by every process of the tree. [default: spike-<12 random hex>]
+    #[arg(long, value_parser = parse_marker)]
+    marker: Option<String>,
+    /// criu binary to use instead of the one on PATH.
+    #[arg(long)]
+    criu: Option<PathBuf>,
+    /// Bound, in seconds, of any single step (one command, one wait). Raise it under emulation.
+    #[arg(long, default_value_t = 60)]
+    step_timeout: u64,
+}
+
+fn parse_display(s: &str) -> Result<u32, String> {
+    s.trim_start_matches(':')
+        .parse::<u32>()
+        .ok()
+        .filter(|n| *n < 65_000)
+        .ok_or_else(|| format!("`{s}` is not a display: write it as :N, e.g. :170"))
+}
+
+fn parse_marker(s: &str) -> Result<String, String> {
+    let ok = (6..=64).contains(&s.len())
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    if ok {
+        Ok(s.to_string())
+    } else {
+        Err(format!(
+            "`{s}` is not a usable marker: use 6 to 64 letters, digits, '-' or '_' (it goes on command lines)"
+        ))
+    }
+}
+
+fn absolute(p: PathBuf) -> Result<PathBuf> {
+    if p.is_absolute() {
+        return Ok(p);
+    }
+    Ok(std::env::current_dir()
+        .context("reading the current directory")?
+        .join(p))
+}
+
+fn diagnose_main(a: DiagnoseArgs) -> Result<i32> {
+    let marker = match a.marker {
+        Some(m) => m,
+        None => format!("spike-{}", stateapp::random_hex(6)?),
+    };
+    let work = absolute(
+        a.work
+            .unwrap_or_else(|| PathBuf::from(format!("/tmp/sharedos-gate-{marker}"))),
+    )?;
+    let out = absolute(a.out.unwrap_or_else(|| work.join("report/report.json")))?;
+    if out.is_dir() {
+        bail!(
+            "--out {} is a directory: give the report's file name, e.g. {}/report.json",
+            out.display(),
+            out.display()
+        );
+    }
+    let cfg = Config {
+        work,
+        out: out.clone(),
+        display: a.display,
+        marker,
+        criu: a.criu.map(absolute).transpose()?,
+        step_timeout: Duration::from_secs(a.step_timeout.max(1)),
+        exe: std::env::current_exe().context("locating this binary")?,
+        argv: std::env::args().collect(),
+    };
+    if a.plan {
+        print!("{}", diagnose::render_plan(&cfg));
+        return Ok(0);
+    }
+    eprintln!(
+        "sharedos-gate: marker {}, work {}, report {}",
+        cfg.marker,
+        cfg.work.display(),
+        cfg.out.display()
+    );
+    let total = sharedos_gate::report::GateName::ALL.len();
+    let mut n = 0;
+    let report = diagnose::run(cfg, &mut |g: &Gate| {
+        n += 1;
+        eprintln!(
+            "gate {n}/{total} {} {} {}ms: {}",
+            g.name, g.status, g.duration_ms, g.reason
+        );
+    });
+    match diagnose::write_report(&report, &out) {
+        Ok(()) => {
+            println!(
+                "verdict {} (exit {}); report {}",
+                if report.exit_code == 3 {
+                    "REVIEW_REQUIRED"
+                } else if report.all_gates_pass {
+                    "PASS"
+                } else {
+                    "FAIL"
+                },
+                report.exit_code,
+                out.display()
+            );
+        }
+        Err(e) => {
+            // Nothing is lost: the report goes to stdout instead.
+            eprintln!("error: {e:#}; the report follows on standard output");
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&report).context("serializing the report")?
+            );
+        }
+    }
+    Ok(report.exit_code)
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Cmd::Diagnose(a) => diagnose_main(a),
+        Cmd::TreeSpawn {
+            marker,
+            display,
+            root,
+        } => tree::spawn_main(&TreeSpec {
+            marker,
+            display,
+            root,
+        })
+        .map(|()| 0),
+        Cmd::TreeInit { marker, display } => tree::init_main(&TreeSpec {
+            marker,
+            display,
+            root: PathBuf::from("/"),
+        })
+        .map(|()| 0),
+        Cmd::Stateapp { marker: _, socket } => stateapp::serve(&socket).map(|()| 0),
+    };
+    match result {
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::exit(1);
+        }
+    }
+}

@@ -1,0 +1,467 @@
+//! The gate sequence and its rules: which gate may run after which, the plan, and the report.
+
+use crate::gates::{self, prerequisites::TREE_CHECKS, Config, Ctx};
+use crate::report::{
+    Artifact, Gate, GateName, Report, Status, REPORT_FILE, REVIEW_FILE, SCHEMA_VERSION,
+};
+use crate::{criu, digest, environment, signals, tree};
+use anyhow::{Context, Result};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// Why `name` cannot run given the gates before it, or None when it may run. The SPEC's rule:
+/// a gate whose prerequisite failed or did not run is NOT_RUN, never PASS.
+pub fn blocked(name: GateName, done: &[Gate]) -> Option<String> {
+    let status = |n: GateName| done.iter().find(|g| g.name == n).map(|g| g.status);
+    let need = |n: GateName| -> Option<String> {
+        match status(n) {
+            Some(Status::Pass) => None,
+            Some(s) => Some(format!("{n} is {s}")),
+            None => Some(format!("{n} did not run")),
+        }
+    };
+    match name {
+        GateName::Prerequisites | GateName::Cleanup => None,
+        GateName::Launch => {
+            let pre = done.iter().find(|g| g.name == GateName::Prerequisites)?;
+            let failed: Vec<&str> = pre
+                .checks
+                .iter()
+                .filter(|c| !c.passed && TREE_CHECKS.contains(&c.name.as_str()))
+                .map(|c| c.name.as_str())
+                .collect();
+            (!failed.is_empty()).then(|| {
+                format!(
+                    "the tree cannot start: prerequisites failed ({}): {}",
+                    failed.join(", "),
+                    pre.reason
+                )
+            })
+        }
+        GateName::LiveStateProbe => need(GateName::Launch),
+        GateName::Dump => need(GateName::Prerequisites)
+            .map(|r| format!("CRIU is not usable: {r}"))
+            .or_else(|| need(GateName::LiveStateProbe)),
+        GateName::RestoreLiveProcess
+        | GateName::RestoreXState
+        | GateName::Isolation
+        | GateName::Reset => need(GateName::Dump),
+        GateName::GuiPixelReview => need(GateName::LiveStateProbe),
+    }
+}
+
+fn run_gate(name: GateName, ctx: &mut Ctx) -> Gate {
+    match name {
+        GateName::Prerequisites => gates::prerequisites::run(ctx),
+        GateName::Launch => gates::launch::run(ctx),
+        GateName::LiveStateProbe => gates::live_state_probe::run(ctx),
+        GateName::Dump => gates::dump::run(ctx),
+        GateName::RestoreLiveProcess => gates::restore_live_process::run(ctx),
+        GateName::RestoreXState => gates::restore_x_state::run(ctx),
+        GateName::Isolation => gates::isolation::run(ctx),
+        GateName::Reset => gates::reset::run(ctx),
+        GateName::GuiPixelReview => gates::gui_pixel_review::run(ctx),
+        GateName::Cleanup => gates::cleanup::run(ctx),
+    }
+}
+
+/// The differences from the runtime the diagnostic stands in for, as they applied to this run.
+pub fn fidelity_differences(kernel: &str) -> Vec<String> {
+    vec![
+        format!("the tree shares the kernel of the machine it ran on ({kernel})"),
+        "Xvfb software framebuffer, no GPU".into(),
+        "pid, mount, net, ipc and uts namespaces only: no user namespace, no cgroup CPU or memory limits".into(),
+        "the tree's root is a read-only bind of the machine's /; only /dev, /dev/shm, /tmp and /var/lib/xkb are private".into(),
+        "CRIU restore needs root and the same kernel and CRIU build that dumped".into(),
+        "the GUI state gate compares framebuffer pixels and asks a human; it is not proof of application state".into(),
+    ]
+}
+
+/// Whether the process may set up namespaces and mounts; only root may.
+fn is_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}
+
+/// Our own mount namespace: the read-only root bind and anything a crash leaves mounted vanish
+/// with this process instead of lingering in the machine's mount table.
+fn private_mounts() -> Result<()> {
+    nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS).context("unshare(CLONE_NEWNS)")?;
+    nix::mount::mount(
+        None::<&str>,
+        "/",
+        None::<&str>,
+        nix::mount::MsFlags::MS_REC | nix::mount::MsFlags::MS_PRIVATE,
+        None::<&str>,
+    )
+    .context("making / private")?;
+    // Restored trees are reparented to us when criu exits, so we can reap them.
+    nix::sys::prctl::set_child_subreaper(true).context("PR_SET_CHILD_SUBREAPER")?;
+    Ok(())
+}
+
+/// Runs the ten gates and returns the sealed report (already written to `cfg.out` when possible).
+pub fn run(cfg: Config, progress: &mut dyn FnMut(&Gate)) -> Report {
+    let env = environment::capture(cfg.argv.clone());
+    let mut ctx = Ctx::new(cfg, env);
+    let mut setup_error = None;
+    if let Err(e) = signals::install() {
+        setup_error = Some(format!("installing signal handlers: {e}"));
+    }
+    if is_root() {
+        if let Err(e) = private_mounts() {
+            setup_error = Some(format!("{e:#}"));
+        }
+    }
+    let mut done: Vec<Gate> = Vec::new();
+    for name in GateName::ALL {
+        let started = Instant::now();
+        let mut gate = if name == GateName::Cleanup {
+            run_gate(name, &mut ctx)
+        } else if let Some(sig) = signals::interrupted() {
+            Gate::new(name, Status::NotRun, format!("the run was interrupted by {sig}"))
+        } else if let Some(why) = blocked(name, &done) {
+            Gate::new(name, Status::NotRun, why)
+        } else {
+            run_gate(name, &mut ctx)
+        };
+        if name == GateName::Prerequisites {
+            if let Some(e) = &setup_error {
+                gate.status = Status::Fail;
+                gate.reason = format!("{e}; {}", gate.reason);
+            }
+        }
+        if let Some(sig) = signals::interrupted() {
+            if gate.status == Status::Pass && name != GateName::Cleanup {
+                // A gate cut short by a signal proved nothing.
+                gate.status = Status::Fail;
+                gate.reason = format!("interrupted by {sig}: {}", gate.reason);
+            }
+        }
+        gate.duration_ms = started.elapsed().as_millis() as u64;
+        progress(&gate);
+        done.push(gate);
+    }
+    ctx.env.finished_at = crate::clock::now_rfc3339();
+    let fidelity = fidelity_differences(&ctx.env.kernel_release);
+    let report_dir = ctx.cfg.report_dir();
+    let mut report = Report {
+        schema_version: SCHEMA_VERSION,
+        marker: ctx.cfg.marker.clone(),
+        all_gates_pass: false,
+        exit_code: 1,
+        gates: done,
+        environment: ctx.env,
+        artifacts: collect_artifacts(&report_dir),
+        fidelity_differences: fidelity,
+        vm: None,
+    };
+    report.seal();
+    report
+}
+
+/// Every file under the report directory but the report and its review.
+pub fn collect_artifacts(dir: &Path) -> Vec<Artifact> {
+    let mut files = Vec::new();
+    walk(dir, dir, &mut files);
+    files.sort();
+    files
+        .into_iter()
+        .filter(|rel| rel != REPORT_FILE && rel != REVIEW_FILE)
+        .filter_map(|rel| {
+            let kind = artifact_kind(&rel);
+            digest::artifact(dir, &rel, kind).ok()
+        })
+        .collect()
+}
+
+fn walk(base: &Path, dir: &Path, out: &mut Vec<String>) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            walk(base, &p, out);
+        } else if let Ok(rel) = p.strip_prefix(base) {
+            out.push(rel.to_string_lossy().into_owned());
+        }
+    }
+}
+
+pub fn artifact_kind(rel: &str) -> &'static str {
+    if rel.ends_with(".png") {
+        "png"
+    } else if rel.starts_with("criu/") && rel.ends_with(".log") {
+        "criu-log"
+    } else if rel.starts_with("criu/") {
+        "criu-images"
+    } else if rel.ends_with(".log") {
+        "log"
+    } else {
+        "file"
+    }
+}
+
+/// Writes the report as pretty JSON. When that fails nothing is lost: the caller prints it.
+pub fn write_report(report: &Report, out: &Path) -> Result<()> {
+    let text = serde_json::to_string_pretty(report).context("serializing the report")?;
+    std::fs::write(out, text + "\n").with_context(|| format!("writing {}", out.display()))
+}
+
+/// One step of the plan: what a gate would run.
+pub struct PlanStep {
+    pub gate: GateName,
+    pub what: String,
+    pub argv: Vec<String>,
+}
+
+/// Every command the run would execute, built by the same functions the run uses.
+pub fn plan(cfg: &Config) -> Vec<PlanStep> {
+    let spec = cfg.spec();
+    let criu_path = cfg.criu_path().unwrap_or_else(|| PathBuf::from("criu"));
+    let step = |gate, what: &str, argv: Vec<String>| PlanStep {
+        gate,
+        what: what.to_string(),
+        argv,
+    };
+    let sv = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let mut v = vec![
+        step(GateName::Prerequisites, "CRIU version", criu::version_argv(&criu_path)),
+        step(GateName::Prerequisites, "CRIU works on this kernel", criu::check_argv(&criu_path)),
+        step(GateName::Prerequisites, "Xvfb version", sv(&["Xvfb", "-version"])),
+        step(GateName::Prerequisites, "xterm version", sv(&["xterm", "-version"])),
+        step(
+            GateName::Launch,
+            "read-only bind of / as the tree's root (mount(2) in diagnose's private mount namespace)",
+            vec![
+                "mount".into(),
+                "--bind".into(),
+                "-o".into(),
+                "ro".into(),
+                "/".into(),
+                cfg.root_bind().display().to_string(),
+            ],
+        ),
+        step(
+            GateName::Launch,
+            "start the tree: unshare(2) of pid, mnt, net, ipc, uts, then exec (equivalent: the unshare command below)",
+            tree::spawn_argv(&cfg.exe, &spec),
+        ),
+        step(
+            GateName::Launch,
+            "equivalent util-linux command",
+            tree::unshare_equivalent_argv(&cfg.exe, &spec),
+        ),
+        step(GateName::Launch, "PID 1 of the tree, after pivot_root", tree::init_argv(&spec)),
+        step(GateName::Launch, "inside the tree", tree::xvfb_argv(cfg.display)),
+        step(GateName::Launch, "inside the tree", tree::stateapp_argv(&cfg.marker)),
+        step(GateName::Launch, "inside the tree", tree::xterm_argv(&cfg.marker)),
+        step(
+            GateName::Dump,
+            "checkpoint the tree (PID is the tree's PID 1 on the host)",
+            criu::dump_argv(
+                &criu_path,
+                0,
+                &cfg.dump_dir(),
+                &cfg.criu_log("dump"),
+                if gates::find_program("iptables-restore").is_some() {
+                    criu::NetworkLock::Iptables
+                } else {
+                    criu::NetworkLock::Nftables
+                },
+            )
+            .into_iter()
+            .map(|a| if a == "0" { "PID".to_string() } else { a })
+            .collect(),
+        ),
+    ];
+    for (gate, label) in [
+        (GateName::RestoreLiveProcess, "a"),
+        (GateName::Isolation, "b"),
+        (GateName::Reset, "reset"),
+    ] {
+        v.push(step(
+            gate,
+            &format!("restore copy {label}"),
+            criu::restore_argv(
+                &criu_path,
+                &cfg.dump_dir(),
+                &cfg.root_bind(),
+                &cfg.pidfile(label),
+                &cfg.criu_log(&format!("restore-{label}")),
+            ),
+        ));
+    }
+    v.push(step(
+        GateName::Cleanup,
+        "SIGTERM, then SIGKILL, to every process whose cmdline or environ carries the marker (kill(2))",
+        vec!["kill".into(), "-TERM".into(), format!("<pids marked {}>", cfg.marker)],
+    ));
+    v
+}
+
+pub fn render_plan(cfg: &Config) -> String {
+    let mut s = format!(
+        "plan: sharedos-gate diagnose (nothing is executed)\n  marker  {}\n  display :{}\n  work    {}\n  report  {}\n",
+        cfg.marker,
+        cfg.display,
+        cfg.work.display(),
+        cfg.out.display()
+    );
+    for p in plan(cfg) {
+        s.push_str(&format!("[{}] {}\n    {}\n", p.gate, p.what, shell_words(&p.argv)));
+    }
+    s
+}
+
+/// Quotes an argv for reading and pasting into a POSIX shell.
+pub fn shell_words(argv: &[String]) -> String {
+    argv.iter()
+        .map(|a| {
+            if !a.is_empty()
+                && a.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_./:=,+@%".contains(c))
+            {
+                a.clone()
+            } else {
+                format!("'{}'", a.replace('\'', "'\\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::Check;
+
+    fn gate(n: GateName, s: Status) -> Gate {
+        Gate::new(n, s, "r")
+    }
+
+    fn prereq(failed: &[&str]) -> Gate {
+        let mut g = gate(
+            GateName::Prerequisites,
+            if failed.is_empty() {
+                Status::Pass
+            } else {
+                Status::Fail
+            },
+        );
+        for name in TREE_CHECKS.iter().chain(["criu_present", "criu_check"].iter()) {
+            g.checks.push(Check {
+                name: name.to_string(),
+                passed: !failed.contains(name),
+                value: serde_json::Value::Null,
+                expected: String::new(),
+            });
+        }
+        g
+    }
+
+    #[test]
+    fn criu_failure_still_launches_but_blocks_criu_gates() {
+        let mut done = vec![prereq(&["criu_check"])];
+        assert_eq!(blocked(GateName::Launch, &done), None);
+        done.push(gate(GateName::Launch, Status::Pass));
+        assert_eq!(blocked(GateName::LiveStateProbe, &done), None);
+        done.push(gate(GateName::LiveStateProbe, Status::Pass));
+        let why = blocked(GateName::Dump, &done).unwrap();
+        assert!(why.contains("CRIU is not usable"), "{why}");
+        done.push(Gate::new(GateName::Dump, Status::NotRun, why));
+        for n in [
+            GateName::RestoreLiveProcess,
+            GateName::RestoreXState,
+            GateName::Isolation,
+            GateName::Reset,
+        ] {
+            assert_eq!(blocked(n, &done).unwrap(), "dump is NOT_RUN");
+        }
+        assert_eq!(blocked(GateName::GuiPixelReview, &done), None);
+        assert_eq!(blocked(GateName::Cleanup, &done), None);
+    }
+
+    #[test]
+    fn not_root_blocks_launch_and_everything_after() {
+        let done = vec![prereq(&["root", "criu_check"])];
+        let why = blocked(GateName::Launch, &done).unwrap();
+        assert!(why.contains("root"), "{why}");
+        let done = vec![
+            prereq(&["root"]),
+            Gate::new(GateName::Launch, Status::NotRun, why),
+        ];
+        assert!(blocked(GateName::LiveStateProbe, &done).is_some());
+        assert!(blocked(GateName::GuiPixelReview, &done).is_some());
+        assert!(blocked(GateName::Cleanup, &done).is_none());
+    }
+
+    #[test]
+    fn failed_live_probe_blocks_dump_even_with_criu() {
+        let done = vec![
+            prereq(&[]),
+            gate(GateName::Launch, Status::Pass),
+            gate(GateName::LiveStateProbe, Status::Fail),
+        ];
+        assert_eq!(
+            blocked(GateName::Dump, &done).unwrap(),
+            "live_state_probe is FAIL"
+        );
+    }
+
+    #[test]
+    fn everything_passing_blocks_nothing() {
+        let mut done = vec![prereq(&[])];
+        for n in GateName::ALL.iter().skip(1) {
+            assert_eq!(blocked(*n, &done), None, "{n}");
+            done.push(gate(*n, Status::Pass));
+        }
+    }
+
+    #[test]
+    fn artifact_kinds() {
+        assert_eq!(artifact_kind("png/live.png"), "png");
+        assert_eq!(artifact_kind("criu/dump.log"), "criu-log");
+        assert_eq!(artifact_kind("criu/dump-images.txt"), "criu-images");
+        assert_eq!(artifact_kind("serial.log"), "log");
+    }
+
+    #[test]
+    fn shell_quoting() {
+        let a: Vec<String> = ["sh", "-c", "echo x; exec sleep infinity", "it's"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        assert_eq!(
+            shell_words(&a),
+            "sh -c 'echo x; exec sleep infinity' 'it'\\''s'"
+        );
+    }
+
+    #[test]
+    fn plan_covers_every_command_kind() {
+        let cfg = Config {
+            work: PathBuf::from("/w"),
+            out: PathBuf::from("/r/report.json"),
+            display: 170,
+            marker: "spike-abc".into(),
+            criu: Some(PathBuf::from("/opt/criu")),
+            step_timeout: std::time::Duration::from_secs(60),
+            exe: PathBuf::from("/bin/sharedos-gate"),
+            argv: vec![],
+        };
+        let text = render_plan(&cfg);
+        for needle in [
+            "/opt/criu check",
+            "/opt/criu dump -t PID -D /w/dump -o /r/criu/dump.log",
+            "/opt/criu restore -D /w/dump -d --root /w/root --pidfile /w/restore-a.pid",
+            "--pidfile /w/restore-b.pid",
+            "--pidfile /w/restore-reset.pid",
+            "Xvfb :170 -screen 0 640x480x24 -nolisten tcp -noreset",
+            "unshare --pid --fork --mount-proc --mount --net --ipc --uts --propagation private",
+            "xterm -ut -T sharedos-spike",
+        ] {
+            assert!(text.contains(needle), "plan lacks {needle}:\n{text}");
+        }
+    }
+}

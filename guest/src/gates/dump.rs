@@ -1,0 +1,91 @@
+//! dump: CRIU checkpoints the whole tree. The state just before the dump is what every restored
+//! copy is compared with.
+
+use super::{check, obs_value, Ctx, GateBuilder};
+use crate::criu;
+use crate::digest::sha256_file;
+use crate::report::{Gate, GateName};
+use serde_json::json;
+use std::time::Instant;
+
+/// Writes a listing of the CRIU images (name, bytes, sha256): the images themselves are too big
+/// to archive, their listing is the evidence.
+fn write_listing(ctx: &Ctx) -> anyhow::Result<(u64, usize)> {
+    let mut entries: Vec<_> = std::fs::read_dir(ctx.cfg.dump_dir())?
+        .flatten()
+        .filter(|e| e.path().is_file())
+        .collect();
+    entries.sort_by_key(|e| e.file_name());
+    let mut text = String::new();
+    let mut total = 0;
+    for e in &entries {
+        let (h, n) = sha256_file(&e.path())?;
+        total += n;
+        text.push_str(&format!("{h}  {n:>10}  {}\n", e.file_name().to_string_lossy()));
+    }
+    std::fs::write(ctx.cfg.report_dir().join("criu/dump-images.txt"), text)?;
+    Ok((total, entries.len()))
+}
+
+pub fn run(ctx: &mut Ctx) -> Gate {
+    let mut g = GateBuilder::new(GateName::Dump);
+    let (Some(pid), Some(criu_path)) = (ctx.tree, ctx.criu.clone()) else {
+        g.problem("no tree or no usable criu");
+        return g.finish("");
+    };
+    match ctx.observe(pid, "dump-time") {
+        Ok(o) => {
+            g.data("dump_time_state", obs_value(&o));
+            ctx.snapshot = Some(o);
+        }
+        Err(e) => {
+            g.problem(format!("could not record the dump-time state: {e:#}"));
+            return g.finish("");
+        }
+    }
+    if let Err(e) = std::fs::create_dir_all(ctx.cfg.dump_dir()) {
+        g.problem(format!("mkdir {}: {e}", ctx.cfg.dump_dir().display()));
+        return g.finish("");
+    }
+    let argv = criu::dump_argv(
+        &criu_path,
+        pid,
+        &ctx.cfg.dump_dir(),
+        &ctx.cfg.criu_log("dump"),
+        ctx.lock,
+    );
+    let started = Instant::now();
+    let out = ctx.run("criu dump of the tree", &argv);
+    let ms = started.elapsed().as_millis() as u64;
+    g.data("dump_ms", json!(ms));
+    let dumped = out.success();
+    g.require(
+        check("criu_dump_succeeded", dumped, json!(out.evidence.exit_code), "exit 0"),
+        || format!("criu dump failed: {} (log: criu/dump.log)", out.summary()),
+    );
+    g.evidence(out.evidence);
+    if !dumped {
+        // CRIU resumes a tree it failed to dump; cleanup ends it.
+        return g.finish("");
+    }
+
+    // CRIU ends the dumped tree; its PID 1 is our child and must be reaped.
+    let gone = ctx.kill_tree(pid).is_ok();
+    ctx.tree = None;
+    g.check(check("original_tree_ended", gone, json!(pid), "the dumped tree no longer runs"));
+
+    match write_listing(ctx) {
+        Ok((bytes, files)) => {
+            g.data("image_bytes", json!(bytes));
+            g.data("image_files", json!(files));
+            g.check(check(
+                "images_written",
+                files > 0 && bytes > 0,
+                json!({"files": files, "bytes": bytes, "listing": "criu/dump-images.txt"}),
+                "CRIU image files in the dump directory",
+            ));
+        }
+        Err(e) => g.problem(format!("listing the CRIU images: {e:#}")),
+    }
+    g.finish("CRIU dumped the whole tree")
+}

@@ -1,0 +1,426 @@
+//! The ten gates of the SPEC, one file each, and what they share: the run's context, the
+//! observation of a running tree, and restoring or killing a copy.
+
+pub mod cleanup;
+pub mod dump;
+pub mod gui_pixel_review;
+pub mod isolation;
+pub mod launch;
+pub mod live_state_probe;
+pub mod prerequisites;
+pub mod reset;
+pub mod restore_live_process;
+pub mod restore_x_state;
+
+use crate::criu::{self, NetworkLock};
+use crate::report::{Check, Environment, Evidence, Gate, GateName, Status};
+use crate::stateapp::{self, AppState};
+use crate::tree::{self, TreeSpec};
+use crate::x11::{self, Window, XConn};
+use crate::{exec, wait};
+use anyhow::{Context, Result};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// What `diagnose` was asked to do.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub work: PathBuf,
+    pub out: PathBuf,
+    pub display: u32,
+    pub marker: String,
+    pub criu: Option<PathBuf>,
+    /// Bound of any single step (one command, one wait for a condition).
+    pub step_timeout: Duration,
+    /// This binary: the tree runs copies of it.
+    pub exe: PathBuf,
+    pub argv: Vec<String>,
+}
+
+impl Config {
+    pub fn report_dir(&self) -> PathBuf {
+        match self.out.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        }
+    }
+    pub fn root_bind(&self) -> PathBuf {
+        self.work.join("root")
+    }
+    pub fn dump_dir(&self) -> PathBuf {
+        self.work.join("dump")
+    }
+    pub fn scratch(&self) -> PathBuf {
+        self.work.join("cmd")
+    }
+    pub fn pidfile(&self, label: &str) -> PathBuf {
+        self.work.join(format!("restore-{label}.pid"))
+    }
+    pub fn criu_log(&self, name: &str) -> PathBuf {
+        self.report_dir().join("criu").join(format!("{name}.log"))
+    }
+    pub fn spec(&self) -> TreeSpec {
+        TreeSpec {
+            marker: self.marker.clone(),
+            display: self.display,
+            root: self.root_bind(),
+        }
+    }
+    /// The criu the run will use: `--criu`, else the first on PATH or in the sbin directories
+    /// root's PATH usually has.
+    pub fn criu_path(&self) -> Option<PathBuf> {
+        match &self.criu {
+            Some(p) => Some(p.clone()),
+            None => find_program("criu"),
+        }
+    }
+    fn quick(&self) -> Duration {
+        self.step_timeout.min(Duration::from_secs(20))
+    }
+}
+
+pub fn find_program(name: &str) -> Option<PathBuf> {
+    let path = std::env::var("PATH").unwrap_or_default();
+    let found = path
+        .split(':')
+        .chain(["/usr/local/sbin", "/usr/sbin", "/sbin"])
+        .filter(|d| !d.is_empty())
+        .map(|d| Path::new(d).join(name))
+        .find(|p| is_executable(p));
+    found
+}
+
+pub fn is_executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p)
+        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        .unwrap_or(false)
+}
+
+/// The state of a tree at one moment, as seen from outside.
+#[derive(Clone, Debug)]
+pub struct Observation {
+    pub app: AppState,
+    pub windows: Vec<Window>,
+    pub frame_sha256: String,
+    /// Report-relative path of the PNG of that frame.
+    pub png: String,
+    pub at: Instant,
+}
+
+/// State shared along the gate sequence.
+pub struct Ctx {
+    pub cfg: Config,
+    pub env: Environment,
+    pub criu: Option<PathBuf>,
+    pub lock: NetworkLock,
+    /// Host pid of the original tree's PID 1.
+    pub tree: Option<i32>,
+    /// The state the dump captured.
+    pub snapshot: Option<Observation>,
+    /// Restored copies by label, host pid of each copy's PID 1.
+    pub copies: BTreeMap<String, i32>,
+}
+
+impl Ctx {
+    pub fn new(cfg: Config, env: Environment) -> Self {
+        Ctx {
+            cfg,
+            env,
+            criu: None,
+            lock: NetworkLock::Iptables,
+            tree: None,
+            snapshot: None,
+            copies: BTreeMap::new(),
+        }
+    }
+
+    pub fn run(&self, step: &str, argv: &[String]) -> exec::Outcome {
+        exec::run(step, argv, self.cfg.step_timeout, &self.cfg.scratch())
+    }
+
+    /// Asks a tree's app, from outside.
+    pub fn app(&self, tree_pid: i32, command: &str) -> Result<AppState> {
+        let sock = tree::path_in_tree(tree_pid, stateapp::SOCKET);
+        stateapp::query(&sock, command, self.cfg.quick())
+    }
+
+    /// Connects to a tree's X server, bounded: a frozen server must not hang the run.
+    pub fn x<T: Send + 'static>(
+        &self,
+        tree_pid: i32,
+        what: &str,
+        f: impl FnOnce(&XConn) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let sock = x11::socket_path(tree_pid, self.cfg.display);
+        wait::bounded(what, self.cfg.step_timeout, move || {
+            let c = XConn::connect(&sock)?;
+            f(&c)
+        })
+    }
+
+    /// Reads app, windows and framebuffer of a tree and keeps the frame as `png/<name>.png`.
+    pub fn observe(&self, tree_pid: i32, name: &str) -> Result<Observation> {
+        let app = self.app(tree_pid, "get")?;
+        let (windows, frame) = self.x(tree_pid, "X windows and framebuffer", |c| {
+            Ok((c.mapped_toplevels()?, c.grab()?))
+        })?;
+        let png = format!("png/{name}.png");
+        frame.write_png(&self.cfg.report_dir().join(&png))?;
+        Ok(Observation {
+            app,
+            windows,
+            frame_sha256: frame.sha256(),
+            png,
+            at: Instant::now(),
+        })
+    }
+
+    /// `criu restore` of the dump as copy `label`; on success the copy is registered.
+    pub fn restore(&mut self, label: &str) -> (Result<i32>, Evidence) {
+        let Some(criu_path) = self.criu.clone() else {
+            return (
+                Err(anyhow::anyhow!("no usable criu")),
+                Evidence::default(),
+            );
+        };
+        let pidfile = self.cfg.pidfile(label);
+        // An existing pidfile makes CRIU kill what it restored.
+        let _ = std::fs::remove_file(&pidfile);
+        let argv = criu::restore_argv(
+            &criu_path,
+            &self.cfg.dump_dir(),
+            &self.cfg.root_bind(),
+            &pidfile,
+            &self.cfg.criu_log(&format!("restore-{label}")),
+        );
+        let out = self.run(&format!("criu restore of copy {label}"), &argv);
+        if !out.success() {
+            return (Err(anyhow::anyhow!("{}", out.summary())), out.evidence);
+        }
+        let pid = std::fs::read_to_string(&pidfile)
+            .with_context(|| format!("reading {}", pidfile.display()))
+            .and_then(|s| {
+                s.trim()
+                    .parse::<i32>()
+                    .with_context(|| format!("pidfile {} holds {s:?}", pidfile.display()))
+            });
+        if let Ok(p) = pid {
+            self.copies.insert(label.to_string(), p);
+        }
+        (pid, out.evidence)
+    }
+
+    /// Ends one tree: SIGKILL to its PID 1 takes the whole pid namespace down.
+    pub fn kill_tree(&self, pid: i32) -> Result<()> {
+        use nix::sys::signal::{kill, Signal};
+        let p = nix::unistd::Pid::from_raw(pid);
+        let _ = kill(p, Signal::SIGKILL);
+        wait::until(
+            &format!("tree PID 1 ({pid}) to exit"),
+            self.cfg.step_timeout,
+            || {
+                reap(pid);
+                (!alive(pid)).then_some(())
+            },
+        )?;
+        Ok(())
+    }
+}
+
+/// Collects a tree root that is our child (we are its subreaper), so it leaves no zombie.
+pub fn reap(pid: i32) {
+    use nix::sys::wait::{waitpid, WaitPidFlag};
+    let _ = waitpid(nix::unistd::Pid::from_raw(pid), Some(WaitPidFlag::WNOHANG));
+}
+
+/// A live, non-zombie process.
+pub fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => s
+            .rfind(')')
+            .and_then(|i| s[i + 1..].split_whitespace().next())
+            .map(|state| state != "Z" && state != "X")
+            .unwrap_or(false),
+        Err(_) => false,
+    }
+}
+
+/// The namespaces a process is in, as the kernel names them (`net:[4026531840]`).
+pub fn namespaces_of(pid: &str) -> BTreeMap<String, String> {
+    ["pid", "mnt", "net", "ipc", "uts"]
+        .iter()
+        .map(|ns| {
+            let link = std::fs::read_link(format!("/proc/{pid}/ns/{ns}"))
+                .map(|l| l.display().to_string())
+                .unwrap_or_else(|e| format!("unreadable: {e}"));
+            (ns.to_string(), link)
+        })
+        .collect()
+}
+
+/// True when every namespace of `a` differs from the same kind in `b`.
+pub fn all_differ(a: &BTreeMap<String, String>, b: &BTreeMap<String, String>) -> bool {
+    !a.is_empty()
+        && a.iter()
+            .all(|(k, v)| !v.starts_with("unreadable") && b.get(k).is_some_and(|w| w != v))
+}
+
+pub fn check(name: &str, passed: bool, value: Value, expected: &str) -> Check {
+    Check {
+        name: name.to_string(),
+        passed,
+        value,
+        expected: expected.to_string(),
+    }
+}
+
+/// Builds a gate from its checks: PASS only when there are checks and all passed.
+pub struct GateBuilder {
+    pub gate: Gate,
+    pub problems: Vec<String>,
+}
+
+impl GateBuilder {
+    pub fn new(name: GateName) -> Self {
+        GateBuilder {
+            gate: Gate::new(name, Status::Fail, ""),
+            problems: Vec::new(),
+        }
+    }
+
+    pub fn check(&mut self, c: Check) -> bool {
+        let ok = c.passed;
+        if !ok {
+            let why = if c.expected.is_empty() {
+                format!("{} failed (saw {})", c.name, c.value)
+            } else {
+                format!("{} failed: expected {}, saw {}", c.name, c.expected, c.value)
+            };
+            self.problems.push(why);
+        }
+        self.gate.checks.push(c);
+        ok
+    }
+
+    /// As `check`, but a failure is explained by `fix` (what is wrong and how to go on).
+    pub fn require(&mut self, c: Check, fix: impl FnOnce() -> String) -> bool {
+        let ok = c.passed;
+        if !ok {
+            self.problems.push(fix());
+        }
+        self.gate.checks.push(c);
+        ok
+    }
+
+    /// Records a check whose failure another problem of this gate already explains.
+    pub fn record(&mut self, c: Check) {
+        self.gate.checks.push(c);
+    }
+
+    pub fn evidence(&mut self, e: Evidence) {
+        self.gate.evidence.push(e);
+    }
+
+    pub fn data(&mut self, k: &str, v: Value) {
+        self.gate.data.insert(k.to_string(), v);
+    }
+
+    /// A step that could not be carried out at all: the gate fails with it.
+    pub fn problem(&mut self, p: impl Into<String>) {
+        self.problems.push(p.into());
+    }
+
+    pub fn finish(mut self, pass_reason: &str) -> Gate {
+        let all_passed = self.gate.checks.iter().all(|c| c.passed);
+        if self.problems.is_empty() && !self.gate.checks.is_empty() && all_passed {
+            self.gate.status = Status::Pass;
+            self.gate.reason = pass_reason.to_string();
+        } else {
+            self.gate.status = Status::Fail;
+            if self.problems.is_empty() {
+                let failed: Vec<&str> = self
+                    .gate
+                    .checks
+                    .iter()
+                    .filter(|c| !c.passed)
+                    .map(|c| c.name.as_str())
+                    .collect();
+                self.problems.push(if failed.is_empty() {
+                    "no check was made".into()
+                } else {
+                    format!("failed checks: {}", failed.join(", "))
+                });
+            }
+            self.gate.reason = self.problems.join("; ");
+        }
+        self.gate
+    }
+}
+
+/// Records an observation as a check value.
+pub fn obs_value(o: &Observation) -> Value {
+    json!({
+        "token": o.app.token,
+        "counter": o.app.counter,
+        "windows": o.windows,
+        "framebuffer_sha256": o.frame_sha256,
+        "png": o.png,
+    })
+}
+
+/// Counter ticks are 100 ms; a restored counter may be ahead of the dump-time value by at most
+/// the ticks that fit in the wall time since, plus slack for ticks between query and freeze.
+pub fn counter_bound(dump_counter: u64, since: Duration) -> u64 {
+    dump_counter + since.as_millis() as u64 / 100 + 50
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn namespaces_differ_only_when_all_do() {
+        let a: BTreeMap<String, String> = [("pid", "1"), ("net", "2")]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let mut b = a.clone();
+        assert!(!all_differ(&a, &b));
+        b.insert("pid".into(), "9".into());
+        assert!(!all_differ(&a, &b), "net is still shared");
+        b.insert("net".into(), "8".into());
+        assert!(all_differ(&a, &b));
+    }
+
+    #[test]
+    fn gate_without_checks_is_not_pass() {
+        let g = GateBuilder::new(GateName::Launch).finish("ok");
+        assert_eq!(g.status, Status::Fail);
+        let mut b = GateBuilder::new(GateName::Launch);
+        b.check(check("a", true, json!(1), ""));
+        assert_eq!(b.finish("ok").status, Status::Pass);
+        let mut b = GateBuilder::new(GateName::Launch);
+        b.check(check("a", true, json!(1), ""));
+        b.check(check("b", false, json!(2), "3"));
+        let g = b.finish("ok");
+        assert_eq!(g.status, Status::Fail);
+        assert!(g.reason.contains("b failed: expected 3, saw 2"), "{}", g.reason);
+    }
+
+    #[test]
+    fn counter_bound_grows_with_time() {
+        assert_eq!(counter_bound(10, Duration::from_secs(1)), 70);
+        assert!(counter_bound(10, Duration::from_secs(60)) > counter_bound(10, Duration::ZERO));
+    }
+
+    #[test]
+    fn this_process_is_alive_and_in_its_own_namespaces() {
+        assert!(alive(std::process::id() as i32));
+        let me = namespaces_of("self");
+        assert_eq!(me.len(), 5);
+        assert!(!all_differ(&me, &namespaces_of("self")));
+    }
+}

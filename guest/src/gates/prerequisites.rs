@@ -1,0 +1,229 @@
+//! prerequisites: root, the tree's tools, a usable work directory and display, and a CRIU whose
+//! `criu check` succeeds on this kernel. Each missing piece is named with its fix.
+
+use super::{check, find_program, is_executable, Ctx, GateBuilder};
+use crate::criu::{self, NetworkLock};
+use crate::report::{Gate, GateName};
+use serde_json::json;
+use std::path::Path;
+
+/// Checks the tree itself needs. When one fails, launch cannot run; when only the CRIU checks
+/// fail, launch, the live-state probe and cleanup still run.
+pub const TREE_CHECKS: [&str; 7] = [
+    "root",
+    "work_dir_writable",
+    "report_dir_writable",
+    "namespaces_supported",
+    "xvfb_present",
+    "xterm_present",
+    "display_free",
+];
+
+fn writable(dir: &Path) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+    let probe = dir.join(format!(".write-test-{}", std::process::id()));
+    std::fs::write(&probe, b"x").map_err(|e| e.to_string())?;
+    std::fs::remove_file(&probe).map_err(|e| e.to_string())
+}
+
+/// The host's own X sockets and lock files: a display in use there would answer anyone who
+/// looks at `:N` from outside the tree, so the run refuses to share its number.
+pub fn display_users(display: u32) -> Vec<String> {
+    [
+        format!("/tmp/.X11-unix/X{display}"),
+        format!("/tmp/.X{display}-lock"),
+    ]
+    .into_iter()
+    .filter(|p| Path::new(p).exists())
+    .collect()
+}
+
+fn first_line(s: &str) -> String {
+    s.lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("")
+        .trim()
+        .to_string()
+}
+
+pub fn run(ctx: &mut Ctx) -> Gate {
+    let mut g = GateBuilder::new(GateName::Prerequisites);
+    let euid = nix::unistd::geteuid().as_raw();
+    g.require(check("root", euid == 0, json!(euid), "euid 0"), || {
+        format!(
+            "not root (euid {euid}): namespaces and CRIU need root; run as root, e.g. `sudo sharedos-gate diagnose`"
+        )
+    });
+
+    for (name, dir, flag) in [
+        ("work_dir_writable", ctx.cfg.work.clone(), "--work DIR"),
+        ("report_dir_writable", ctx.cfg.report_dir(), "--out FILE"),
+    ] {
+        let r = writable(&dir);
+        let c = check(
+            name,
+            r.is_ok(),
+            json!({"path": dir, "error": r.as_ref().err()}),
+            "a directory this run can write",
+        );
+        g.require(c, || {
+            format!(
+                "{} is not writable ({}): pass {flag} on a writable filesystem",
+                dir.display(),
+                r.err().unwrap_or_default()
+            )
+        });
+    }
+    // Failures here are already reported by the two checks above.
+    let _ = std::fs::create_dir_all(ctx.cfg.scratch());
+    let _ = std::fs::create_dir_all(ctx.cfg.report_dir().join("criu"));
+    let _ = std::fs::create_dir_all(ctx.cfg.report_dir().join("png"));
+
+    let ns_missing: Vec<&str> = ["pid", "mnt", "net", "ipc", "uts"]
+        .into_iter()
+        .filter(|ns| !Path::new(&format!("/proc/self/ns/{ns}")).exists())
+        .collect();
+    g.check(check(
+        "namespaces_supported",
+        ns_missing.is_empty(),
+        json!({"missing": ns_missing}),
+        "pid, mnt, net, ipc and uts namespaces in /proc/self/ns",
+    ));
+
+    let scratch_ok = ctx.cfg.scratch().is_dir();
+    for (name, prog, package, key) in [
+        ("xvfb_present", "Xvfb", "xvfb", "xvfb"),
+        ("xterm_present", "xterm", "xterm", "xterm"),
+    ] {
+        let found = find_program(prog);
+        g.require(
+            check(name, found.is_some(), json!(found), &format!("{prog} on PATH")),
+            || format!("{prog} not found on PATH: install it (`apt-get install {package}`)"),
+        );
+        if let (Some(p), true) = (found, scratch_ok) {
+            // Xvfb prints its version on stderr, xterm on stdout.
+            let argv = vec![p.display().to_string(), "-version".into()];
+            let out = ctx.run(&format!("{prog} version"), &argv);
+            let v = first_line(&format!("{}\n{}", out.stdout, out.stderr));
+            let v = if key == "xvfb" {
+                out.stderr
+                    .lines()
+                    .find(|l| l.contains("X Server"))
+                    .map(|l| l.trim().to_string())
+                    .unwrap_or(v)
+            } else {
+                v
+            };
+            if key == "xvfb" {
+                ctx.env.xvfb_version = Some(v);
+            } else {
+                ctx.env.xterm_version = Some(v);
+            }
+            g.evidence(out.evidence);
+        }
+    }
+
+    let users = display_users(ctx.cfg.display);
+    let c = check(
+        "display_free",
+        users.is_empty(),
+        json!(users),
+        "no X socket or lock file for the display on this machine",
+    );
+    g.require(c, || {
+        format!(
+            "display :{} is already in use here ({}): pick a free one with --display :N",
+            ctx.cfg.display,
+            users.join(", ")
+        )
+    });
+
+    let criu = ctx.cfg.criu_path();
+    let criu_found = criu.as_deref().is_some_and(is_executable);
+    let criu_value = json!(criu);
+    g.require(check("criu_present", criu_found, criu_value, "an executable criu"), || {
+        match &ctx.cfg.criu {
+            Some(p) => format!(
+                "--criu {} does not exist or is not executable: pass the path of a criu binary, or drop --criu to use the one on PATH",
+                p.display()
+            ),
+            None => "criu not found on PATH or in /usr/sbin, /sbin: install it (`apt-get install criu`) or pass --criu PATH".into(),
+        }
+    });
+    let mut criu_ok = false;
+    if let (Some(criu), true, true) = (criu.as_ref(), criu_found, scratch_ok) {
+        let out = ctx.run("criu version", &criu::version_argv(criu));
+        ctx.env.criu_version = criu::parse_version(&out.stdout);
+        g.evidence(out.evidence);
+        if euid == 0 {
+            let out = ctx.run("criu check", &criu::check_argv(criu));
+            criu_ok = out.success();
+            let seen = json!({"exit_code": out.evidence.exit_code, "last_line": first_line(&out.stderr.lines().rev().collect::<Vec<_>>().join("\n")), "stdout": first_line(&out.stdout)});
+            let kernel = ctx.env.kernel_release.clone();
+            let version = ctx.env.criu_version.clone();
+            g.require(check("criu_check", criu_ok, seen, "`criu check` exits 0"), || {
+                let mut why = format!(
+                    "`criu check` failed on kernel {} with criu {}: {}",
+                    kernel,
+                    version.as_deref().unwrap_or("(unknown version)"),
+                    out.summary()
+                );
+                if out.stderr.contains("vdso") {
+                    why.push_str(
+                        "; this CRIU cannot read this kernel's vDSO (Debian 12's criu 3.17.1 fails on kernels >= 6.13; CRIU >= 4.1 works): run inside the pinned guest with `cargo xtask vm-run`, or pass --criu with a newer build",
+                    );
+                }
+                why
+            });
+            g.evidence(out.evidence);
+        } else {
+            g.record(check(
+                "criu_check",
+                false,
+                json!("not run: criu check needs root"),
+                "`criu check` exits 0",
+            ));
+        }
+    } else if criu_found {
+        g.record(check(
+            "criu_check",
+            false,
+            json!("not run: the work directory is not usable"),
+            "`criu check` exits 0",
+        ));
+    } else {
+        g.record(check(
+            "criu_check",
+            false,
+            json!("not run: no criu"),
+            "`criu check` exits 0",
+        ));
+    }
+    if criu_ok {
+        ctx.criu = criu;
+    }
+
+    ctx.lock = if find_program("iptables-restore").is_some() {
+        NetworkLock::Iptables
+    } else {
+        NetworkLock::Nftables
+    };
+    g.data("criu_network_lock", json!(ctx.lock.as_str()));
+    g.data("tree_checks", json!(TREE_CHECKS));
+    g.finish("root; criu, Xvfb and xterm present; `criu check` succeeded; work and report directories writable; display free")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unused_display_has_no_users() {
+        assert!(display_users(64999).is_empty());
+    }
+
+    #[test]
+    fn first_line_skips_blanks() {
+        assert_eq!(first_line("\n  \nX.Org X Server 1.21\nmore"), "X.Org X Server 1.21");
+    }
+}

@@ -1,0 +1,69 @@
+//! restore_live_process: a copy restored from the dump has the app's token, and its counter
+//! continues from the dump-time value.
+
+use super::{check, counter_bound, Ctx, GateBuilder, Observation};
+use crate::report::{Gate, GateName};
+use crate::wait;
+use serde_json::json;
+use std::time::Duration;
+
+/// Checks that a copy's app holds the dump-time state: same token, counter continuing (not
+/// restarted, not jumped) and still advancing.
+pub fn check_app_state(ctx: &Ctx, g: &mut GateBuilder, pid: i32, snap: &Observation) {
+    let first = match ctx.app(pid, "get") {
+        Ok(s) => s,
+        Err(e) => {
+            g.problem(format!("the restored app did not answer: {e:#}"));
+            return;
+        }
+    };
+    g.check(check(
+        "same_token",
+        first.token == snap.app.token,
+        json!({"dump_time": snap.app.token, "restored": first.token}),
+        "the dump-time token",
+    ));
+    let bound = counter_bound(snap.app.counter, snap.at.elapsed());
+    g.check(check(
+        "counter_continues",
+        first.counter >= snap.app.counter && first.counter <= bound,
+        json!({"dump_time": snap.app.counter, "restored": first.counter, "upper_bound": bound}),
+        "at least the dump-time value and no more than the ticks since allow",
+    ));
+    let next = wait::until(
+        "the restored counter to advance",
+        ctx.cfg.step_timeout.min(Duration::from_secs(10)),
+        || ctx.app(pid, "get").ok().filter(|s| s.counter > first.counter),
+    );
+    g.check(check(
+        "counter_advances",
+        next.is_ok(),
+        json!({"first": first.counter, "second": next.ok().map(|s| s.counter)}),
+        "the restored counter keeps ticking",
+    ));
+}
+
+pub fn run(ctx: &mut Ctx) -> Gate {
+    let mut g = GateBuilder::new(GateName::RestoreLiveProcess);
+    let Some(snap) = ctx.snapshot.clone() else {
+        g.problem("no dump-time state");
+        return g.finish("");
+    };
+    let (pid, ev) = ctx.restore("a");
+    let ok = pid.is_ok();
+    g.data("restore_ms", json!(ev.duration_ms));
+    g.require(
+        check("criu_restore_succeeded", ok, json!(ev.exit_code), "exit 0 and a pidfile"),
+        || match &pid {
+            Err(e) => format!("criu restore failed: {e:#} (log: criu/restore-a.log)"),
+            Ok(_) => String::new(),
+        },
+    );
+    g.evidence(ev);
+    let Ok(pid) = pid else {
+        return g.finish("");
+    };
+    g.data("copy_pid", json!(pid));
+    check_app_state(ctx, &mut g, pid, &snap);
+    g.finish("the restored app has the dump-time token and its counter continues from the dump-time value")
+}

@@ -1,0 +1,51 @@
+//! restore_x_state: the restored X server answers, lists the same mapped window with the same
+//! title, and its framebuffer has the dump-time pixels.
+
+use super::{check, obs_value, Ctx, GateBuilder, Observation};
+use crate::report::{Gate, GateName, Status};
+use serde_json::json;
+
+/// Compares a copy's X state with the dump-time one.
+pub fn check_x_state(g: &mut GateBuilder, now: &Observation, snap: &Observation) {
+    g.check(check(
+        "same_windows",
+        now.windows == snap.windows,
+        json!({"dump_time": snap.windows, "restored": now.windows}),
+        "the same mapped top-level windows (id, title, geometry)",
+    ));
+    g.check(check(
+        "same_framebuffer",
+        now.frame_sha256 == snap.frame_sha256,
+        json!({"dump_time": snap.frame_sha256, "restored": now.frame_sha256,
+               "dump_time_png": snap.png, "restored_png": now.png}),
+        "the dump-time pixels",
+    ));
+}
+
+pub fn run(ctx: &mut Ctx) -> Gate {
+    let mut g = GateBuilder::new(GateName::RestoreXState);
+    let (Some(snap), Some(pid)) = (ctx.snapshot.clone(), ctx.copies.get("a").copied()) else {
+        let mut gate = Gate::new(
+            GateName::RestoreXState,
+            Status::NotRun,
+            "no restored copy: the restore in restore_live_process did not succeed",
+        );
+        gate.checks.clear();
+        return gate;
+    };
+    let vendor = ctx.x(pid, "X handshake", |c| Ok(c.vendor()));
+    g.check(check(
+        "x_answers",
+        vendor.is_ok(),
+        json!(vendor.as_ref().map_err(|e| format!("{e:#}"))),
+        "the restored X server completes a handshake",
+    ));
+    match ctx.observe(pid, "restored-a") {
+        Ok(now) => {
+            check_x_state(&mut g, &now, &snap);
+            g.data("restored_state", obs_value(&now));
+        }
+        Err(e) => g.problem(format!("reading the restored copy: {e:#}")),
+    }
+    g.finish("the restored X server lists the same window and shows the dump-time pixels")
+}

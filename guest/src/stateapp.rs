@@ -1,0 +1,149 @@
+//! The stateful probe app: a random token and a counter that advances on its own, held in memory
+//! only, answered one request per connection on a unix socket under the tree's private /tmp.
+//! One request per connection means no connection is open when CRIU freezes the tree.
+
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::fd::AsFd;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// Where the app listens, as the tree sees it.
+pub const SOCKET: &str = "/tmp/sharedos-app.sock";
+const TICK: Duration = Duration::from_millis(100);
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct AppState {
+    pub token: String,
+    pub counter: u64,
+    /// The app's pid inside its namespace.
+    pub pid: i32,
+}
+
+pub fn random_hex(bytes: usize) -> Result<String> {
+    let mut buf = vec![0u8; bytes];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut buf))
+        .context("reading /dev/urandom")?;
+    Ok(crate::digest::hex(&buf))
+}
+
+pub fn is_token(s: &str) -> bool {
+    s.len() == 32 && s.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+}
+
+/// The app's main loop. Single-threaded on purpose. The counter ticks on the monotonic clock,
+/// which CRIU restores in a time namespace that continues from the dump, so a restored counter
+/// continues from the frozen value; queries, however frequent, do not hold it back.
+pub fn serve(socket: &Path) -> Result<()> {
+    let _ = std::fs::remove_file(socket);
+    let listener =
+        UnixListener::bind(socket).with_context(|| format!("binding {}", socket.display()))?;
+    let mut token = random_hex(16)?;
+    let mut counter: u64 = 0;
+    let pid = std::process::id() as i32;
+    let mut next_tick = Instant::now() + TICK;
+    loop {
+        let now = Instant::now();
+        while now >= next_tick {
+            counter += 1;
+            next_tick += TICK;
+        }
+        let wait_ms = (next_tick - now).as_millis().min(u16::MAX as u128) as u16 + 1;
+        let mut fds = [nix::poll::PollFd::new(
+            listener.as_fd(),
+            nix::poll::PollFlags::POLLIN,
+        )];
+        match nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(wait_ms)) {
+            Ok(0) => continue,
+            Ok(_) => {}
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Err(e).context("poll on the app socket"),
+        }
+        let Ok((stream, _)) = listener.accept() else {
+            continue;
+        };
+        let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+        let _ = stream.set_write_timeout(Some(Duration::from_secs(5)));
+        let mut line = String::new();
+        if BufReader::new(&stream).read_line(&mut line).is_err() {
+            continue;
+        }
+        match line.trim() {
+            "get" => {}
+            // Isolation changes the state of one copy: a new token and a jump of the counter
+            // that no amount of ticking in the other copy could produce.
+            "mutate" => {
+                token = random_hex(16)?;
+                counter += 1_000_000;
+            }
+            _ => continue,
+        }
+        let reply = AppState {
+            token: token.clone(),
+            counter,
+            pid,
+        };
+        if let Ok(mut text) = serde_json::to_string(&reply) {
+            text.push('\n');
+            let _ = (&stream).write_all(text.as_bytes());
+        }
+    }
+}
+
+/// Asks the app over `socket` (a path seen from outside the tree, through /proc/PID/root).
+pub fn query(socket: &Path, command: &str, timeout: Duration) -> Result<AppState> {
+    let stream = UnixStream::connect(socket)
+        .with_context(|| format!("connecting to the app at {}", socket.display()))?;
+    stream.set_read_timeout(Some(timeout))?;
+    stream.set_write_timeout(Some(timeout))?;
+    (&stream)
+        .write_all(format!("{command}\n").as_bytes())
+        .context("sending the request")?;
+    let mut line = String::new();
+    BufReader::new(&stream)
+        .read_line(&mut line)
+        .context("reading the app's answer")?;
+    if line.trim().is_empty() {
+        bail!("the app closed the connection without answering `{command}`");
+    }
+    serde_json::from_str(line.trim()).with_context(|| format!("parsing the app's answer {line:?}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_shape() {
+        assert!(is_token(&random_hex(16).unwrap()));
+        assert!(!is_token("abc"));
+        assert!(!is_token(&"G".repeat(32)));
+    }
+
+    #[test]
+    fn serves_get_and_mutate() {
+        let dir = std::env::temp_dir().join(format!("app-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let sock = dir.join("app.sock");
+        let s2 = sock.clone();
+        std::thread::spawn(move || serve(&s2));
+        let a = crate::wait::until("app", Duration::from_secs(5), || {
+            query(&sock, "get", Duration::from_secs(2)).ok()
+        })
+        .unwrap();
+        assert!(is_token(&a.token));
+        let b = crate::wait::until("counter to advance", Duration::from_secs(5), || {
+            query(&sock, "get", Duration::from_secs(2))
+                .ok()
+                .filter(|b| b.counter > a.counter)
+        })
+        .unwrap();
+        assert_eq!(a.token, b.token);
+        let m = query(&sock, "mutate", Duration::from_secs(2)).unwrap();
+        assert_ne!(m.token, a.token);
+        assert!(m.counter >= b.counter + 1_000_000);
+    }
+}

@@ -1,0 +1,464 @@
+//! The tree under test: private pid, mount, net, ipc and uts namespaces; a minimal mount table
+//! reached through pivot_root; Xvfb, an xterm and the stateful app under a PID 1 of our own.
+//!
+//! The sequence: `diagnose` execs `sharedos-gate tree-spawn` after unshare(2) of the five
+//! namespaces; tree-spawn forks the namespace's PID 1, prints its host pid and exits. PID 1
+//! builds the mount table, pivots, copies our binary into the private /tmp (so CRIU finds every
+//! executable inside the tree at restore, wherever the binary lived on the host) and re-execs it
+//! as `tree-init`, which starts the programs and reaps.
+
+use crate::exec;
+use crate::report::Evidence;
+use anyhow::{bail, Context, Result};
+use nix::mount::{mount, umount2, MntFlags, MsFlags};
+use nix::sched::CloneFlags;
+use nix::sys::stat::{makedev, mknod, Mode, SFlag};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+pub const XTERM_TITLE: &str = "sharedos-spike";
+/// Our binary's path inside the tree.
+pub const TREE_EXE: &str = "/tmp/sharedos-gate";
+pub const MARKER_ENV: &str = "SHAREDOS_MARKER";
+pub const SCREEN: &str = "640x480x24";
+
+#[derive(Clone, Debug)]
+pub struct TreeSpec {
+    pub marker: String,
+    pub display: u32,
+    /// A read-only bind of the host's `/`: the tree's root, and CRIU's `--root` at restore.
+    pub root: PathBuf,
+}
+
+pub fn namespaces() -> CloneFlags {
+    CloneFlags::CLONE_NEWPID
+        | CloneFlags::CLONE_NEWNS
+        | CloneFlags::CLONE_NEWNET
+        | CloneFlags::CLONE_NEWIPC
+        | CloneFlags::CLONE_NEWUTS
+}
+
+fn spec_args(spec: &TreeSpec) -> Vec<String> {
+    vec![
+        "--marker".into(),
+        spec.marker.clone(),
+        "--display".into(),
+        format!(":{}", spec.display),
+    ]
+}
+
+/// What diagnose execs, after unshare(2), to start the tree.
+pub fn spawn_argv(exe: &Path, spec: &TreeSpec) -> Vec<String> {
+    let mut v = vec![exe.display().to_string(), "tree-spawn".into()];
+    v.extend(spec_args(spec));
+    v.push("--root".into());
+    v.push(spec.root.display().to_string());
+    v
+}
+
+/// The util-linux command that makes the same namespaces, for readers of the plan.
+pub fn unshare_equivalent_argv(exe: &Path, spec: &TreeSpec) -> Vec<String> {
+    let mut v: Vec<String> = [
+        "unshare",
+        "--pid",
+        "--fork",
+        "--mount-proc",
+        "--mount",
+        "--net",
+        "--ipc",
+        "--uts",
+        "--propagation",
+        "private",
+        "--",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    v.extend(spawn_argv(exe, spec));
+    v
+}
+
+/// PID 1's re-exec from the tree's private /tmp.
+pub fn init_argv(spec: &TreeSpec) -> Vec<String> {
+    let mut v = vec![TREE_EXE.to_string(), "tree-init".into()];
+    v.extend(spec_args(spec));
+    v
+}
+
+pub fn xvfb_argv(display: u32) -> Vec<String> {
+    [
+        "Xvfb",
+        &format!(":{display}"),
+        "-screen",
+        "0",
+        SCREEN,
+        "-nolisten",
+        "tcp",
+        "-noreset",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+/// The xterm prints the marker and then idles, so its screen stays still between grabs.
+pub fn xterm_argv(marker: &str) -> Vec<String> {
+    [
+        "xterm",
+        "-ut",
+        "-T",
+        XTERM_TITLE,
+        "-geometry",
+        "80x24+0+0",
+        "-e",
+        "/bin/sh",
+        "-c",
+        &format!("echo {marker}; exec sleep infinity"),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+pub fn stateapp_argv(marker: &str) -> Vec<String> {
+    vec![
+        TREE_EXE.into(),
+        "stateapp".into(),
+        "--marker".into(),
+        marker.into(),
+        "--socket".into(),
+        crate::stateapp::SOCKET.into(),
+    ]
+}
+
+/// The environment of every process in the tree: nothing inherited from the caller.
+pub fn tree_env(spec: &TreeSpec) -> Vec<(String, String)> {
+    vec![
+        (
+            "PATH".into(),
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into(),
+        ),
+        ("HOME".into(), "/tmp".into()),
+        ("LANG".into(), "C.UTF-8".into()),
+        ("DISPLAY".into(), format!(":{}", spec.display)),
+        (MARKER_ENV.into(), spec.marker.clone()),
+    ]
+}
+
+/// A path inside the tree as seen from outside, through the tree's root.
+pub fn path_in_tree(tree_pid: i32, inner: &str) -> PathBuf {
+    PathBuf::from(format!("/proc/{tree_pid}/root{inner}"))
+}
+
+/// Starts the tree and returns the host pid of its PID 1 with the evidence of the spawn.
+pub fn launch(
+    exe: &Path,
+    spec: &TreeSpec,
+    timeout: Duration,
+    scratch: &Path,
+) -> (Result<i32>, Evidence) {
+    let argv = spawn_argv(exe, spec);
+    let env = tree_env(spec);
+    let out = exec::run_with("spawn the tree", &argv, timeout, scratch, |cmd| {
+        cmd.env_clear().envs(env);
+        // SAFETY: unshare(2) is async-signal-safe; nothing else runs between fork and exec.
+        unsafe {
+            cmd.pre_exec(|| nix::sched::unshare(namespaces()).map_err(std::io::Error::from));
+        }
+    });
+    let pid = if out.success() {
+        out.stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("tree-pid "))
+            .and_then(|p| p.trim().parse::<i32>().ok())
+            .with_context(|| format!("tree-spawn printed no pid: {}", out.summary()))
+    } else {
+        Err(anyhow::anyhow!("{}", out.summary()))
+    };
+    (pid, out.evidence)
+}
+
+/// `tree-spawn`: runs in the new namespaces but still in the caller's pid namespace; its child
+/// is the new namespace's PID 1.
+pub fn spawn_main(spec: &TreeSpec) -> Result<()> {
+    // SAFETY: this process was just exec'd and is single-threaded.
+    match unsafe { nix::unistd::fork() }.context("fork of the tree's PID 1")? {
+        nix::unistd::ForkResult::Parent { child } => {
+            println!("tree-pid {child}");
+            Ok(())
+        }
+        nix::unistd::ForkResult::Child => {
+            let e = become_init(spec);
+            eprintln!("tree PID 1 setup failed: {e:#}");
+            std::process::exit(1);
+        }
+    }
+}
+
+fn mount_fs(fstype: &str, target: &Path, flags: MsFlags, data: &str) -> Result<()> {
+    mount(Some(fstype), target, Some(fstype), flags, Some(data))
+        .with_context(|| format!("mounting {fstype} on {}", target.display()))
+}
+
+/// Builds the tree's mount table under `spec.root` and pivots into it, then execs `tree-init`.
+/// Returns only on error.
+fn become_init(spec: &TreeSpec) -> anyhow::Error {
+    match setup_root_and_exec(spec) {
+        Ok(never) => match never {},
+        Err(e) => e,
+    }
+}
+
+enum Never {}
+
+fn setup_root_and_exec(spec: &TreeSpec) -> Result<Never> {
+    // Our own session: with it CRIU needs no --shell-job.
+    nix::unistd::setsid().context("setsid")?;
+    mount(
+        None::<&str>,
+        "/",
+        None::<&str>,
+        MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+        None::<&str>,
+    )
+    .context("making the mount tree private")?;
+    nix::unistd::sethostname("sharedos-tree").context("setting the tree's hostname")?;
+    let root = &spec.root;
+    let nodev = MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC;
+
+    let dev = root.join("dev");
+    mount_fs("tmpfs", &dev, MsFlags::MS_NOSUID, "mode=0755,size=1m")?;
+    for (name, major, minor) in [
+        ("null", 1, 3),
+        ("zero", 1, 5),
+        ("full", 1, 7),
+        ("random", 1, 8),
+        ("urandom", 1, 9),
+        ("tty", 5, 0),
+    ] {
+        let p = dev.join(name);
+        mknod(&p, SFlag::S_IFCHR, Mode::from_bits_truncate(0o666), makedev(major, minor))
+            .with_context(|| format!("mknod {}", p.display()))?;
+        nix::sys::stat::fchmodat(
+            nix::fcntl::AT_FDCWD,
+            &p,
+            Mode::from_bits_truncate(0o666),
+            nix::sys::stat::FchmodatFlags::FollowSymlink,
+        )
+        .with_context(|| format!("chmod {}", p.display()))?;
+    }
+    // A devpts instance of our own: each copy numbers its ptys from 0.
+    std::fs::create_dir(dev.join("pts")).context("mkdir /dev/pts")?;
+    mount_fs(
+        "devpts",
+        &dev.join("pts"),
+        nodev,
+        "newinstance,ptmxmode=0666,mode=0620",
+    )?;
+    std::os::unix::fs::symlink("pts/ptmx", dev.join("ptmx")).context("symlink /dev/ptmx")?;
+    std::fs::create_dir(dev.join("shm")).context("mkdir /dev/shm")?;
+    mount_fs("tmpfs", &dev.join("shm"), nodev | MsFlags::MS_NODEV, "mode=1777")?;
+    for (name, target) in [
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ] {
+        std::os::unix::fs::symlink(target, dev.join(name))
+            .with_context(|| format!("symlink /dev/{name}"))?;
+    }
+
+    mount_fs(
+        "tmpfs",
+        &root.join("tmp"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        "mode=1777",
+    )?;
+    // The X keyboard compiler writes its output here.
+    let xkb = root.join("var/lib/xkb");
+    if xkb.is_dir() {
+        mount_fs("tmpfs", &xkb, nodev | MsFlags::MS_NODEV, "mode=0755")?;
+    }
+    // A proc of the new pid namespace (we are its PID 1 now).
+    mount_fs(
+        "proc",
+        &root.join("proc"),
+        nodev | MsFlags::MS_NODEV,
+        "",
+    )?;
+
+    let exe_in_tree = root.join(TREE_EXE.trim_start_matches('/'));
+    std::fs::copy("/proc/self/exe", &exe_in_tree)
+        .with_context(|| format!("copying our binary to {}", exe_in_tree.display()))?;
+
+    nix::unistd::chdir(root).with_context(|| format!("chdir {}", root.display()))?;
+    nix::unistd::pivot_root(".", ".").context("pivot_root")?;
+    // The old root sits on top of the new one after pivot_root(".", "."); detaching it leaves
+    // the tree with only the mounts made above.
+    umount2(".", MntFlags::MNT_DETACH).context("detaching the old root")?;
+    nix::unistd::chdir("/").context("chdir /")?;
+
+    close_inherited_fds();
+    redirect_stdio("/tmp/tree-init.log")?;
+
+    let argv = init_argv(spec);
+    let err = Command::new(&argv[0])
+        .args(&argv[1..])
+        .env_clear()
+        .envs(tree_env(spec))
+        .exec();
+    bail!("exec {}: {err}", argv[0])
+}
+
+/// Leaked host descriptors made CRIU's dump fail (FIELD-NOTES): the tree keeps only 0, 1, 2.
+fn close_inherited_fds() {
+    let fds: Vec<i32> = std::fs::read_dir("/proc/self/fd")
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok()))
+                .collect()
+        })
+        .unwrap_or_default();
+    for fd in fds.into_iter().filter(|fd| *fd > 2) {
+        let _ = nix::unistd::close(fd);
+    }
+}
+
+fn redirect_stdio(log: &str) -> Result<()> {
+    use std::os::fd::AsRawFd;
+    let null = std::fs::File::open("/dev/null").context("opening /dev/null")?;
+    let out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .with_context(|| format!("opening {log}"))?;
+    // SAFETY: dup2 onto the standard descriptors of this single-threaded process.
+    unsafe {
+        nix::libc::dup2(null.as_raw_fd(), 0);
+        nix::libc::dup2(out.as_raw_fd(), 1);
+        nix::libc::dup2(out.as_raw_fd(), 2);
+    }
+    Ok(())
+}
+
+extern "C" fn exit_on_term(_: i32) {
+    // SAFETY: _exit is async-signal-safe. PID 1 exiting takes the whole namespace with it.
+    unsafe { nix::libc::_exit(0) }
+}
+
+fn start(argv: &[String], log: &str) -> Result<u32> {
+    let out = std::fs::File::create(log).with_context(|| format!("creating {log}"))?;
+    let err = out.try_clone()?;
+    let child = Command::new(&argv[0])
+        .args(&argv[1..])
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .spawn()
+        .with_context(|| format!("starting {}", argv.join(" ")))?;
+    Ok(child.id())
+}
+
+/// `tree-init`: PID 1 of the tree, already inside its own root.
+pub fn init_main(spec: &TreeSpec) -> Result<()> {
+    use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
+    let act = SigAction::new(
+        SigHandler::Handler(exit_on_term),
+        SaFlags::empty(),
+        SigSet::empty(),
+    );
+    // SAFETY: the handler only calls _exit.
+    unsafe { sigaction(Signal::SIGTERM, &act) }.context("SIGTERM handler")?;
+
+    let xvfb = start(&xvfb_argv(spec.display), "/tmp/xvfb.log")?;
+    println!("Xvfb pid {xvfb}");
+    let socket = format!("/tmp/.X11-unix/X{}", spec.display);
+    // Bounded so a broken Xvfb cannot keep PID 1 from starting the rest; the outside observer
+    // reports what did not come up.
+    let up = crate::wait::until("the X socket", Duration::from_secs(300), || {
+        Path::new(&socket).exists().then_some(())
+    });
+    if let Err(e) = up {
+        println!("{e}");
+    }
+    println!("stateapp pid {}", start(&stateapp_argv(&spec.marker), "/tmp/stateapp.log")?);
+    println!("xterm pid {}", start(&xterm_argv(&spec.marker), "/tmp/xterm.log")?);
+    loop {
+        match nix::sys::wait::wait() {
+            Ok(status) => println!("reaped {status:?}"),
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(_) => {
+                nix::unistd::pause();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> TreeSpec {
+        TreeSpec {
+            marker: "spike-0123456789ab".into(),
+            display: 170,
+            root: PathBuf::from("/w/root"),
+        }
+    }
+
+    #[test]
+    fn xvfb_line_matches_the_spec() {
+        assert_eq!(
+            xvfb_argv(170).join(" "),
+            "Xvfb :170 -screen 0 640x480x24 -nolisten tcp -noreset"
+        );
+    }
+
+    #[test]
+    fn xterm_carries_title_and_marker() {
+        let a = xterm_argv("spike-x");
+        assert_eq!(a[2..4], ["-T".to_string(), XTERM_TITLE.to_string()]);
+        assert!(a.last().unwrap().contains("echo spike-x"));
+    }
+
+    #[test]
+    fn spawn_and_unshare_lines() {
+        let s = spec();
+        let exe = Path::new("/usr/local/bin/sharedos-gate");
+        assert_eq!(
+            spawn_argv(exe, &s).join(" "),
+            "/usr/local/bin/sharedos-gate tree-spawn --marker spike-0123456789ab --display :170 --root /w/root"
+        );
+        let u = unshare_equivalent_argv(exe, &s).join(" ");
+        assert!(u.starts_with(
+            "unshare --pid --fork --mount-proc --mount --net --ipc --uts --propagation private -- "
+        ));
+        assert!(init_argv(&s).join(" ").contains("tree-init --marker spike-0123456789ab"));
+    }
+
+    #[test]
+    fn every_tree_process_gets_the_marker() {
+        let env = tree_env(&spec());
+        assert!(env
+            .iter()
+            .any(|(k, v)| k == MARKER_ENV && v == "spike-0123456789ab"));
+        assert!(stateapp_argv("m1").contains(&"m1".to_string()));
+    }
+
+    #[test]
+    fn five_namespaces() {
+        let f = namespaces();
+        for n in [
+            CloneFlags::CLONE_NEWPID,
+            CloneFlags::CLONE_NEWNS,
+            CloneFlags::CLONE_NEWNET,
+            CloneFlags::CLONE_NEWIPC,
+            CloneFlags::CLONE_NEWUTS,
+        ] {
+            assert!(f.contains(n));
+        }
+        assert!(!f.contains(CloneFlags::CLONE_NEWUSER));
+    }
+}
