@@ -87,6 +87,16 @@ impl XConn {
         String::from_utf8_lossy(&self.conn.setup().vendor).into_owned()
     }
 
+    /// "X.Org X Server 1.21.1.7 (release 12101007)", read from the running server.
+    pub fn server_version(&self) -> String {
+        let r = self.conn.setup().release_number;
+        format!(
+            "{} {} (release {r}, read over the X wire)",
+            self.vendor(),
+            release_string(r)
+        )
+    }
+
     /// The root's children that are mapped, with WM_NAME (or _NET_WM_NAME) as title. Without a
     /// window manager these are exactly the top-level windows.
     pub fn mapped_toplevels(&self) -> Result<Vec<Window>> {
@@ -186,6 +196,17 @@ impl XConn {
     }
 }
 
+/// X.Org encodes 1.21.1.7 as 12101007.
+pub fn release_string(r: u32) -> String {
+    format!(
+        "{}.{}.{}.{}",
+        r / 10_000_000,
+        (r / 100_000) % 100,
+        (r / 1000) % 100,
+        r % 1000
+    )
+}
+
 fn channel(v: u32, mask: u32) -> u8 {
     if mask == 0 {
         return 0;
@@ -203,6 +224,12 @@ fn channel(v: u32, mask: u32) -> u8 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn xorg_release() {
+        assert_eq!(release_string(12101007), "1.21.1.7");
+        assert_eq!(release_string(12013000), "1.20.13.0");
+    }
 
     #[test]
     fn channels_from_masks() {

@@ -122,6 +122,12 @@ pub fn run(ctx: &mut Ctx) -> Gate {
         }
     }
 
+    if ok {
+        if let Ok(v) = ctx.x(pid, "X server release", |c| Ok(c.server_version())) {
+            ctx.env.xvfb_version = Some(v);
+        }
+    }
+
     let mine = namespaces_of("self");
     let theirs = namespaces_of(&pid.to_string());
     g.check(check(

@@ -38,6 +38,15 @@ pub fn display_users(display: u32) -> Vec<String> {
     .collect()
 }
 
+pub fn package_version_argv(package: &str) -> Vec<String> {
+    vec![
+        "dpkg-query".into(),
+        "-W".into(),
+        "-f=${Version}".into(),
+        package.into(),
+    ]
+}
+
 fn first_line(s: &str) -> String {
     s.lines()
         .find(|l| !l.trim().is_empty())
@@ -101,23 +110,23 @@ pub fn run(ctx: &mut Ctx) -> Gate {
             || format!("{prog} not found on PATH: install it (`apt-get install {package}`)"),
         );
         if let (Some(p), true) = (found, scratch_ok) {
-            // Xvfb prints its version on stderr, xterm on stdout.
-            let argv = vec![p.display().to_string(), "-version".into()];
-            let out = ctx.run(&format!("{prog} version"), &argv);
-            let v = first_line(&format!("{}\n{}", out.stdout, out.stderr));
-            let v = if key == "xvfb" {
-                out.stderr
-                    .lines()
-                    .find(|l| l.contains("X Server"))
-                    .map(|l| l.trim().to_string())
-                    .unwrap_or(v)
-            } else {
-                v
+            // Xvfb has no version option; its Debian package says it (launch later reads the
+            // running server's release over the wire).
+            let argv = match key {
+                "xvfb" => package_version_argv(package),
+                _ => vec![p.display().to_string(), "-version".into()],
             };
-            if key == "xvfb" {
-                ctx.env.xvfb_version = Some(v);
-            } else {
-                ctx.env.xterm_version = Some(v);
+            let out = ctx.run(&format!("{prog} version"), &argv);
+            let v = first_line(&out.stdout);
+            if out.success() && !v.is_empty() {
+                let v = match key {
+                    "xvfb" => format!("{package} {v} (Debian package)"),
+                    _ => v,
+                };
+                match key {
+                    "xvfb" => ctx.env.xvfb_version = Some(v),
+                    _ => ctx.env.xterm_version = Some(v),
+                }
             }
             g.evidence(out.evidence);
         }
