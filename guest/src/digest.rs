@@ -15,6 +15,26 @@ pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// Standard base64 (RFC 4648); `pad` false gives the unpadded form OpenSSH prints after
+/// `SHA256:`.
+pub fn base64(bytes: &[u8], pad: bool) -> String {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        let chars = chunk.len() + 1;
+        for i in 0..4 {
+            if i < chars {
+                out.push(A[((n >> (18 - 6 * i)) & 63) as usize] as char);
+            } else if pad {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
 /// Streams the file, so multi-megabyte CRIU images cost no memory.
 pub fn sha256_file(path: &Path) -> Result<(String, u64)> {
     let mut f = File::open(path).with_context(|| format!("opening {} to hash it", path.display()))?;
@@ -88,6 +108,22 @@ mod tests {
             sha256_hex(b"abc"),
             "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
         );
+    }
+
+    #[test]
+    fn base64_vectors() {
+        for (raw, padded) in [
+            ("", ""),
+            ("f", "Zg=="),
+            ("fo", "Zm8="),
+            ("foo", "Zm9v"),
+            ("foob", "Zm9vYg=="),
+            ("fooba", "Zm9vYmE="),
+            ("foobar", "Zm9vYmFy"),
+        ] {
+            assert_eq!(base64(raw.as_bytes(), true), padded);
+            assert_eq!(base64(raw.as_bytes(), false), padded.trim_end_matches('='));
+        }
     }
 
     #[test]
