@@ -1,1 +1,174 @@
-//! (being written)
+//! `sharedos-rig list`: the reports in a directory, newest first, one line each.
+
+use crate::report::{Verdict, REPORT_FILE};
+use crate::verify;
+use anyhow::{Context, Result};
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// One readable report.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Summary {
+    pub started_at: String,
+    pub verdict: Verdict,
+    pub kernel: String,
+    /// The image's sha256, None when the report did not come from vm-run.
+    pub image_sha256: Option<String>,
+    /// kvm, tcg, or None for a run directly on a host.
+    pub accel: Option<String>,
+    /// none, pass, fail or invalid.
+    pub review: &'static str,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Entry {
+    pub dir: PathBuf,
+    /// Err carries why the report could not be read, so nothing is skipped silently.
+    pub summary: std::result::Result<Summary, String>,
+}
+
+/// Lists every immediate subdirectory of `root`: readable reports newest first (by
+/// environment.started_at), then the unreadable ones by name. Err only when `root` itself cannot
+/// be read.
+pub fn list(root: &Path) -> Result<Vec<Entry>> {
+    let rd = std::fs::read_dir(root).with_context(|| {
+        format!(
+            "reading the report directory {}; give the directory that holds the reports \
+             (default: reports/)",
+            root.display()
+        )
+    })?;
+    let mut entries = Vec::new();
+    for e in rd {
+        let e = e.with_context(|| format!("listing {}", root.display()))?;
+        let path = e.path();
+        if !path.is_dir() {
+            continue;
+        }
+        entries.push(Entry {
+            summary: summarize(&path),
+            dir: path,
+        });
+    }
+    sort(&mut entries);
+    Ok(entries)
+}
+
+fn summarize(dir: &Path) -> std::result::Result<Summary, String> {
+    if !dir.join(REPORT_FILE).exists() {
+        return Err(format!("no {REPORT_FILE}"));
+    }
+    let o = verify::load_dir(dir).map_err(|e| format!("{e:#}"))?;
+    let vm = o.report.vm.as_ref();
+    Ok(Summary {
+        started_at: o.report.environment.started_at.clone(),
+        verdict: o.verdict,
+        kernel: o.report.environment.kernel_release.clone(),
+        image_sha256: vm.map(|v| v.image_sha256.clone()),
+        accel: vm.map(|v| v.accel.clone()),
+        review: o.review.label(),
+    })
+}
+
+/// Newest first; RFC 3339 UTC stamps of one format sort as text. Ties and unreadable entries go
+/// by directory name, which vm-run starts with a UTC stamp too.
+pub fn sort(entries: &mut [Entry]) {
+    entries.sort_by(|x, y| match (&x.summary, &y.summary) {
+        (Ok(a), Ok(b)) => b
+            .started_at
+            .cmp(&a.started_at)
+            .then_with(|| y.dir.cmp(&x.dir)),
+        (Ok(_), Err(_)) => std::cmp::Ordering::Less,
+        (Err(_), Ok(_)) => std::cmp::Ordering::Greater,
+        (Err(_), Err(_)) => y.dir.cmp(&x.dir),
+    });
+}
+
+fn or_dash(s: &str) -> &str {
+    if s.is_empty() {
+        "-"
+    } else {
+        s
+    }
+}
+
+impl fmt::Display for Entry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.summary {
+            Ok(s) => {
+                let image = s
+                    .image_sha256
+                    .as_deref()
+                    .map_or("-", |h| h.get(..12).unwrap_or(h));
+                write!(
+                    f,
+                    "{:<24}  {:<15}  {:<20}  {:<12}  {:<5}  review:{:<7}  {}",
+                    or_dash(&s.started_at),
+                    s.verdict.as_str(),
+                    or_dash(&s.kernel),
+                    or_dash(image),
+                    s.accel.as_deref().map_or("host", or_dash),
+                    s.review,
+                    self.dir.display()
+                )
+            }
+            Err(why) => write!(f, "UNREADABLE  {}: {why}", self.dir.display()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ok(dir: &str, at: &str) -> Entry {
+        Entry {
+            dir: dir.into(),
+            summary: Ok(Summary {
+                started_at: at.into(),
+                verdict: Verdict::ReviewRequired,
+                kernel: "6.1.0-28-amd64".into(),
+                image_sha256: None,
+                accel: None,
+                review: "none",
+            }),
+        }
+    }
+
+    #[test]
+    fn newest_first_unreadable_last() {
+        let mut v = vec![
+            Entry {
+                dir: "r/broken".into(),
+                summary: Err("no report.json".into()),
+            },
+            ok("r/old", "2026-01-01T00:00:00.000Z"),
+            ok("r/new", "2026-12-01T00:00:00.000Z"),
+        ];
+        sort(&mut v);
+        let dirs: Vec<String> = v.iter().map(|e| e.dir.display().to_string()).collect();
+        assert_eq!(dirs, ["r/new", "r/old", "r/broken"]);
+    }
+
+    #[test]
+    fn line_shows_host_and_dash_without_vm() {
+        let line = ok("r/a", "2026-01-01T00:00:00.000Z").to_string();
+        assert!(line.contains("REVIEW_REQUIRED"), "{line}");
+        assert!(line.contains(" - "), "{line}");
+        assert!(line.contains("host"), "{line}");
+        assert!(line.contains("review:none"), "{line}");
+        let mut e = ok("r/b", "x");
+        if let Ok(s) = e.summary.as_mut() {
+            s.image_sha256 = Some("abcdef0123456789".into());
+            s.accel = Some("kvm".into());
+        }
+        let line = e.to_string();
+        assert!(line.contains("abcdef012345 "), "{line}");
+        assert!(line.contains("kvm"), "{line}");
+        let bad = Entry {
+            dir: "r/x".into(),
+            summary: Err("schema_version is 9".into()),
+        };
+        assert_eq!(bad.to_string(), "UNREADABLE  r/x: schema_version is 9");
+    }
+}

@@ -1,1 +1,136 @@
-fn main(){}
+//! The `sharedos-rig` CLI: parses arguments, calls the library, maps outcomes to exit codes.
+//! Exit codes: 0 / 1 / 3 as the SPEC's verdict for verify; 2 for usage and I/O problems.
+
+use anyhow::Result;
+use clap::{Parser, Subcommand, ValueEnum};
+use sharedos_rig::report::ReviewDecision;
+use sharedos_rig::{diff, list, render, review, verify};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "sharedos-rig",
+    version,
+    about = "Shows, reviews, verifies, compares and lists sharedos diagnostic reports"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Record the human decision on the GUI gate in review.json, citing every PNG's sha256.
+    Review {
+        /// The report directory (holding report.json and the PNGs).
+        report_dir: PathBuf,
+        #[arg(long, value_enum)]
+        decision: Decision,
+        /// Who looked at the images.
+        #[arg(long)]
+        reviewer: String,
+        #[arg(long, default_value = "")]
+        note: String,
+        /// Replace an existing review.json.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Re-hash every artifact, judge the review and print the final verdict.
+    /// Exits 0 all gates pass (review included), 3 only the review is outstanding, 1 otherwise.
+    Verify { report_dir: PathBuf },
+    /// Render a report (taking review.json into account).
+    Show {
+        report_dir: PathBuf,
+        #[arg(long, value_enum, default_value_t = render::Format::Text)]
+        format: render::Format,
+    },
+    /// What changed from report A to report B.
+    Diff {
+        report_a: PathBuf,
+        report_b: PathBuf,
+    },
+    /// The reports under a directory, newest first.
+    List {
+        #[arg(default_value = "reports")]
+        dir: PathBuf,
+    },
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum Decision {
+    Pass,
+    Fail,
+}
+
+impl From<Decision> for ReviewDecision {
+    fn from(d: Decision) -> Self {
+        match d {
+            Decision::Pass => ReviewDecision::Pass,
+            Decision::Fail => ReviewDecision::Fail,
+        }
+    }
+}
+
+fn run(cmd: Command) -> Result<u8> {
+    match cmd {
+        Command::Review {
+            report_dir,
+            decision,
+            reviewer,
+            note,
+            force,
+        } => {
+            let req = review::Request {
+                decision: decision.into(),
+                reviewer,
+                note,
+                force,
+            };
+            review::record(&report_dir, &req, &mut std::io::stdout().lock())?;
+            Ok(0)
+        }
+        Command::Verify { report_dir } => {
+            let o = verify::verify_dir(&report_dir)?;
+            println!("{o}");
+            Ok(exit_byte(o.exit_code))
+        }
+        Command::Show { report_dir, format } => {
+            let o = verify::verify_dir(&report_dir)?;
+            print!("{}", render::render(&o, format));
+            Ok(0)
+        }
+        Command::Diff { report_a, report_b } => {
+            println!("{}", diff::diff_dirs(&report_a, &report_b)?);
+            Ok(0)
+        }
+        Command::List { dir } => {
+            let entries = list::list(&dir)?;
+            if entries.is_empty() {
+                println!("no reports under {}", dir.display());
+            }
+            for e in entries {
+                println!("{e}");
+            }
+            Ok(0)
+        }
+    }
+}
+
+fn exit_byte(code: i32) -> u8 {
+    u8::try_from(code).unwrap_or(1)
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli.command) {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("error: {e}");
+            for cause in e.chain().skip(1) {
+                eprintln!("  caused by: {cause}");
+            }
+            ExitCode::from(2)
+        }
+    }
+}

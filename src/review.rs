@@ -1,1 +1,594 @@
-//! (being written)
+//! The human decision on the GUI gate: recording it (`sharedos-rig review`), judging a recorded
+//! one against the report it claims to decide, and applying it to the report's gates.
+//!
+//! The rules are pure functions over `Report` and `Review` values; only `record` and
+//! `read_review` touch the disk.
+
+use crate::digest;
+use crate::report::{
+    self, Artifact, CitedImage, Gate, GateName, Report, Review, ReviewDecision, Status, REVIEW_FILE,
+};
+use anyhow::{bail, Context, Result};
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::Path;
+
+/// What `review.json` beside a report amounts to.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ReviewState {
+    /// No review.json: the GUI gate still waits for a human.
+    None,
+    /// A review that cites exactly the report's PNGs with their hashes.
+    Valid(Review),
+    /// A review.json that must not be believed; `review` is None when it could not be parsed.
+    Invalid {
+        review: Option<Review>,
+        problems: Vec<String>,
+    },
+}
+
+impl ReviewState {
+    /// The one-word state `list` shows: none, pass, fail or invalid.
+    pub fn label(&self) -> &'static str {
+        match self {
+            ReviewState::None => "none",
+            ReviewState::Valid(r) => match r.decision {
+                ReviewDecision::Pass => "pass",
+                ReviewDecision::Fail => "fail",
+            },
+            ReviewState::Invalid { .. } => "invalid",
+        }
+    }
+
+    pub fn is_invalid(&self) -> bool {
+        matches!(self, ReviewState::Invalid { .. })
+    }
+
+    /// One line in words, for text output.
+    pub fn describe(&self) -> String {
+        match self {
+            ReviewState::None => "none recorded".to_string(),
+            ReviewState::Valid(r) => format!(
+                "{} by {} at {}, citing {} PNG(s){}",
+                decision_str(r.decision),
+                r.reviewer,
+                r.recorded_at,
+                r.images.len(),
+                if r.note.is_empty() {
+                    String::new()
+                } else {
+                    format!(" — note: {}", r.note)
+                }
+            ),
+            ReviewState::Invalid { problems, .. } => {
+                format!("REJECTED: {}", problems.join("; "))
+            }
+        }
+    }
+}
+
+pub fn decision_str(d: ReviewDecision) -> &'static str {
+    match d {
+        ReviewDecision::Pass => "pass",
+        ReviewDecision::Fail => "fail",
+    }
+}
+
+/// What was found at `review.json`, before judging it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ReviewFile {
+    Absent,
+    Parsed(Review),
+    /// Present but unreadable or not a review: the reason in words.
+    Broken(String),
+}
+
+/// Reads `dir/review.json` without judging it; a broken file is a finding, not an error, so that
+/// verify can report it as a rejected review.
+pub fn read_review(dir: &Path) -> ReviewFile {
+    let path = dir.join(REVIEW_FILE);
+    let bytes = match std::fs::read(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return ReviewFile::Absent,
+        Err(e) => return ReviewFile::Broken(format!("cannot read {}: {e}", path.display())),
+    };
+    match serde_json::from_slice::<Review>(&bytes) {
+        Ok(r) => ReviewFile::Parsed(r),
+        Err(e) => ReviewFile::Broken(format!(
+            "{} is not a review ({e}); record it again with `sharedos-rig review {} --force ...`",
+            path.display(),
+            dir.display()
+        )),
+    }
+}
+
+/// Every reason `review` must not be believed for `report`; empty when it is valid.
+///
+/// `report_sha256` is the hash of report.json as it is on disk now; pass None when the report did
+/// not come from a file (the check is then skipped).
+pub fn validate(review: &Review, report: &Report, report_sha256: Option<&str>) -> Vec<String> {
+    let mut problems = Vec::new();
+    if review.schema_version != report::SCHEMA_VERSION {
+        problems.push(format!(
+            "review has schema_version {}, this rig reads {}",
+            review.schema_version,
+            report::SCHEMA_VERSION
+        ));
+    }
+    if review.reviewer.trim().is_empty() {
+        problems.push("review names no reviewer".to_string());
+    }
+    match report.gate(GateName::GuiPixelReview).map(|g| g.status) {
+        Some(Status::ReviewRequired) => {}
+        Some(s) => problems.push(format!(
+            "gui_pixel_review is {s} in report.json, so there is no decision to record"
+        )),
+        None => problems.push("report.json has no gui_pixel_review gate".to_string()),
+    }
+    if let Some(sha) = report_sha256 {
+        if review.report_sha256 != sha {
+            problems.push(format!(
+                "review was recorded for report.json with sha256 {}, report.json now has {sha}",
+                review.report_sha256
+            ));
+        }
+    }
+    let pngs: Vec<&Artifact> = report.png_artifacts().collect();
+    if pngs.is_empty() {
+        problems.push("report lists no PNG, so a review cites nothing".to_string());
+    }
+    let mut cited: BTreeMap<&str, &CitedImage> = BTreeMap::new();
+    for c in &review.images {
+        if cited.insert(c.path.as_str(), c).is_some() {
+            problems.push(format!("review cites {} twice", c.path));
+        }
+    }
+    for a in &pngs {
+        match cited.get(a.path.as_str()) {
+            None => problems.push(format!("review does not cite {}", a.path)),
+            Some(c) if c.sha256 != a.sha256 => problems.push(format!(
+                "review cites {} with sha256 {}, the report says {}",
+                a.path, c.sha256, a.sha256
+            )),
+            Some(_) => {}
+        }
+    }
+    for c in &review.images {
+        if !pngs.iter().any(|a| a.path == c.path) {
+            problems.push(format!(
+                "review cites {}, which is not a PNG of the report",
+                c.path
+            ));
+        }
+    }
+    problems
+}
+
+/// Judges what was found at review.json against the report.
+pub fn assess(report: &Report, report_sha256: Option<&str>, file: ReviewFile) -> ReviewState {
+    match file {
+        ReviewFile::Absent => ReviewState::None,
+        ReviewFile::Broken(why) => ReviewState::Invalid {
+            review: None,
+            problems: vec![why],
+        },
+        ReviewFile::Parsed(r) => {
+            let problems = validate(&r, report, report_sha256);
+            if problems.is_empty() {
+                ReviewState::Valid(r)
+            } else {
+                ReviewState::Invalid {
+                    review: Some(r),
+                    problems,
+                }
+            }
+        }
+    }
+}
+
+/// The report's gates with the review applied: a valid review turns a REVIEW_REQUIRED GUI gate
+/// into PASS or FAIL as decided. Nothing else changes, so a review can never revive a gate that
+/// failed or did not run.
+pub fn apply(gates: &[Gate], state: &ReviewState) -> Vec<Gate> {
+    gates
+        .iter()
+        .map(|g| {
+            let mut g = g.clone();
+            if g.name != GateName::GuiPixelReview || g.status != Status::ReviewRequired {
+                return g;
+            }
+            match state {
+                ReviewState::None => {}
+                ReviewState::Valid(r) => {
+                    g.status = match r.decision {
+                        ReviewDecision::Pass => Status::Pass,
+                        ReviewDecision::Fail => Status::Fail,
+                    };
+                    g.reason = format!(
+                        "reviewed by {} at {}: {} on {} PNG(s){}",
+                        r.reviewer,
+                        r.recorded_at,
+                        decision_str(r.decision),
+                        r.images.len(),
+                        if r.note.is_empty() {
+                            String::new()
+                        } else {
+                            format!(" ({})", r.note)
+                        }
+                    );
+                }
+                ReviewState::Invalid { problems, .. } => {
+                    g.reason = format!(
+                        "{} [review.json rejected: {}]",
+                        g.reason,
+                        problems.join("; ")
+                    );
+                }
+            }
+            g
+        })
+        .collect()
+}
+
+/// What the reviewer asks to record.
+#[derive(Clone, Debug)]
+pub struct Request {
+    pub decision: ReviewDecision,
+    pub reviewer: String,
+    pub note: String,
+    /// Replace an existing review.json.
+    pub force: bool,
+}
+
+/// Records a review beside the report in `dir`, after re-hashing every PNG and telling `out` what
+/// is being signed. Refuses when a PNG on disk differs from report.json, when there is no PNG,
+/// when the GUI gate does not wait for a review, or when review.json exists and `force` is off.
+pub fn record(dir: &Path, req: &Request, out: &mut dyn Write) -> Result<Review> {
+    let loaded = crate::verify::read_report(dir)?;
+    let report = &loaded.report;
+    let reviewer = req.reviewer.trim();
+    if reviewer.is_empty() {
+        bail!("--reviewer is empty: name the person who looked at the images");
+    }
+    let pngs: Vec<&Artifact> = report.png_artifacts().collect();
+    if pngs.is_empty() {
+        bail!(
+            "{} lists no PNG artifact, so there is nothing to review; run the diagnostic again \
+             so that it captures the X framebuffer",
+            loaded.path.display()
+        );
+    }
+    match report.gate(GateName::GuiPixelReview).map(|g| g.status) {
+        Some(Status::ReviewRequired) => {}
+        Some(s) => bail!(
+            "gui_pixel_review is {s} in {}: only a gate that is REVIEW_REQUIRED takes a review",
+            loaded.path.display()
+        ),
+        None => bail!(
+            "{} has no gui_pixel_review gate; it is not a complete report",
+            loaded.path.display()
+        ),
+    }
+    let review_path = dir.join(REVIEW_FILE);
+    let replacing = review_path.exists();
+    if replacing && !req.force {
+        let what = match read_review(dir) {
+            ReviewFile::Parsed(r) => format!(
+                " ({} by {} at {})",
+                decision_str(r.decision),
+                r.reviewer,
+                r.recorded_at
+            ),
+            _ => String::new(),
+        };
+        bail!(
+            "{} already exists{what}; pass --force to replace it",
+            review_path.display()
+        );
+    }
+
+    let owned: Vec<Artifact> = pngs.iter().map(|a| (*a).clone()).collect();
+    let mismatches = digest::verify_artifacts(dir, &owned);
+    if !mismatches.is_empty() {
+        let lines: Vec<String> = mismatches
+            .iter()
+            .map(|m| format!("  {}: {}", m.path, m.problem))
+            .collect();
+        bail!(
+            "refusing to record a review: these PNGs differ from what {} says, and the reviewer \
+             must sign what the report says:\n{}",
+            loaded.path.display(),
+            lines.join("\n")
+        );
+    }
+
+    writeln!(out, "You are signing these images of {}:", dir.display())?;
+    for a in &pngs {
+        writeln!(
+            out,
+            "  {}  sha256 {}",
+            dir.join(&a.path).display(),
+            a.sha256
+        )?;
+    }
+    writeln!(
+        out,
+        "To look at them with the report: sharedos-rig show {} --format html > page.html",
+        dir.display()
+    )?;
+
+    let review = Review {
+        schema_version: report::SCHEMA_VERSION,
+        decision: req.decision,
+        reviewer: reviewer.to_string(),
+        note: req.note.clone(),
+        recorded_at: crate::clock::now_rfc3339(),
+        report_sha256: loaded.sha256.clone(),
+        images: pngs
+            .iter()
+            .map(|a| CitedImage {
+                path: a.path.clone(),
+                sha256: a.sha256.clone(),
+            })
+            .collect(),
+    };
+    let mut text = serde_json::to_string_pretty(&review).context("serializing the review")?;
+    text.push('\n');
+    // Write then rename so a crash never leaves half a review that verify would reject.
+    let tmp = dir.join(format!(".{REVIEW_FILE}.tmp"));
+    std::fs::write(&tmp, text).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, &review_path)
+        .with_context(|| format!("renaming {} to {}", tmp.display(), review_path.display()))?;
+    if replacing {
+        writeln!(out, "--force: the earlier review.json was replaced")?;
+    }
+    writeln!(
+        out,
+        "Recorded {} by {} in {}; check it with: sharedos-rig verify {}",
+        decision_str(review.decision),
+        review.reviewer,
+        review_path.display(),
+        dir.display()
+    )?;
+    Ok(review)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::report::{Environment, Verdict};
+
+    pub(crate) fn png(path: &str, sha: &str) -> Artifact {
+        Artifact {
+            path: path.into(),
+            sha256: sha.into(),
+            bytes: 10,
+            kind: "png".into(),
+        }
+    }
+
+    /// A fresh report as the guest writes it: every gate PASS but the GUI review.
+    pub(crate) fn fresh_report() -> Report {
+        let gates = GateName::ALL
+            .iter()
+            .map(|n| {
+                let s = if *n == GateName::GuiPixelReview {
+                    Status::ReviewRequired
+                } else {
+                    Status::Pass
+                };
+                Gate::new(*n, s, format!("{n} reason"))
+            })
+            .collect();
+        let mut r = Report {
+            schema_version: report::SCHEMA_VERSION,
+            marker: "spike-0123456789ab".into(),
+            all_gates_pass: false,
+            exit_code: 0,
+            gates,
+            environment: Environment {
+                kernel_release: "6.1.0-28-amd64".into(),
+                hostname: "guest".into(),
+                boot_id: "b00t".into(),
+                started_at: "2026-11-30T20:15:00.000Z".into(),
+                finished_at: "2026-11-30T20:16:00.000Z".into(),
+                ..Default::default()
+            },
+            artifacts: vec![
+                png("png/live.png", &"a".repeat(64)),
+                png("png/restored.png", &"b".repeat(64)),
+                Artifact {
+                    path: "logs/criu.log".into(),
+                    sha256: "c".repeat(64),
+                    bytes: 3,
+                    kind: "criu-log".into(),
+                },
+            ],
+            fidelity_differences: vec![],
+            vm: None,
+        };
+        r.seal();
+        r
+    }
+
+    pub(crate) fn review_for(r: &Report, decision: ReviewDecision) -> Review {
+        Review {
+            schema_version: report::SCHEMA_VERSION,
+            decision,
+            reviewer: "alice".into(),
+            note: String::new(),
+            recorded_at: "2026-11-30T21:00:00.000Z".into(),
+            report_sha256: "f".repeat(64),
+            images: r
+                .png_artifacts()
+                .map(|a| CitedImage {
+                    path: a.path.clone(),
+                    sha256: a.sha256.clone(),
+                })
+                .collect(),
+        }
+    }
+
+    fn gui(gates: &[Gate]) -> &Gate {
+        gates
+            .iter()
+            .find(|g| g.name == GateName::GuiPixelReview)
+            .unwrap()
+    }
+
+    #[test]
+    fn a_review_citing_every_png_is_valid() {
+        let r = fresh_report();
+        let rv = review_for(&r, ReviewDecision::Pass);
+        assert!(validate(&rv, &r, None).is_empty());
+        assert!(validate(&rv, &r, Some(&"f".repeat(64))).is_empty());
+    }
+
+    #[test]
+    fn wrong_hash_is_rejected() {
+        let r = fresh_report();
+        let mut rv = review_for(&r, ReviewDecision::Pass);
+        rv.images[1].sha256 = "0".repeat(64);
+        let p = validate(&rv, &r, None);
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert!(p[0].contains("png/restored.png"), "{p:?}");
+    }
+
+    #[test]
+    fn missing_image_is_rejected() {
+        let r = fresh_report();
+        let mut rv = review_for(&r, ReviewDecision::Pass);
+        rv.images.remove(0);
+        let p = validate(&rv, &r, None);
+        assert_eq!(p, vec!["review does not cite png/live.png".to_string()]);
+    }
+
+    #[test]
+    fn extra_image_is_rejected() {
+        let r = fresh_report();
+        let mut rv = review_for(&r, ReviewDecision::Pass);
+        rv.images.push(CitedImage {
+            path: "png/other.png".into(),
+            sha256: "d".repeat(64),
+        });
+        let p = validate(&rv, &r, None);
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert!(p[0].contains("not a PNG of the report"), "{p:?}");
+    }
+
+    #[test]
+    fn citing_a_log_as_image_is_rejected() {
+        let r = fresh_report();
+        let mut rv = review_for(&r, ReviewDecision::Pass);
+        rv.images.push(CitedImage {
+            path: "logs/criu.log".into(),
+            sha256: "c".repeat(64),
+        });
+        assert_eq!(validate(&rv, &r, None).len(), 1);
+    }
+
+    #[test]
+    fn duplicate_citation_is_rejected() {
+        let r = fresh_report();
+        let mut rv = review_for(&r, ReviewDecision::Pass);
+        rv.images.push(rv.images[0].clone());
+        let p = validate(&rv, &r, None);
+        assert!(p.iter().any(|s| s.contains("twice")), "{p:?}");
+    }
+
+    #[test]
+    fn changed_report_json_is_rejected() {
+        let r = fresh_report();
+        let rv = review_for(&r, ReviewDecision::Pass);
+        let p = validate(&rv, &r, Some(&"e".repeat(64)));
+        assert_eq!(p.len(), 1);
+        assert!(p[0].contains("report.json now has"), "{p:?}");
+    }
+
+    #[test]
+    fn other_schema_or_blank_reviewer_is_rejected() {
+        let r = fresh_report();
+        let mut rv = review_for(&r, ReviewDecision::Pass);
+        rv.schema_version = report::SCHEMA_VERSION + 1;
+        rv.reviewer = "  ".into();
+        assert_eq!(validate(&rv, &r, None).len(), 2);
+    }
+
+    #[test]
+    fn report_without_png_cannot_be_reviewed() {
+        let mut r = fresh_report();
+        r.artifacts.retain(|a| a.kind != "png");
+        let rv = review_for(&r, ReviewDecision::Pass);
+        let p = validate(&rv, &r, None);
+        assert!(p.iter().any(|s| s.contains("no PNG")), "{p:?}");
+    }
+
+    #[test]
+    fn a_review_cannot_decide_a_gate_that_does_not_wait() {
+        let mut r = fresh_report();
+        let rv = review_for(&r, ReviewDecision::Pass);
+        r.gates[8].status = Status::NotRun;
+        let p = validate(&rv, &r, None);
+        assert!(p.iter().any(|s| s.contains("NOT_RUN")), "{p:?}");
+        let state = assess(&r, None, ReviewFile::Parsed(rv));
+        let gates = apply(&r.gates, &state);
+        assert_eq!(gui(&gates).status, Status::NotRun);
+    }
+
+    #[test]
+    fn pass_review_passes_the_gui_gate_and_the_run() {
+        let r = fresh_report();
+        assert_eq!(report::verdict(&r.gates), Verdict::ReviewRequired);
+        let state = assess(
+            &r,
+            None,
+            ReviewFile::Parsed(review_for(&r, ReviewDecision::Pass)),
+        );
+        assert_eq!(state.label(), "pass");
+        let gates = apply(&r.gates, &state);
+        assert_eq!(gui(&gates).status, Status::Pass);
+        assert!(gui(&gates).reason.contains("alice"));
+        assert_eq!(report::verdict(&gates), Verdict::Pass);
+    }
+
+    #[test]
+    fn fail_review_fails_the_run() {
+        let r = fresh_report();
+        let state = assess(
+            &r,
+            None,
+            ReviewFile::Parsed(review_for(&r, ReviewDecision::Fail)),
+        );
+        assert_eq!(state.label(), "fail");
+        let gates = apply(&r.gates, &state);
+        assert_eq!(gui(&gates).status, Status::Fail);
+        assert_eq!(report::verdict(&gates).exit_code(), 1);
+    }
+
+    #[test]
+    fn pass_review_does_not_hide_another_failed_gate() {
+        let mut r = fresh_report();
+        r.gates[3].status = Status::Fail;
+        let state = assess(
+            &r,
+            None,
+            ReviewFile::Parsed(review_for(&r, ReviewDecision::Pass)),
+        );
+        let gates = apply(&r.gates, &state);
+        assert_eq!(gui(&gates).status, Status::Pass);
+        assert_eq!(gates[3].status, Status::Fail);
+        assert_eq!(report::verdict(&gates), Verdict::Fail);
+    }
+
+    #[test]
+    fn invalid_or_absent_review_leaves_the_gate_waiting() {
+        let r = fresh_report();
+        let gates = apply(&r.gates, &ReviewState::None);
+        assert_eq!(gui(&gates).status, Status::ReviewRequired);
+        let state = assess(&r, None, ReviewFile::Broken("bad json".into()));
+        assert_eq!(state.label(), "invalid");
+        let gates = apply(&r.gates, &state);
+        assert_eq!(gui(&gates).status, Status::ReviewRequired);
+        assert!(gui(&gates).reason.contains("rejected: bad json"));
+    }
+}

@@ -1,1 +1,386 @@
-//! (being written)
+//! Reading an archived report back and deciding what it proves: every artifact re-hashed, the
+//! review judged against the PNGs, report.json's own verdict checked against its gates.
+
+use crate::digest::{self, Mismatch};
+use crate::report::{self, Gate, Report, Verdict, REPORT_FILE};
+use crate::review::{self, ReviewState};
+use anyhow::{bail, Context, Result};
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// report.json as read from a report directory.
+#[derive(Clone, Debug)]
+pub struct LoadedReport {
+    pub path: PathBuf,
+    pub report: Report,
+    /// sha256 of report.json's bytes, which a review cites.
+    pub sha256: String,
+}
+
+/// Reads `dir/report.json`, refusing a schema version this rig does not understand.
+pub fn read_report(dir: &Path) -> Result<LoadedReport> {
+    let path = dir.join(REPORT_FILE);
+    if !dir.is_dir() {
+        bail!(
+            "{} is not a directory; give the report directory (the one holding {REPORT_FILE})",
+            dir.display()
+        );
+    }
+    let bytes = std::fs::read(&path).with_context(|| {
+        format!(
+            "reading {}; is {} a report directory written by sharedos-gate diagnose or vm-run?",
+            path.display(),
+            dir.display()
+        )
+    })?;
+    let report = parse_report(&bytes).with_context(|| format!("reading {}", path.display()))?;
+    Ok(LoadedReport {
+        sha256: digest::sha256_hex(&bytes),
+        path,
+        report,
+    })
+}
+
+/// Parses report.json's bytes. The schema version is checked before the fields so that a report
+/// from another version says so instead of failing on some field it lacks.
+pub fn parse_report(bytes: &[u8]) -> Result<Report> {
+    let value: serde_json::Value = serde_json::from_slice(bytes).context("it is not valid JSON")?;
+    match value.get("schema_version").and_then(|v| v.as_u64()) {
+        Some(v) if v == u64::from(report::SCHEMA_VERSION) => {}
+        Some(v) => bail!(
+            "schema_version is {v}, but this sharedos-rig reads version {}; use the sharedos-rig \
+             that matches the report (see its environment.gate_version) or rerun the diagnostic",
+            report::SCHEMA_VERSION
+        ),
+        None => bail!("it has no numeric schema_version, so it is not a sharedos report"),
+    }
+    serde_json::from_value(value).context("it does not match the report schema")
+}
+
+/// Everything a report directory proves, and the exit code that sums it up.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    /// Where the report was read from; None for a report that came from memory.
+    pub dir: Option<PathBuf>,
+    pub report: Report,
+    pub report_sha256: Option<String>,
+    pub review: ReviewState,
+    /// The report's gates with a valid review applied.
+    pub gates: Vec<Gate>,
+    /// The verdict of `gates` alone, before integrity problems.
+    pub gates_verdict: Verdict,
+    /// How many artifacts were re-hashed; None when nothing was re-hashed.
+    pub artifacts_checked: Option<usize>,
+    pub mismatches: Vec<Mismatch>,
+    /// report.json fields that contradict its own gates.
+    pub inconsistencies: Vec<String>,
+    /// The final verdict: FAIL whenever anything above is wrong.
+    pub verdict: Verdict,
+    /// 0 all gates pass, review included; 3 only the review is outstanding; 1 anything else.
+    pub exit_code: i32,
+}
+
+impl Outcome {
+    /// Every problem in words: artifact mismatches, a rejected review, an inconsistent report.
+    pub fn problems(&self) -> Vec<String> {
+        let mut p: Vec<String> = self
+            .mismatches
+            .iter()
+            .map(|m| format!("artifact {}: {}", m.path, m.problem))
+            .collect();
+        if let ReviewState::Invalid { problems, .. } = &self.review {
+            p.extend(problems.iter().map(|s| format!("review rejected: {s}")));
+        }
+        p.extend(self.inconsistencies.iter().cloned());
+        p
+    }
+}
+
+/// report.json's `all_gates_pass` and `exit_code` must be what its own gates say.
+pub fn inconsistencies(r: &Report) -> Vec<String> {
+    let v = report::verdict(&r.gates);
+    let mut out = Vec::new();
+    if r.all_gates_pass != (v == Verdict::Pass) {
+        out.push(format!(
+            "report.json says all_gates_pass={}, but its gates give {v}",
+            r.all_gates_pass
+        ));
+    }
+    if r.exit_code != v.exit_code() {
+        out.push(format!(
+            "report.json says exit_code={}, but its gates give {v} (exit {})",
+            r.exit_code,
+            v.exit_code()
+        ));
+    }
+    out
+}
+
+/// The pure verdict: applies the review, folds in the integrity findings.
+pub fn evaluate(
+    report: Report,
+    report_sha256: Option<String>,
+    review: ReviewState,
+    mismatches: Vec<Mismatch>,
+) -> Outcome {
+    let gates = review::apply(&report.gates, &review);
+    let gates_verdict = report::verdict(&gates);
+    let inconsistencies = inconsistencies(&report);
+    let clean = mismatches.is_empty() && inconsistencies.is_empty() && !review.is_invalid();
+    let verdict = if clean { gates_verdict } else { Verdict::Fail };
+    Outcome {
+        dir: None,
+        report,
+        report_sha256,
+        review,
+        gates,
+        gates_verdict,
+        artifacts_checked: None,
+        mismatches,
+        inconsistencies,
+        verdict,
+        exit_code: verdict.exit_code(),
+    }
+}
+
+/// Judges a report and an optional review that came from memory, without touching the disk.
+pub fn evaluate_report(report: &Report, review: Option<&report::Review>) -> Outcome {
+    let file = match review {
+        Some(r) => review::ReviewFile::Parsed(r.clone()),
+        None => review::ReviewFile::Absent,
+    };
+    let state = review::assess(report, None, file);
+    evaluate(report.clone(), None, state, Vec::new())
+}
+
+/// Reads a report directory and judges it without re-hashing the artifacts (for list and diff,
+/// which must stay fast on a directory of many reports).
+pub fn load_dir(dir: &Path) -> Result<Outcome> {
+    let loaded = read_report(dir)?;
+    let state = review::assess(
+        &loaded.report,
+        Some(&loaded.sha256),
+        review::read_review(dir),
+    );
+    let mut o = evaluate(loaded.report, Some(loaded.sha256), state, Vec::new());
+    o.dir = Some(dir.to_path_buf());
+    Ok(o)
+}
+
+/// `sharedos-rig verify`: re-hashes every artifact, judges review.json, checks the report's own
+/// verdict. Err only when report.json itself cannot be read.
+pub fn verify_dir(dir: &Path) -> Result<Outcome> {
+    let loaded = read_report(dir)?;
+    let mismatches = digest::verify_artifacts(dir, &loaded.report.artifacts);
+    let state = review::assess(
+        &loaded.report,
+        Some(&loaded.sha256),
+        review::read_review(dir),
+    );
+    let checked = loaded.report.artifacts.len();
+    let mut o = evaluate(loaded.report, Some(loaded.sha256), state, mismatches);
+    o.dir = Some(dir.to_path_buf());
+    o.artifacts_checked = Some(checked);
+    Ok(o)
+}
+
+/// What the verdict means, in words.
+pub fn verdict_meaning(o: &Outcome) -> &'static str {
+    match o.verdict {
+        Verdict::Pass => "every gate passed, the human review included",
+        Verdict::ReviewRequired => "every gate passed; only the human GUI review is outstanding",
+        Verdict::Fail if !o.problems().is_empty() => "the report cannot be trusted as it stands",
+        Verdict::Fail => "at least one gate did not pass",
+    }
+}
+
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(d) = &self.dir {
+            writeln!(f, "report:    {}", d.join(REPORT_FILE).display())?;
+        }
+        if let Some(sha) = &self.report_sha256 {
+            writeln!(f, "sha256:    {sha}")?;
+        }
+        match self.artifacts_checked {
+            Some(n) if self.mismatches.is_empty() => {
+                writeln!(f, "artifacts: {n} re-hashed, all match")?
+            }
+            Some(n) => writeln!(
+                f,
+                "artifacts: {n} re-hashed, {} do not match",
+                self.mismatches.len()
+            )?,
+            None => writeln!(f, "artifacts: not re-hashed")?,
+        }
+        writeln!(f, "review:    {}", self.review.describe())?;
+        for g in &self.gates {
+            writeln!(f, "  {:<16} {}", g.status.as_str(), g.name)?;
+        }
+        let problems = self.problems();
+        if !problems.is_empty() {
+            writeln!(f, "problems:")?;
+            for p in &problems {
+                writeln!(f, "  - {p}")?;
+            }
+        }
+        if self.review == ReviewState::None && self.gates_verdict == Verdict::ReviewRequired {
+            if let Some(d) = &self.dir {
+                writeln!(
+                    f,
+                    "next:      sharedos-rig show {} --format html > page.html, then \
+                     sharedos-rig review {} --decision pass|fail --reviewer NAME",
+                    d.display(),
+                    d.display()
+                )?;
+            }
+        }
+        write!(
+            f,
+            "verdict:   {} (exit {}): {}",
+            self.verdict,
+            self.exit_code,
+            verdict_meaning(self)
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::{GateName, ReviewDecision, Status};
+    use crate::review::tests::{fresh_report, review_for};
+    use crate::review::ReviewFile;
+
+    fn judge(r: &Report, file: ReviewFile, mism: Vec<Mismatch>) -> Outcome {
+        let state = review::assess(r, None, file);
+        evaluate(r.clone(), None, state, mism)
+    }
+
+    #[test]
+    fn fresh_report_without_review_is_three() {
+        let r = fresh_report();
+        let o = judge(&r, ReviewFile::Absent, vec![]);
+        assert_eq!(o.verdict, Verdict::ReviewRequired);
+        assert_eq!(o.exit_code, 3);
+        assert!(o.problems().is_empty());
+    }
+
+    #[test]
+    fn pass_review_on_all_pass_is_zero() {
+        let r = fresh_report();
+        let rv = review_for(&r, ReviewDecision::Pass);
+        let o = judge(&r, ReviewFile::Parsed(rv), vec![]);
+        assert_eq!(o.exit_code, 0);
+        assert_eq!(o.verdict, Verdict::Pass);
+    }
+
+    #[test]
+    fn fail_review_is_one() {
+        let r = fresh_report();
+        let rv = review_for(&r, ReviewDecision::Fail);
+        let o = judge(&r, ReviewFile::Parsed(rv), vec![]);
+        assert_eq!(o.exit_code, 1);
+        assert!(
+            o.problems().is_empty(),
+            "a fail decision is a verdict, not a problem"
+        );
+    }
+
+    #[test]
+    fn pass_review_with_a_not_run_gate_is_one() {
+        let mut r = fresh_report();
+        r.gates[4].status = Status::NotRun;
+        r.seal();
+        let rv = review_for(&r, ReviewDecision::Pass);
+        let o = judge(&r, ReviewFile::Parsed(rv), vec![]);
+        assert_eq!(o.exit_code, 1);
+        assert_eq!(o.gates_verdict, Verdict::Fail);
+    }
+
+    #[test]
+    fn rejected_review_is_one_even_when_gates_would_pass() {
+        let r = fresh_report();
+        let mut rv = review_for(&r, ReviewDecision::Pass);
+        rv.images[0].sha256 = "0".repeat(64);
+        let o = judge(&r, ReviewFile::Parsed(rv), vec![]);
+        assert_eq!(o.exit_code, 1);
+        assert_eq!(o.gates_verdict, Verdict::ReviewRequired);
+        assert!(o.problems()[0].starts_with("review rejected"));
+    }
+
+    #[test]
+    fn any_hash_mismatch_is_one() {
+        let r = fresh_report();
+        let rv = review_for(&r, ReviewDecision::Pass);
+        let m = Mismatch {
+            path: "logs/criu.log".into(),
+            problem: "changed".into(),
+        };
+        let o = judge(&r, ReviewFile::Parsed(rv), vec![m]);
+        assert_eq!(o.gates_verdict, Verdict::Pass);
+        assert_eq!(o.exit_code, 1);
+        assert_eq!(o.verdict, Verdict::Fail);
+    }
+
+    #[test]
+    fn inconsistent_report_fields_are_one() {
+        let mut r = fresh_report();
+        r.all_gates_pass = true;
+        r.exit_code = 0;
+        assert_eq!(inconsistencies(&r).len(), 2);
+        let rv = review_for(&r, ReviewDecision::Pass);
+        let o = judge(&r, ReviewFile::Parsed(rv), vec![]);
+        assert_eq!(o.exit_code, 1);
+    }
+
+    #[test]
+    fn verdict_propagates_from_every_gate() {
+        for i in 0..GateName::ALL.len() {
+            if GateName::ALL[i] == GateName::GuiPixelReview {
+                continue;
+            }
+            for s in [Status::Fail, Status::NotRun, Status::ReviewRequired] {
+                let mut r = fresh_report();
+                r.gates[i].status = s;
+                r.seal();
+                let rv = review_for(&r, ReviewDecision::Pass);
+                let o = judge(&r, ReviewFile::Parsed(rv), vec![]);
+                assert_eq!(o.exit_code, 1, "gate {i} {s}");
+                let o = judge(&r, ReviewFile::Absent, vec![]);
+                assert_eq!(o.exit_code, 1, "gate {i} {s} without review");
+            }
+        }
+    }
+
+    #[test]
+    fn other_schema_version_is_named() {
+        let mut v = serde_json::to_value(fresh_report()).unwrap();
+        v["schema_version"] = serde_json::json!(99);
+        let err = parse_report(&serde_json::to_vec(&v).unwrap()).unwrap_err();
+        let msg = format!("{err:#}");
+        assert!(msg.contains("schema_version is 99"), "{msg}");
+        let ok = parse_report(&serde_json::to_vec(&fresh_report()).unwrap()).unwrap();
+        assert_eq!(ok, fresh_report());
+    }
+
+    #[test]
+    fn evaluate_report_from_memory() {
+        let r = fresh_report();
+        let rv = review_for(&r, ReviewDecision::Pass);
+        assert_eq!(evaluate_report(&r, Some(&rv)).exit_code, 0);
+        assert_eq!(evaluate_report(&r, None).exit_code, 3);
+    }
+
+    #[test]
+    fn display_ends_with_the_verdict() {
+        let r = fresh_report();
+        let o = judge(&r, ReviewFile::Absent, vec![]);
+        let s = o.to_string();
+        assert!(s
+            .lines()
+            .last()
+            .unwrap()
+            .starts_with("verdict:   REVIEW_REQUIRED (exit 3)"));
+    }
+}

@@ -1,0 +1,392 @@
+//! One self-contained HTML page: the PNGs embedded as data: URIs with their sha256 under each, the
+//! gates, their checks and evidence, the provenance. No script, no external resource, and no
+//! clock, so a headless browser screenshots the same page every time.
+
+use super::{dir_arg, duration, provenance, value_str};
+use crate::digest;
+use crate::report::{Artifact, Gate, Status, Verdict};
+use crate::review::ReviewState;
+use crate::verify::{verdict_meaning, Outcome};
+use std::fmt::Write;
+use std::path::Path;
+
+const STYLE: &str = "\
+body{font-family:system-ui,sans-serif;margin:2em auto;max-width:72em;padding:0 1em;color:#1b1b1b;background:#fff}
+h1 .verdict{padding:.1em .4em;border-radius:.2em;color:#fff}
+.s-PASS{background:#1a7f37}.s-FAIL{background:#cf222e}.s-NOT_RUN{background:#6e7781}.s-REVIEW_REQUIRED{background:#9a6700}
+td.status span{padding:0 .3em;border-radius:.2em;color:#fff;font-size:.9em}
+table{border-collapse:collapse;margin:.5em 0 1.5em}
+th,td{border:1px solid #d0d7de;padding:.25em .6em;text-align:left;vertical-align:top}
+td.num{text-align:right;white-space:nowrap}
+code,pre{font-family:ui-monospace,monospace;font-size:.9em}
+pre{white-space:pre-wrap;word-break:break-all;background:#f6f8fa;padding:.4em;margin:.2em 0}
+figure{display:inline-block;margin:0 1em 1em 0;border:1px solid #d0d7de;padding:.5em}
+figure img{display:block;image-rendering:pixelated;max-width:100%}
+figcaption{font-size:.85em;word-break:break-all;max-width:40em}
+.problem{color:#cf222e;font-weight:bold}
+.ok{color:#1a7f37}.bad{color:#cf222e}
+";
+
+pub fn render(o: &Outcome) -> String {
+    let mut s = String::new();
+    // fmt::Write into a String cannot fail.
+    let _ = write_all(&mut s, o);
+    s
+}
+
+fn write_all(s: &mut String, o: &Outcome) -> std::fmt::Result {
+    let r = &o.report;
+    let v = o.verdict.as_str();
+    writeln!(s, "<!DOCTYPE html>")?;
+    writeln!(s, "<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">")?;
+    writeln!(s, "<title>sharedos-rig report: {v}</title>")?;
+    writeln!(s, "<style>\n{STYLE}</style>\n</head>\n<body>")?;
+    writeln!(
+        s,
+        "<h1>sharedos-rig report <span class=\"verdict s-{v}\">{v}</span></h1>"
+    )?;
+    writeln!(
+        s,
+        "<p>exit {}: {}</p>",
+        o.exit_code,
+        esc(verdict_meaning(o))
+    )?;
+    if let Some(d) = &o.dir {
+        writeln!(
+            s,
+            "<p>report: <code>{}</code></p>",
+            esc(&d.display().to_string())
+        )?;
+    }
+    writeln!(s, "<p>review: {}</p>", esc(&o.review.describe()))?;
+    if o.review == ReviewState::None && o.gates_verdict == Verdict::ReviewRequired {
+        writeln!(
+            s,
+            "<p>Look at every image below, then record the decision: <code>sharedos-rig review {} \
+             --decision pass|fail --reviewer NAME</code></p>",
+            esc(&dir_arg(o))
+        )?;
+    }
+    let problems = o.problems();
+    if !problems.is_empty() {
+        writeln!(s, "<h2>Problems</h2>\n<ul>")?;
+        for p in &problems {
+            writeln!(s, "<li class=\"problem\">{}</li>", esc(p))?;
+        }
+        writeln!(s, "</ul>")?;
+    }
+
+    let pngs: Vec<&Artifact> = r.png_artifacts().collect();
+    writeln!(s, "<h2>Images</h2>")?;
+    if pngs.is_empty() {
+        writeln!(s, "<p>The report lists no PNG.</p>")?;
+    }
+    for a in pngs {
+        write_image(s, o.dir.as_deref(), a)?;
+    }
+
+    writeln!(s, "<h2>Gates</h2>\n<table>")?;
+    writeln!(
+        s,
+        "<tr><th>gate</th><th>status</th><th>duration</th><th>reason</th></tr>"
+    )?;
+    for g in &o.gates {
+        writeln!(
+            s,
+            "<tr><td><a href=\"#gate-{n}\"><code>{n}</code></a></td><td class=\"status\">{}</td>\
+             <td class=\"num\">{}</td><td>{}</td></tr>",
+            status_badge(g.status),
+            duration(g.duration_ms),
+            esc(&g.reason),
+            n = g.name
+        )?;
+    }
+    let total: u64 = o.gates.iter().map(|g| g.duration_ms).sum();
+    writeln!(
+        s,
+        "<tr><th>total</th><td></td><td class=\"num\">{}</td><td></td></tr>\n</table>",
+        duration(total)
+    )?;
+
+    writeln!(s, "<h2>Checks per gate</h2>")?;
+    for g in &o.gates {
+        write_gate_detail(s, g)?;
+    }
+
+    writeln!(s, "<h2>Where it ran</h2>\n<table>")?;
+    for (k, val) in provenance(r) {
+        writeln!(s, "<tr><th>{}</th><td>{}</td></tr>", esc(k), esc(&val))?;
+    }
+    writeln!(s, "</table>")?;
+
+    if let Some(vm) = &r.vm {
+        writeln!(s, "<h2>Phase timings</h2>\n<table>")?;
+        writeln!(s, "<tr><th>phase</th><th>duration</th></tr>")?;
+        for p in &vm.phases {
+            writeln!(
+                s,
+                "<tr><td>{}</td><td class=\"num\">{}</td></tr>",
+                esc(&p.name),
+                duration(p.duration_ms)
+            )?;
+        }
+        writeln!(s, "</table>")?;
+        if !vm.qemu_argv.is_empty() {
+            writeln!(
+                s,
+                "<p>qemu argv:</p>\n<pre>{}</pre>",
+                esc(&vm.qemu_argv.join(" "))
+            )?;
+        }
+    }
+
+    if !r.fidelity_differences.is_empty() {
+        writeln!(s, "<h2>Fidelity differences</h2>\n<ul>")?;
+        for f in &r.fidelity_differences {
+            writeln!(s, "<li>{}</li>", esc(f))?;
+        }
+        writeln!(s, "</ul>")?;
+    }
+
+    writeln!(s, "<h2>Artifacts</h2>\n<table>")?;
+    writeln!(
+        s,
+        "<tr><th>path</th><th>kind</th><th>bytes</th><th>sha256</th></tr>"
+    )?;
+    for a in &r.artifacts {
+        writeln!(
+            s,
+            "<tr><td><code>{}</code></td><td>{}</td><td class=\"num\">{}</td><td><code>{}</code></td></tr>",
+            esc(&a.path),
+            esc(&a.kind),
+            a.bytes,
+            esc(&a.sha256)
+        )?;
+    }
+    writeln!(s, "</table>\n</body>\n</html>")?;
+    Ok(())
+}
+
+fn status_badge(st: Status) -> String {
+    format!("<span class=\"s-{0}\">{0}</span>", st.as_str())
+}
+
+fn write_image(s: &mut String, dir: Option<&Path>, a: &Artifact) -> std::fmt::Result {
+    writeln!(s, "<figure>")?;
+    let mut note = String::new();
+    match read_artifact(dir, &a.path) {
+        Ok(bytes) => {
+            let on_disk = digest::sha256_hex(&bytes);
+            if on_disk != a.sha256 {
+                note = format!(
+                    "MISMATCH: the file on disk has sha256 {on_disk}, not the one the report lists"
+                );
+            }
+            writeln!(
+                s,
+                "<img src=\"data:image/png;base64,{}\" alt=\"{}\">",
+                base64(&bytes),
+                esc(&a.path)
+            )?;
+        }
+        Err(why) => note = format!("not embedded: {why}"),
+    }
+    writeln!(
+        s,
+        "<figcaption><code>{}</code><br>sha256 <code>{}</code>",
+        esc(&a.path),
+        esc(&a.sha256)
+    )?;
+    if !note.is_empty() {
+        writeln!(s, "<br><span class=\"problem\">{}</span>", esc(&note))?;
+    }
+    writeln!(s, "</figcaption>\n</figure>")
+}
+
+/// Reads an artifact for embedding; refuses paths that leave the report directory, as
+/// digest::verify_artifacts does.
+fn read_artifact(dir: Option<&Path>, rel: &str) -> Result<Vec<u8>, String> {
+    let dir = dir.ok_or_else(|| "the report was not read from a directory".to_string())?;
+    if rel.starts_with('/') || rel.split('/').any(|c| c == "..") {
+        return Err("its path leaves the report directory".to_string());
+    }
+    let p = dir.join(rel);
+    std::fs::read(&p).map_err(|e| format!("cannot read {}: {e}", p.display()))
+}
+
+fn write_gate_detail(s: &mut String, g: &Gate) -> std::fmt::Result {
+    writeln!(
+        s,
+        "<h3 id=\"gate-{n}\"><code>{n}</code> {}</h3>\n<p>{}</p>",
+        status_badge(g.status),
+        esc(&g.reason),
+        n = g.name
+    )?;
+    if g.checks.is_empty() {
+        writeln!(s, "<p>No checks recorded.</p>")?;
+    } else {
+        writeln!(
+            s,
+            "<table>\n<tr><th>check</th><th>result</th><th>value</th><th>expected</th></tr>"
+        )?;
+        for c in &g.checks {
+            writeln!(
+                s,
+                "<tr><td>{}</td><td class=\"{}\">{}</td><td><code>{}</code></td><td>{}</td></tr>",
+                esc(&c.name),
+                if c.passed { "ok" } else { "bad" },
+                if c.passed { "ok" } else { "FAILED" },
+                esc(&value_str(&c.value)),
+                esc(&c.expected)
+            )?;
+        }
+        writeln!(s, "</table>")?;
+    }
+    if !g.data.is_empty() {
+        writeln!(s, "<table>\n<tr><th>data</th><th>value</th></tr>")?;
+        for (k, v) in &g.data {
+            writeln!(
+                s,
+                "<tr><td>{}</td><td><code>{}</code></td></tr>",
+                esc(k),
+                esc(&value_str(v))
+            )?;
+        }
+        writeln!(s, "</table>")?;
+    }
+    if !g.evidence.is_empty() {
+        writeln!(
+            s,
+            "<details><summary>evidence: {} step(s)</summary>",
+            g.evidence.len()
+        )?;
+        for e in &g.evidence {
+            let mut head = esc(&e.step);
+            if let Some(c) = e.exit_code {
+                let _ = write!(head, ", exit {c}");
+            }
+            if let Some(sig) = e.signal {
+                let _ = write!(head, ", signal {sig}");
+            }
+            if e.timed_out {
+                head.push_str(", TIMED OUT");
+            }
+            let _ = write!(head, ", {}", duration(e.duration_ms));
+            writeln!(s, "<p>{head}</p>")?;
+            for (label, text) in [
+                ("argv", e.argv.join(" ")),
+                ("stdout", e.stdout_tail.clone()),
+                ("stderr", e.stderr_tail.clone()),
+                ("note", e.note.clone()),
+            ] {
+                if !text.is_empty() {
+                    writeln!(s, "<pre>{label}: {}</pre>", esc(&text))?;
+                }
+            }
+        }
+        writeln!(s, "</details>")?;
+    }
+    Ok(())
+}
+
+/// Escapes text for both element content and quoted attributes.
+pub fn esc(t: &str) -> String {
+    let mut out = String::with_capacity(t.len());
+    for ch in t.chars() {
+        match ch {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c if c.is_control() && c != '\n' && c != '\t' => out.push('\u{fffd}'),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Standard base64 (RFC 4648, with padding).
+pub fn base64(bytes: &[u8]) -> String {
+    const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            chunk.get(1).copied().unwrap_or(0),
+            chunk.get(2).copied().unwrap_or(0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        let idx = |shift: u32| char::from(ABC[((n >> shift) & 63) as usize]);
+        out.push(idx(18));
+        out.push(idx(12));
+        out.push(if chunk.len() > 1 { idx(6) } else { '=' });
+        out.push(if chunk.len() > 2 { idx(0) } else { '=' });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::render::tests::rich_report;
+    use crate::verify::evaluate_report;
+
+    #[test]
+    fn base64_rfc4648_vectors() {
+        for (i, o) in [
+            ("", ""),
+            ("f", "Zg=="),
+            ("fo", "Zm8="),
+            ("foo", "Zm9v"),
+            ("foob", "Zm9vYg=="),
+            ("fooba", "Zm9vYmE="),
+            ("foobar", "Zm9vYmFy"),
+        ] {
+            assert_eq!(base64(i.as_bytes()), o, "{i}");
+        }
+        assert_eq!(base64(&[0xff, 0xfe, 0xfd]), "//79");
+    }
+
+    #[test]
+    fn escapes_markup() {
+        assert_eq!(
+            esc("<a href=\"x\">'&'</a>"),
+            "&lt;a href=&quot;x&quot;&gt;&#39;&amp;&#39;&lt;/a&gt;"
+        );
+    }
+
+    #[test]
+    fn page_carries_hashes_gates_provenance_and_no_raw_report_text() {
+        let r = rich_report();
+        let h = render(&evaluate_report(&r, None));
+        assert!(h.starts_with("<!DOCTYPE html>"));
+        assert!(h.ends_with("</html>\n"));
+        for a in r.png_artifacts() {
+            assert!(h.contains(&a.sha256));
+        }
+        assert!(h.contains("not embedded: the report was not read from a directory"));
+        assert!(h.contains("criu dump said &lt;oops&gt; &amp; &quot;quit&quot; | &#39;x&#39;"));
+        assert!(!h.contains("<oops>"));
+        assert!(h.contains("token_is_32_hex"));
+        assert!(h.contains("QEMU emulator version 7.2.15"));
+        assert!(!h.contains("http://") && !h.contains("https://") && !h.contains("<script"));
+    }
+
+    #[test]
+    fn embeds_images_from_the_report_directory() {
+        let dir = std::env::temp_dir().join(format!("render-html-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("png")).unwrap();
+        std::fs::write(dir.join("png/live.png"), b"foo").unwrap();
+        let mut o = evaluate_report(&rich_report(), None);
+        o.dir = Some(dir.clone());
+        let h = render(&o);
+        assert!(h.contains("data:image/png;base64,Zm9v"));
+        // The listed hash is "aaa…", the bytes are "foo": the page must say so.
+        assert!(h.contains(&format!(
+            "the file on disk has sha256 {}",
+            digest::sha256_hex(b"foo")
+        )));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

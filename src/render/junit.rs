@@ -1,0 +1,243 @@
+//! JUnit XML for CI: one testcase per gate of the SPEC, always ten, in run order.
+//!
+//! FAIL is a <failure>, NOT_RUN and REVIEW_REQUIRED are <skipped>. When the report itself cannot
+//! be trusted (an artifact hash mismatch, a rejected review, a report.json that contradicts its
+//! gates) one more testcase, `report_integrity`, carries an <error>, so CI does not show such a
+//! report as green or merely skipped.
+
+use crate::report::{Gate, GateName, Status};
+use crate::verify::Outcome;
+use std::fmt::Write;
+
+pub const SUITE: &str = "sharedos-rig";
+
+pub fn render(o: &Outcome) -> String {
+    let mut s = String::new();
+    // fmt::Write into a String cannot fail.
+    let _ = write_all(&mut s, o);
+    s
+}
+
+fn seconds(ms: u64) -> String {
+    format!("{}.{:03}", ms / 1000, ms % 1000)
+}
+
+fn write_all(s: &mut String, o: &Outcome) -> std::fmt::Result {
+    let cases: Vec<(GateName, Option<&Gate>)> = GateName::ALL
+        .iter()
+        .map(|n| (*n, o.gates.iter().find(|g| g.name == *n)))
+        .collect();
+    let problems = o.problems();
+    let failures = cases
+        .iter()
+        .filter(|(_, g)| !matches!(g, Some(g) if g.status != Status::Fail))
+        .count();
+    let skipped = cases
+        .iter()
+        .filter(|(_, g)| {
+            g.is_some_and(|g| matches!(g.status, Status::NotRun | Status::ReviewRequired))
+        })
+        .count();
+    let errors = usize::from(!problems.is_empty());
+    let total_ms: u64 = o.gates.iter().map(|g| g.duration_ms).sum();
+
+    writeln!(s, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>")?;
+    writeln!(
+        s,
+        "<testsuites name=\"{SUITE}\" tests=\"{}\" failures=\"{failures}\" errors=\"{errors}\" skipped=\"{skipped}\" time=\"{}\">",
+        cases.len() + errors,
+        seconds(total_ms)
+    )?;
+    writeln!(
+        s,
+        "  <testsuite name=\"{SUITE}\" tests=\"{}\" failures=\"{failures}\" errors=\"{errors}\" skipped=\"{skipped}\" time=\"{}\" timestamp=\"{}\" hostname=\"{}\">",
+        cases.len() + errors,
+        seconds(total_ms),
+        esc(o.report.environment.started_at.trim_end_matches('Z')),
+        esc(&o.report.environment.hostname)
+    )?;
+    writeln!(s, "    <properties>")?;
+    writeln!(
+        s,
+        "      <property name=\"verdict\" value=\"{}\"/>",
+        o.verdict
+    )?;
+    writeln!(
+        s,
+        "      <property name=\"exit_code\" value=\"{}\"/>",
+        o.exit_code
+    )?;
+    writeln!(
+        s,
+        "      <property name=\"review\" value=\"{}\"/>",
+        esc(&o.review.describe())
+    )?;
+    for (k, v) in super::provenance(&o.report) {
+        writeln!(
+            s,
+            "      <property name=\"{}\" value=\"{}\"/>",
+            esc(k),
+            esc(&v)
+        )?;
+    }
+    writeln!(s, "    </properties>")?;
+
+    for (name, gate) in &cases {
+        let ms = gate.map_or(0, |g| g.duration_ms);
+        write!(
+            s,
+            "    <testcase classname=\"{SUITE}\" name=\"{name}\" time=\"{}\"",
+            seconds(ms)
+        )?;
+        let Some(g) = gate else {
+            writeln!(
+                s,
+                ">\n      <failure message=\"gate missing from report.json\" type=\"MISSING\"/>\n    </testcase>"
+            )?;
+            continue;
+        };
+        let element = match g.status {
+            Status::Pass => None,
+            Status::Fail => Some("failure"),
+            Status::NotRun | Status::ReviewRequired => Some("skipped"),
+        };
+        let details = gate_details(g);
+        match element {
+            None if details.is_empty() => writeln!(s, "/>")?,
+            None => writeln!(
+                s,
+                ">\n      <system-out>{}</system-out>\n    </testcase>",
+                esc(&details)
+            )?,
+            Some(el) => {
+                writeln!(
+                    s,
+                    ">\n      <{el} message=\"{}\" type=\"{}\">{}</{el}>\n    </testcase>",
+                    esc(&g.reason),
+                    g.status,
+                    esc(&details)
+                )?;
+            }
+        }
+    }
+    if !problems.is_empty() {
+        writeln!(
+            s,
+            "    <testcase classname=\"{SUITE}\" name=\"report_integrity\" time=\"0.000\">\n      <error message=\"{}\" type=\"INTEGRITY\">{}</error>\n    </testcase>",
+            esc(&problems[0]),
+            esc(&problems.join("\n"))
+        )?;
+    }
+    writeln!(s, "  </testsuite>\n</testsuites>")?;
+    Ok(())
+}
+
+fn gate_details(g: &Gate) -> String {
+    let mut out = String::new();
+    for c in &g.checks {
+        let _ = writeln!(
+            out,
+            "[{}] {} = {}{}",
+            if c.passed { "ok" } else { "FAILED" },
+            c.name,
+            super::value_str(&c.value),
+            if c.expected.is_empty() {
+                String::new()
+            } else {
+                format!(" (expected {})", c.expected)
+            }
+        );
+    }
+    out
+}
+
+/// Escapes text for XML 1.0 content and attributes. Characters XML 1.0 forbids outright (most
+/// C0 controls) become U+FFFD, since no escape can carry them.
+pub fn esc(t: &str) -> String {
+    let mut out = String::with_capacity(t.len());
+    for ch in t.chars() {
+        match ch {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&apos;"),
+            // Kept as references so attribute-value normalisation does not turn them into spaces.
+            '\n' => out.push_str("&#10;"),
+            '\r' => out.push_str("&#13;"),
+            '\t' => out.push_str("&#9;"),
+            c if (c as u32) < 0x20 || c == '\u{fffe}' || c == '\u{ffff}' => out.push('\u{fffd}'),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::render::tests::rich_report;
+    use crate::report::{ReviewDecision, Status};
+    use crate::review::tests::{fresh_report, review_for};
+    use crate::verify::evaluate_report;
+
+    #[test]
+    fn one_testcase_per_gate_with_the_right_element() {
+        let r = rich_report();
+        let x = render(&evaluate_report(&r, None));
+        assert_eq!(x.matches("<testcase ").count(), 10, "{x}");
+        assert_eq!(x.matches("<failure ").count(), 1);
+        // restore_live_process NOT_RUN + gui_pixel_review REVIEW_REQUIRED
+        assert_eq!(x.matches("<skipped ").count(), 2);
+        assert!(x.contains(
+            "<failure message=\"criu dump said &lt;oops&gt; &amp; &quot;quit&quot; | &apos;x&apos;\" type=\"FAIL\">"
+        ));
+        assert!(x.contains("failures=\"1\" errors=\"0\" skipped=\"2\""));
+        assert!(x.contains("name=\"dump\" time=\"1.500\""));
+    }
+
+    #[test]
+    fn reviewed_report_has_no_skips() {
+        let r = fresh_report();
+        let rv = review_for(&r, ReviewDecision::Pass);
+        let x = render(&evaluate_report(&r, Some(&rv)));
+        assert!(!x.contains("<skipped"));
+        assert!(!x.contains("<failure"));
+        assert_eq!(x.matches("<testcase ").count(), 10);
+    }
+
+    #[test]
+    fn missing_gate_is_a_failure_and_still_ten_cases() {
+        let mut r = fresh_report();
+        r.gates.retain(|g| g.name != GateName::Cleanup);
+        let x = render(&evaluate_report(&r, None));
+        assert_eq!(
+            x.matches("<testcase ").count(),
+            10 + 1,
+            "plus report_integrity: {x}"
+        );
+        assert!(x.contains("name=\"cleanup\""));
+        assert!(x.contains("gate missing from report.json"));
+    }
+
+    #[test]
+    fn rejected_review_adds_an_integrity_error() {
+        let r = fresh_report();
+        let mut rv = review_for(&r, ReviewDecision::Pass);
+        rv.images.pop();
+        let x = render(&evaluate_report(&r, Some(&rv)));
+        assert!(x.contains("name=\"report_integrity\""));
+        assert!(x.contains("errors=\"1\""));
+        assert!(x.contains("review rejected"));
+    }
+
+    #[test]
+    fn escapes_control_characters() {
+        assert_eq!(esc("a\u{1}b\nc"), "a\u{fffd}b&#10;c");
+        let mut r = fresh_report();
+        r.gates[0].status = Status::Fail;
+        r.gates[0].reason = "bad\u{7}bell".into();
+        let x = render(&evaluate_report(&r, None));
+        assert!(!x.contains('\u{7}'));
+    }
+}

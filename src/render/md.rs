@@ -1,0 +1,185 @@
+//! GitHub-flavoured Markdown, fit to paste into a pull request.
+
+use super::{dir_arg, duration, provenance, value_str};
+use crate::report::{Status, Verdict};
+use crate::review::ReviewState;
+use crate::verify::{verdict_meaning, Outcome};
+use std::fmt::Write;
+
+pub fn render(o: &Outcome) -> String {
+    let mut s = String::new();
+    // fmt::Write into a String cannot fail.
+    let _ = write_all(&mut s, o);
+    s
+}
+
+fn icon(s: Status) -> &'static str {
+    match s {
+        Status::Pass => "✅",
+        Status::Fail => "❌",
+        Status::NotRun => "⏭️",
+        Status::ReviewRequired => "👀",
+    }
+}
+
+fn write_all(s: &mut String, o: &Outcome) -> std::fmt::Result {
+    let r = &o.report;
+    writeln!(s, "# sharedos-rig report: {}\n", o.verdict)?;
+    writeln!(
+        s,
+        "**Verdict: {}** (exit {}): {}.\n",
+        o.verdict,
+        o.exit_code,
+        verdict_meaning(o)
+    )?;
+    writeln!(s, "**Review:** {}\n", esc(&o.review.describe()))?;
+    if o.review == ReviewState::None && o.gates_verdict == Verdict::ReviewRequired {
+        let d = dir_arg(o);
+        writeln!(
+            s,
+            "To review: `sharedos-rig show {d} --format html > page.html`, look at every image, then \
+             `sharedos-rig review {d} --decision pass|fail --reviewer NAME`.\n"
+        )?;
+    }
+    let problems = o.problems();
+    if !problems.is_empty() {
+        writeln!(s, "## Problems\n")?;
+        for p in &problems {
+            writeln!(s, "- {}", esc(p))?;
+        }
+        writeln!(s)?;
+    }
+
+    writeln!(s, "## Gates\n")?;
+    writeln!(s, "| gate | status | duration | reason |")?;
+    writeln!(s, "| --- | --- | ---: | --- |")?;
+    for g in &o.gates {
+        writeln!(
+            s,
+            "| `{}` | {} {} | {} | {} |",
+            g.name,
+            icon(g.status),
+            g.status,
+            duration(g.duration_ms),
+            esc(&g.reason)
+        )?;
+    }
+    let total: u64 = o.gates.iter().map(|g| g.duration_ms).sum();
+    writeln!(s, "| **total** | | {} | |\n", duration(total))?;
+
+    if o.gates.iter().any(|g| !g.checks.is_empty()) {
+        writeln!(s, "## Checks\n")?;
+        for g in o.gates.iter().filter(|g| !g.checks.is_empty()) {
+            let failed = g.checks.iter().filter(|c| !c.passed).count();
+            writeln!(
+                s,
+                "<details><summary><code>{}</code>: {} checks, {} failed</summary>\n",
+                g.name,
+                g.checks.len(),
+                failed
+            )?;
+            writeln!(s, "| check | result | value | expected |")?;
+            writeln!(s, "| --- | --- | --- | --- |")?;
+            for c in &g.checks {
+                writeln!(
+                    s,
+                    "| {} | {} | {} | {} |",
+                    esc(&c.name),
+                    if c.passed { "✅ ok" } else { "❌ failed" },
+                    esc(&value_str(&c.value)),
+                    esc(&c.expected)
+                )?;
+            }
+            writeln!(s, "\n</details>\n")?;
+        }
+    }
+
+    writeln!(s, "## Where it ran\n")?;
+    writeln!(s, "| | |")?;
+    writeln!(s, "| --- | --- |")?;
+    for (k, v) in provenance(r) {
+        writeln!(s, "| {} | {} |", esc(k), esc(&v))?;
+    }
+    writeln!(s)?;
+
+    if let Some(vm) = &r.vm {
+        writeln!(s, "## Phase timings\n")?;
+        writeln!(s, "| phase | duration |")?;
+        writeln!(s, "| --- | ---: |")?;
+        for p in &vm.phases {
+            writeln!(s, "| {} | {} |", esc(&p.name), duration(p.duration_ms))?;
+        }
+        writeln!(s)?;
+    }
+
+    let pngs: Vec<_> = r.png_artifacts().collect();
+    if !pngs.is_empty() {
+        writeln!(s, "## Images\n")?;
+        writeln!(s, "| image | sha256 |")?;
+        writeln!(s, "| --- | --- |")?;
+        for a in pngs {
+            writeln!(s, "| {} | `{}` |", esc(&a.path), esc(&a.sha256))?;
+        }
+        writeln!(s)?;
+    }
+
+    if !r.fidelity_differences.is_empty() {
+        writeln!(s, "## Fidelity differences\n")?;
+        for f in &r.fidelity_differences {
+            writeln!(s, "- {}", esc(f))?;
+        }
+        writeln!(s)?;
+    }
+    Ok(())
+}
+
+/// Makes report text inert in Markdown: it must not open tags, links, emphasis or table cells,
+/// and a newline must not end a table row.
+pub fn esc(t: &str) -> String {
+    let mut out = String::with_capacity(t.len());
+    for ch in t.chars() {
+        match ch {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '|' => out.push_str("\\|"),
+            '\\' | '`' | '*' | '_' | '[' | ']' | '#' | '~' | '!' => {
+                out.push('\\');
+                out.push(ch);
+            }
+            '\n' | '\r' | '\t' => out.push(' '),
+            c if c.is_control() => {}
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::render::tests::rich_report;
+    use crate::verify::evaluate_report;
+
+    #[test]
+    fn escapes_table_breaking_text() {
+        assert_eq!(esc("a|b\nc<d>&"), "a\\|b c&lt;d&gt;&amp;");
+        assert_eq!(esc("*x* [l](u)"), "\\*x\\* \\[l\\](u)");
+    }
+
+    #[test]
+    fn page_has_gates_checks_provenance_and_phases() {
+        let m = render(&evaluate_report(&rich_report(), None));
+        assert!(m.starts_with("# sharedos-rig report: FAIL"));
+        assert!(m.contains("| `dump` | ❌ FAIL | 1.500 s | criu dump said &lt;oops&gt; &amp; \"quit\" \\| 'x' |"), "{m}");
+        assert!(m.contains("token\\_is\\_32\\_hex"));
+        assert!(m.contains("## Where it ran"));
+        assert!(m.contains("| boot\\_to\\_ssh | 12.000 s |"), "{m}");
+        assert!(m.contains(&format!("`{}`", "a".repeat(64))));
+        // Every gate row has exactly five unescaped pipes.
+        for line in m.lines().filter(|l| l.starts_with("| `")) {
+            let pipes = line.matches('|').count() - line.matches("\\|").count();
+            assert_eq!(pipes, 5, "{line}");
+        }
+    }
+}

@@ -1,0 +1,173 @@
+//! Plain text for a terminal.
+
+use super::{dir_arg, duration, provenance, value_str};
+use crate::report::{Status, Verdict};
+use crate::review::ReviewState;
+use crate::verify::{verdict_meaning, Outcome};
+use std::fmt::Write;
+
+pub fn render(o: &Outcome) -> String {
+    let mut s = String::new();
+    // fmt::Write into a String cannot fail; the results are ignored for that reason only.
+    let _ = write_all(&mut s, o);
+    s
+}
+
+fn write_all(s: &mut String, o: &Outcome) -> std::fmt::Result {
+    let r = &o.report;
+    writeln!(
+        s,
+        "verdict: {} (exit {}): {}",
+        o.verdict,
+        o.exit_code,
+        verdict_meaning(o)
+    )?;
+    if let Some(d) = &o.dir {
+        writeln!(s, "report:  {}", d.display())?;
+    }
+    writeln!(s, "review:  {}", o.review.describe())?;
+    if o.review == ReviewState::None && o.gates_verdict == Verdict::ReviewRequired {
+        let d = dir_arg(o);
+        writeln!(
+            s,
+            "         look: sharedos-rig show {d} --format html > page.html\n         \
+             then: sharedos-rig review {d} --decision pass|fail --reviewer NAME"
+        )?;
+    }
+    let problems = o.problems();
+    if !problems.is_empty() {
+        writeln!(s, "\nproblems:")?;
+        for p in &problems {
+            writeln!(s, "  - {p}")?;
+        }
+    }
+
+    writeln!(s, "\ngates:")?;
+    let width = o
+        .gates
+        .iter()
+        .map(|g| g.name.as_str().len())
+        .max()
+        .unwrap_or(0);
+    for g in &o.gates {
+        writeln!(
+            s,
+            "  {:<15} {:<width$}  {:>12}  {}",
+            g.status.as_str(),
+            g.name.as_str(),
+            duration(g.duration_ms),
+            one_line(&g.reason),
+        )?;
+        for c in &g.checks {
+            // PASS gates list only their failed checks: the evidence is in the other formats.
+            if g.status == Status::Pass && c.passed {
+                continue;
+            }
+            writeln!(
+                s,
+                "  {:<15} {:<width$}    [{}] {} = {}{}",
+                "",
+                "",
+                if c.passed { "ok" } else { "FAILED" },
+                c.name,
+                one_line(&value_str(&c.value)),
+                if c.expected.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (expected {})", one_line(&c.expected))
+                }
+            )?;
+        }
+    }
+    let total: u64 = o.gates.iter().map(|g| g.duration_ms).sum();
+    writeln!(
+        s,
+        "  {:<15} {:<width$}  {:>12}",
+        "",
+        "total",
+        duration(total)
+    )?;
+
+    writeln!(s, "\nwhere it ran:")?;
+    let rows = provenance(r);
+    let kw = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+    for (k, v) in rows {
+        writeln!(s, "  {k:<kw$}  {}", one_line(&v))?;
+    }
+
+    if let Some(vm) = &r.vm {
+        writeln!(s, "\nphase timings:")?;
+        let pw = vm.phases.iter().map(|p| p.name.len()).max().unwrap_or(0);
+        for p in &vm.phases {
+            writeln!(s, "  {:<pw$}  {:>12}", p.name, duration(p.duration_ms))?;
+        }
+    }
+
+    if !r.fidelity_differences.is_empty() {
+        writeln!(s, "\nfidelity differences:")?;
+        for f in &r.fidelity_differences {
+            writeln!(s, "  - {}", one_line(f))?;
+        }
+    }
+
+    let pngs: Vec<_> = r.png_artifacts().collect();
+    if !pngs.is_empty() {
+        writeln!(s, "\nimages:")?;
+        for a in pngs {
+            writeln!(s, "  {}  sha256 {}", a.path, a.sha256)?;
+        }
+    }
+    Ok(())
+}
+
+/// Keeps every gate on one line of the table whatever a reason contains.
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::render::tests::rich_report;
+    use crate::report::ReviewDecision;
+    use crate::review::tests::{fresh_report, review_for};
+    use crate::verify::evaluate_report;
+
+    #[test]
+    fn shows_verdict_gates_provenance_and_timings() {
+        let r = rich_report();
+        let t = render(&evaluate_report(&r, None));
+        assert!(t.starts_with("verdict: FAIL (exit 1)"), "{t}");
+        assert!(t.contains("FAIL            dump"), "{t}");
+        assert!(t.contains("NOT_RUN         restore_live_process"), "{t}");
+        assert!(t.contains("1.500 s"), "{t}");
+        assert!(t.contains("6.1.0-28-amd64"));
+        assert!(t.contains("b00t"));
+        assert!(t.contains("2026-11-30T20:15:00.000Z"));
+        assert!(t.contains("tcg (/dev/kvm absent)"));
+        assert!(t.contains("QEMU emulator version 7.2.15"));
+        assert!(t.contains(&"9".repeat(64)));
+        assert!(t.contains("boot_to_ssh"));
+        assert!(t.contains("5 min 0.5 s"));
+    }
+
+    #[test]
+    fn takes_the_review_into_account() {
+        let r = fresh_report();
+        let t = render(&evaluate_report(&r, None));
+        assert!(t.starts_with("verdict: REVIEW_REQUIRED (exit 3)"), "{t}");
+        assert!(t.contains("sharedos-rig review REPORT_DIR"), "{t}");
+        let rv = review_for(&r, ReviewDecision::Pass);
+        let t = render(&evaluate_report(&r, Some(&rv)));
+        assert!(t.starts_with("verdict: PASS (exit 0)"), "{t}");
+        assert!(t.contains("reviewed by alice"), "{t}");
+    }
+
+    #[test]
+    fn multi_line_reasons_stay_on_one_line() {
+        let mut r = fresh_report();
+        r.gates[0].reason = "a\nb".into();
+        let t = render(&evaluate_report(&r, None));
+        assert!(t.contains("a b"));
+    }
+}
