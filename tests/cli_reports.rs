@@ -1,0 +1,489 @@
+//! Runs the built `sharedos-rig` binary on report directories written here from constructed
+//! reports: review, verify, show (all formats), diff and list, with their exit codes.
+
+use sharedos_rig::digest;
+use sharedos_rig::report::{
+    self, Check, CitedImage, Environment, Gate, GateName, Phase, Report, Review, ReviewDecision,
+    Status, VmProvenance,
+};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const BIN: &str = env!("CARGO_BIN_EXE_sharedos-rig");
+
+/// A scratch directory removed when the test ends, pass or fail.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Scratch {
+        let p =
+            std::env::temp_dir().join(format!("sharedos-rig-cli-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        Scratch(p)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn png_bytes(w: u32, h: u32, shade: u8) -> Vec<u8> {
+    let mut out = Vec::new();
+    {
+        let mut enc = png::Encoder::new(&mut out, w, h);
+        enc.set_color(png::ColorType::Rgb);
+        enc.set_depth(png::BitDepth::Eight);
+        let mut wr = enc.write_header().unwrap();
+        let data: Vec<u8> = (0..w * h)
+            .flat_map(|i| [shade, (i % 256) as u8, 255 - shade])
+            .collect();
+        wr.write_image_data(&data).unwrap();
+    }
+    out
+}
+
+/// Writes a fresh report as the guest would: nine gates PASS, the GUI gate REVIEW_REQUIRED, two
+/// PNGs and a log, all hashed. `tweak` changes the report before it is sealed and written.
+fn write_report(dir: &Path, started_at: &str, tweak: impl FnOnce(&mut Report)) {
+    std::fs::create_dir_all(dir.join("png")).unwrap();
+    std::fs::create_dir_all(dir.join("logs")).unwrap();
+    std::fs::write(dir.join("png/live.png"), png_bytes(16, 12, 10)).unwrap();
+    std::fs::write(dir.join("png/restored.png"), png_bytes(16, 12, 200)).unwrap();
+    std::fs::write(dir.join("logs/dump.log"), b"criu dump ok\n").unwrap();
+    let artifacts = vec![
+        digest::artifact(dir, "png/live.png", "png").unwrap(),
+        digest::artifact(dir, "png/restored.png", "png").unwrap(),
+        digest::artifact(dir, "logs/dump.log", "criu-log").unwrap(),
+    ];
+    let gates = GateName::ALL
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            let status = if *n == GateName::GuiPixelReview {
+                Status::ReviewRequired
+            } else {
+                Status::Pass
+            };
+            let mut g = Gate::new(*n, status, format!("{n} did what it should"));
+            g.duration_ms = 100 * (i as u64 + 1);
+            if *n == GateName::LiveStateProbe {
+                g.checks.push(Check {
+                    name: "counter_advances".into(),
+                    passed: true,
+                    value: serde_json::json!([3, 5]),
+                    expected: "second > first".into(),
+                });
+            }
+            g
+        })
+        .collect();
+    let mut r = Report {
+        schema_version: report::SCHEMA_VERSION,
+        marker: "spike-b114cf4c2f15".into(),
+        all_gates_pass: false,
+        exit_code: 0,
+        gates,
+        environment: Environment {
+            kernel_release: "6.1.0-28-amd64".into(),
+            kernel_version: "#1 SMP PREEMPT_DYNAMIC Debian 6.1.119-1".into(),
+            machine: "x86_64".into(),
+            hostname: "sharedos-guest".into(),
+            boot_id: "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0".into(),
+            os: "Debian GNU/Linux 12 (bookworm)".into(),
+            euid: 0,
+            started_at: started_at.into(),
+            finished_at: started_at.replace("00.000Z", "59.000Z"),
+            criu_version: Some("Version: 3.17.1".into()),
+            xvfb_version: Some("21.1.7".into()),
+            xterm_version: Some("XTerm(379)".into()),
+            gate_version: "0.1.0".into(),
+            command_line: vec!["sharedos-gate".into(), "diagnose".into()],
+        },
+        artifacts,
+        fidelity_differences: vec!["Xvfb software framebuffer".into()],
+        vm: Some(VmProvenance {
+            accel: "tcg".into(),
+            accel_reason: "/dev/kvm is absent".into(),
+            qemu_version: "QEMU emulator version 7.2.15".into(),
+            image_sha256: "5e".repeat(32),
+            phases: vec![
+                Phase {
+                    name: "boot_to_ssh".into(),
+                    duration_ms: 20_000,
+                },
+                Phase {
+                    name: "gates".into(),
+                    duration_ms: 60_000,
+                },
+            ],
+            ..Default::default()
+        }),
+    };
+    tweak(&mut r);
+    r.seal();
+    std::fs::write(
+        dir.join(report::REPORT_FILE),
+        serde_json::to_vec_pretty(&r).unwrap(),
+    )
+    .unwrap();
+}
+
+fn rig(args: &[&str]) -> Output {
+    Command::new(BIN).args(args).output().unwrap()
+}
+
+fn rig_in(dir: &Path, args: &[&str]) -> Output {
+    let mut v: Vec<&str> = Vec::new();
+    let d = dir.to_str().unwrap();
+    for a in args {
+        v.push(if *a == "DIR" { d } else { a });
+    }
+    rig(&v)
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn code(o: &Output) -> i32 {
+    o.status.code().unwrap_or(-1)
+}
+
+fn read_report(dir: &Path) -> Report {
+    serde_json::from_slice(&std::fs::read(dir.join(report::REPORT_FILE)).unwrap()).unwrap()
+}
+
+fn review_pass(dir: &Path) -> Output {
+    rig_in(
+        dir,
+        &[
+            "review",
+            "DIR",
+            "--decision",
+            "pass",
+            "--reviewer",
+            "alice",
+            "--note",
+            "xterm visible",
+        ],
+    )
+}
+
+#[test]
+fn review_then_verify_passes() {
+    let s = Scratch::new("review-verify");
+    let dir = s.0.join("r1");
+    write_report(&dir, "2026-11-30T20:15:00.000Z", |_| {});
+
+    let before = rig_in(&dir, &["verify", "DIR"]);
+    assert_eq!(code(&before), 3, "{}{}", stdout(&before), stderr(&before));
+
+    let rv = review_pass(&dir);
+    assert_eq!(code(&rv), 0, "{}", stderr(&rv));
+    let out = stdout(&rv);
+    for a in read_report(&dir).png_artifacts() {
+        assert!(out.contains(&a.sha256), "{out}");
+        assert!(out.contains(&a.path), "{out}");
+    }
+    assert!(out.contains("--format html > page.html"), "{out}");
+
+    let review: Review =
+        serde_json::from_slice(&std::fs::read(dir.join(report::REVIEW_FILE)).unwrap()).unwrap();
+    assert_eq!(review.images.len(), 2);
+    assert_eq!(review.reviewer, "alice");
+
+    let after = rig_in(&dir, &["verify", "DIR"]);
+    assert_eq!(code(&after), 0, "{}{}", stdout(&after), stderr(&after));
+    assert!(
+        stdout(&after).contains("verdict:   PASS (exit 0)"),
+        "{}",
+        stdout(&after)
+    );
+
+    let text = rig_in(&dir, &["show", "DIR"]);
+    assert_eq!(code(&text), 0);
+    let t = stdout(&text);
+    assert!(t.starts_with("verdict: PASS (exit 0)"), "{t}");
+    assert!(t.contains("reviewed by alice"), "{t}");
+    assert!(t.contains("0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"), "{t}");
+    assert!(t.contains("QEMU emulator version 7.2.15"), "{t}");
+}
+
+#[test]
+fn an_existing_review_needs_force() {
+    let s = Scratch::new("force");
+    let dir = s.0.join("r");
+    write_report(&dir, "2026-11-30T20:15:00.000Z", |_| {});
+    assert_eq!(code(&review_pass(&dir)), 0);
+    let again = rig_in(
+        &dir,
+        &["review", "DIR", "--decision", "fail", "--reviewer", "bob"],
+    );
+    assert_eq!(code(&again), 2);
+    assert!(stderr(&again).contains("--force"), "{}", stderr(&again));
+    let forced = rig_in(
+        &dir,
+        &[
+            "review",
+            "DIR",
+            "--decision",
+            "fail",
+            "--reviewer",
+            "bob",
+            "--force",
+        ],
+    );
+    assert_eq!(code(&forced), 0, "{}", stderr(&forced));
+    let v = rig_in(&dir, &["verify", "DIR"]);
+    assert_eq!(code(&v), 1, "a fail decision fails the run: {}", stdout(&v));
+}
+
+#[test]
+fn tampering_a_png_fails_verify_and_blocks_review() {
+    let s = Scratch::new("tamper");
+    let dir = s.0.join("r");
+    write_report(&dir, "2026-11-30T20:15:00.000Z", |_| {});
+    assert_eq!(code(&review_pass(&dir)), 0);
+    std::fs::write(dir.join("png/restored.png"), png_bytes(16, 12, 201)).unwrap();
+    let v = rig_in(&dir, &["verify", "DIR"]);
+    assert_eq!(code(&v), 1, "{}", stdout(&v));
+    assert!(stdout(&v).contains("png/restored.png"), "{}", stdout(&v));
+
+    let rv = rig_in(
+        &dir,
+        &[
+            "review",
+            "DIR",
+            "--decision",
+            "pass",
+            "--reviewer",
+            "a",
+            "--force",
+        ],
+    );
+    assert_eq!(code(&rv), 2);
+    assert!(
+        stderr(&rv).contains("refusing to record"),
+        "{}",
+        stderr(&rv)
+    );
+}
+
+#[test]
+fn a_review_citing_a_wrong_hash_is_rejected() {
+    let s = Scratch::new("wrong-hash");
+    let dir = s.0.join("r");
+    write_report(&dir, "2026-11-30T20:15:00.000Z", |_| {});
+    let r = read_report(&dir);
+    let report_sha = digest::sha256_file(&dir.join(report::REPORT_FILE))
+        .unwrap()
+        .0;
+    let mut images: Vec<CitedImage> = r
+        .png_artifacts()
+        .map(|a| CitedImage {
+            path: a.path.clone(),
+            sha256: a.sha256.clone(),
+        })
+        .collect();
+    images[0].sha256 = "0".repeat(64);
+    let review = Review {
+        schema_version: report::SCHEMA_VERSION,
+        decision: ReviewDecision::Pass,
+        reviewer: "mallory".into(),
+        note: String::new(),
+        recorded_at: "2026-11-30T21:00:00.000Z".into(),
+        report_sha256: report_sha,
+        images,
+    };
+    std::fs::write(
+        dir.join(report::REVIEW_FILE),
+        serde_json::to_vec_pretty(&review).unwrap(),
+    )
+    .unwrap();
+    let v = rig_in(&dir, &["verify", "DIR"]);
+    assert_eq!(code(&v), 1, "{}", stdout(&v));
+    assert!(stdout(&v).contains("review rejected"), "{}", stdout(&v));
+    let l = rig_in(&s.0, &["list", "DIR"]);
+    assert!(stdout(&l).contains("review:invalid"), "{}", stdout(&l));
+}
+
+#[test]
+fn a_report_without_png_cannot_be_reviewed() {
+    let s = Scratch::new("no-png");
+    let dir = s.0.join("r");
+    write_report(&dir, "2026-11-30T20:15:00.000Z", |r| {
+        r.artifacts.retain(|a| a.kind != "png")
+    });
+    let rv = review_pass(&dir);
+    assert_eq!(code(&rv), 2);
+    assert!(stderr(&rv).contains("lists no PNG"), "{}", stderr(&rv));
+    assert!(!dir.join(report::REVIEW_FILE).exists());
+}
+
+#[test]
+fn junit_is_xml_with_ten_testcases() {
+    let s = Scratch::new("junit");
+    let dir = s.0.join("r");
+    write_report(&dir, "2026-11-30T20:15:00.000Z", |r| {
+        r.gates[3].status = Status::Fail;
+        r.gates[3].reason = "criu said <error> & \"quit\"".into();
+        r.gates[4].status = Status::NotRun;
+    });
+    let o = rig_in(&dir, &["show", "DIR", "--format", "junit"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let xml = stdout(&o);
+    let doc = roxmltree::Document::parse(&xml).unwrap();
+    let suite = doc
+        .descendants()
+        .find(|n| n.has_tag_name("testsuite"))
+        .unwrap();
+    assert_eq!(suite.attribute("name"), Some("sharedos-rig"));
+    let cases: Vec<_> = suite
+        .children()
+        .filter(|n| n.has_tag_name("testcase"))
+        .collect();
+    assert_eq!(cases.len(), 10);
+    let dump = cases
+        .iter()
+        .find(|c| c.attribute("name") == Some("dump"))
+        .unwrap();
+    let failure = dump.children().find(|n| n.has_tag_name("failure")).unwrap();
+    assert_eq!(
+        failure.attribute("message"),
+        Some("criu said <error> & \"quit\"")
+    );
+    let skipped = cases
+        .iter()
+        .filter(|c| c.children().any(|n| n.has_tag_name("skipped")))
+        .count();
+    assert_eq!(
+        skipped, 2,
+        "restore_live_process NOT_RUN and the GUI review"
+    );
+}
+
+#[test]
+fn html_embeds_every_png_with_its_hash() {
+    let s = Scratch::new("html");
+    let dir = s.0.join("r");
+    write_report(&dir, "2026-11-30T20:15:00.000Z", |_| {});
+    let o = rig_in(&dir, &["show", "DIR", "--format", "html"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let html = stdout(&o);
+    for a in read_report(&dir).png_artifacts() {
+        assert!(html.contains(&a.sha256), "missing {}", a.sha256);
+        let bytes = std::fs::read(dir.join(&a.path)).unwrap();
+        let uri = format!("data:image/png;base64,{}", digest::base64(&bytes, true));
+        assert!(html.contains(&uri), "{} not embedded", a.path);
+    }
+    let again = stdout(&rig_in(&dir, &["show", "DIR", "--format", "html"]));
+    assert_eq!(html, again, "html must be deterministic");
+
+    let md = stdout(&rig_in(&dir, &["show", "DIR", "--format", "md"]));
+    assert!(
+        md.starts_with("# sharedos-rig report: REVIEW_REQUIRED"),
+        "{md}"
+    );
+}
+
+#[test]
+fn diff_shows_no_change_with_itself_and_the_differing_gate_otherwise() {
+    let s = Scratch::new("diff");
+    let a = s.0.join("a");
+    let b = s.0.join("b");
+    write_report(&a, "2026-11-30T20:15:00.000Z", |_| {});
+    write_report(&b, "2026-12-01T08:00:00.000Z", |r| {
+        r.gates[5].status = Status::Fail;
+        r.gates[5].reason = "framebuffer differs".into();
+        r.gates[0].duration_ms *= 3;
+        r.environment.kernel_release = "6.12.9-amd64".into();
+    });
+    let same = rig(&["diff", a.to_str().unwrap(), a.to_str().unwrap()]);
+    assert_eq!(code(&same), 0);
+    assert!(
+        stdout(&same).contains("no differences"),
+        "{}",
+        stdout(&same)
+    );
+
+    let d = rig(&["diff", a.to_str().unwrap(), b.to_str().unwrap()]);
+    assert_eq!(code(&d), 0);
+    let out = stdout(&d);
+    assert!(out.contains("restore_x_state: PASS -> FAIL"), "{out}");
+    assert!(
+        out.contains("kernel release: 6.1.0-28-amd64 -> 6.12.9-amd64"),
+        "{out}"
+    );
+    assert!(out.contains("x3.00"), "{out}");
+    assert!(!out.contains("no differences:"), "{out}");
+
+    let missing = rig(&[
+        "diff",
+        a.to_str().unwrap(),
+        s.0.join("nope").to_str().unwrap(),
+    ]);
+    assert_eq!(code(&missing), 2);
+    assert!(
+        stderr(&missing).starts_with("error: reading report B"),
+        "{}",
+        stderr(&missing)
+    );
+}
+
+#[test]
+fn list_is_newest_first_and_names_unreadable_entries() {
+    let s = Scratch::new("list");
+    write_report(&s.0.join("old"), "2026-01-01T00:00:00.000Z", |r| {
+        r.vm = None
+    });
+    write_report(&s.0.join("new"), "2026-12-01T00:00:00.000Z", |_| {});
+    std::fs::create_dir_all(s.0.join("broken")).unwrap();
+    std::fs::write(s.0.join("broken/report.json"), b"{not json").unwrap();
+    let o = rig_in(&s.0, &["list", "DIR"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let out = stdout(&o);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 3, "{out}");
+    assert!(
+        lines[0].contains("2026-12-01") && lines[0].contains("5e5e5e5e5e5e"),
+        "{out}"
+    );
+    assert!(
+        lines[0].contains("tcg") && lines[0].contains("review:none"),
+        "{out}"
+    );
+    assert!(
+        lines[1].contains("2026-01-01") && lines[1].contains("host"),
+        "{out}"
+    );
+    assert!(
+        lines[2].starts_with("UNREADABLE") && lines[2].contains("broken"),
+        "{out}"
+    );
+
+    let none = rig(&["list", s.0.join("nope").to_str().unwrap()]);
+    assert_eq!(code(&none), 2);
+}
+
+#[test]
+fn another_schema_version_is_refused_clearly() {
+    let s = Scratch::new("schema");
+    let dir = s.0.join("r");
+    write_report(&dir, "2026-11-30T20:15:00.000Z", |r| r.schema_version = 99);
+    let o = rig_in(&dir, &["show", "DIR"]);
+    assert_eq!(code(&o), 2);
+    assert!(
+        stderr(&o).contains("schema_version is 99"),
+        "{}",
+        stderr(&o)
+    );
+    let v = rig_in(&dir, &["verify", "DIR"]);
+    assert_eq!(code(&v), 2);
+}
