@@ -136,6 +136,33 @@ mod tests {
     }
 
     #[test]
+    fn scans_a_directory_and_names_what_it_cannot_read() {
+        let root = std::env::temp_dir().join(format!("list-scan-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(root.join("empty")).unwrap();
+        std::fs::create_dir_all(root.join("old-schema")).unwrap();
+        std::fs::write(
+            root.join("old-schema").join(REPORT_FILE),
+            br#"{"schema_version": 0}"#,
+        )
+        .unwrap();
+        std::fs::write(root.join("stray-file"), b"x").unwrap();
+        let v = list(&root).unwrap();
+        let lines: Vec<String> = v.iter().map(|e| e.to_string()).collect();
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert!(
+            lines.iter().any(|l| l.contains("empty: no report.json")),
+            "{lines:?}"
+        );
+        assert!(
+            lines.iter().any(|l| l.contains("schema_version is 0")),
+            "{lines:?}"
+        );
+        std::fs::remove_dir_all(&root).unwrap();
+        assert!(list(&root).is_err());
+    }
+
+    #[test]
     fn newest_first_unreadable_last() {
         let mut v = vec![
             Entry {

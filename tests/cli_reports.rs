@@ -385,6 +385,16 @@ fn html_embeds_every_png_with_its_hash() {
     }
     let again = stdout(&rig_in(&dir, &["show", "DIR", "--format", "html"]));
     assert_eq!(html, again, "html must be deterministic");
+    // The same report elsewhere renders to the same page, so screenshots compare.
+    let moved = s.0.join("elsewhere").join("r");
+    std::fs::create_dir_all(moved.parent().unwrap()).unwrap();
+    std::fs::rename(&dir, &moved).unwrap();
+    let there = stdout(&rig_in(&moved, &["show", "DIR", "--format", "html"]));
+    assert_eq!(
+        html, there,
+        "html must not depend on where the report lives"
+    );
+    std::fs::rename(&moved, &dir).unwrap();
 
     let md = stdout(&rig_in(&dir, &["show", "DIR", "--format", "md"]));
     assert!(

@@ -2,7 +2,7 @@
 //! gates, their checks and evidence, the provenance. No script, no external resource, and no
 //! clock, so a headless browser screenshots the same page every time.
 
-use super::{dir_arg, duration, provenance, value_str};
+use super::{duration, provenance, value_str};
 use crate::digest;
 use crate::report::{Artifact, Gate, Status, Verdict};
 use crate::review::ReviewState;
@@ -51,20 +51,24 @@ fn write_all(s: &mut String, o: &Outcome) -> std::fmt::Result {
         o.exit_code,
         esc(verdict_meaning(o))
     )?;
-    if let Some(d) = &o.dir {
-        writeln!(
-            s,
-            "<p>report: <code>{}</code></p>",
-            esc(&d.display().to_string())
-        )?;
+    // Only the directory's own name: the page must render the same wherever the report is
+    // copied, so screenshots of it compare.
+    let name = o
+        .dir
+        .as_ref()
+        .and_then(|d| d.file_name())
+        .map(|n| n.to_string_lossy().into_owned());
+    if let Some(n) = &name {
+        writeln!(s, "<p>report: <code>{}</code></p>", esc(n))?;
     }
     writeln!(s, "<p>review: {}</p>", esc(&o.review.describe()))?;
     if o.review == ReviewState::None && o.gates_verdict == Verdict::ReviewRequired {
         writeln!(
             s,
-            "<p>Look at every image below, then record the decision: <code>sharedos-rig review {} \
-             --decision pass|fail --reviewer NAME</code></p>",
-            esc(&dir_arg(o))
+            "<p>Look at every image below, then record the decision: <code>sharedos-rig review \
+             REPORT_DIR --decision pass|fail --reviewer NAME</code>{}</p>",
+            name.map(|n| format!(" (REPORT_DIR: the directory <code>{}</code>)", esc(&n)))
+                .unwrap_or_default()
         )?;
     }
     let problems = o.problems();

@@ -25,7 +25,7 @@ fn write_all(s: &mut String, o: &Outcome) -> std::fmt::Result {
     if let Some(d) = &o.dir {
         writeln!(s, "report:  {}", d.display())?;
     }
-    writeln!(s, "review:  {}", o.review.describe())?;
+    writeln!(s, "review:  {}", one_line(&o.review.describe()))?;
     if o.review == ReviewState::None && o.gates_verdict == Verdict::ReviewRequired {
         let d = dir_arg(o);
         writeln!(
