@@ -1,0 +1,893 @@
+//! Building an entry: the mirror index check, mmdebstrap to a tarball, the lock check,
+//! genext2fs to a disk image, the kernel and initrd out of the tarball, the manifest.
+//! Every external command comes from a pure `*_cmd` function below.
+
+use super::definition::{
+    Definition, ImageDir, GUEST_INIT_PATH, INITRD_INIT_FILE, PID1_FILE, SSHD_CONFIG_FILE,
+    SSHD_CONFIG_PATH,
+};
+use super::exec::{self, quote, Cmd, Progress};
+use super::index;
+use super::initrd::{self, Entry};
+use super::lock::{DebHashes, Lock, PkgKey};
+use super::manifest::{
+    Manifest, PackageVersion, DISK_FILE, INITRD_FILE, KERNEL_FILE, MANIFEST_VERSION,
+};
+use anyhow::{bail, Context, Result};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BuilderMode {
+    /// mmdebstrap --mode=unshare: unprivileged user namespaces plus subuid/subgid ranges.
+    Unshare,
+    /// mmdebstrap --mode=fakechroot: no namespaces at all (e.g. Ubuntu runners with AppArmor).
+    Fakechroot,
+}
+
+impl BuilderMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BuilderMode::Unshare => "unshare",
+            BuilderMode::Fakechroot => "fakechroot",
+        }
+    }
+
+    /// Host tools this mode needs besides the common ones.
+    pub fn tools(self) -> &'static [&'static str] {
+        match self {
+            BuilderMode::Unshare => &["unshare", "newuidmap", "newgidmap"],
+            BuilderMode::Fakechroot => &["fakechroot", "fakeroot"],
+        }
+    }
+}
+
+pub const COMMON_TOOLS: [&str; 6] = ["mmdebstrap", "genext2fs", "tar", "apt-get", "dpkg", "gpgv"];
+pub const CANONICAL_HOSTNAME: &str = "sharedos-guest";
+/// busybox-static's binary inside the (merged-/usr) tarball.
+pub const BUSYBOX_IN_TAR: &str = "./usr/bin/busybox";
+
+/// The kernel command line the image boots with, minus `sharedos.authorized_key=`.
+pub fn kernel_cmdline() -> String {
+    format!("console=ttyS0 earlyprintk=serial,ttyS0 root=/dev/vda rootfstype=ext4 rw init={GUEST_INIT_PATH} panic=-1")
+}
+
+/// Files a build writes under its work directory.
+#[derive(Debug, Clone)]
+pub struct WorkPaths {
+    pub dir: PathBuf,
+    pub tarball: PathBuf,
+    pub pins: PathBuf,
+    pub installed: PathBuf,
+    pub debs: PathBuf,
+    pub extract: PathBuf,
+    pub entry: PathBuf,
+    pub log: PathBuf,
+}
+
+impl WorkPaths {
+    pub fn new(dir: &Path) -> WorkPaths {
+        WorkPaths {
+            dir: dir.to_path_buf(),
+            tarball: dir.join("rootfs.tar"),
+            pins: dir.join("pins.pref"),
+            installed: dir.join("installed.txt"),
+            debs: dir.join("debs.txt"),
+            extract: dir.join("extract"),
+            entry: dir.join("entry"),
+            log: dir.join("build.log"),
+        }
+    }
+}
+
+fn p(path: &Path) -> String {
+    path.display().to_string()
+}
+
+/// Probes whether unprivileged user namespaces with a root mapping work here.
+pub fn userns_probe_cmd() -> Cmd {
+    Cmd::new(vec![
+        "unshare".into(),
+        "--user".into(),
+        "--map-root-user".into(),
+        "true".into(),
+    ])
+}
+
+/// The mmdebstrap invocation. `pinned` adds apt preferences that hold every package at its
+/// locked version; without it (`--update-lock`) apt takes what the mirror has.
+pub fn mmdebstrap_cmd(
+    def: &Definition,
+    image_dir: &Path,
+    mirror: &str,
+    mode: BuilderMode,
+    work: &WorkPaths,
+    pinned: bool,
+) -> Cmd {
+    let mut a: Vec<String> = vec![
+        "mmdebstrap".into(),
+        format!("--mode={}", mode.as_str()),
+        format!("--variant={}", def.variant),
+        format!("--arch={}", def.architecture),
+        format!("--components={}", def.components.join(",")),
+        format!("--include={}", def.include_packages().join(",")),
+        "--format=tar".into(),
+        // Dated snapshot mirrors serve expired Release files; the lock pins the content.
+        "--aptopt=Acquire::Check-Valid-Until \"false\"".into(),
+        // Keeps every downloaded .deb until the customize hooks have hashed them;
+        // mmdebstrap's cleanup still removes them before the tarball is made.
+        "--skip=essential/unlink".into(),
+    ];
+    for (include, glob) in &def.dpkg_filters {
+        let kind = if *include {
+            "path-include"
+        } else {
+            "path-exclude"
+        };
+        a.push(format!("--dpkgopt={kind}={glob}"));
+    }
+    if pinned {
+        a.push("--setup-hook=mkdir -p \"$1/etc/apt/preferences.d\"".into());
+        a.push(format!(
+            "--setup-hook=upload {} /etc/apt/preferences.d/sharedos-lock",
+            p(&work.pins)
+        ));
+    }
+    let sources = format!(
+        "deb {} {} {}",
+        def.mirror,
+        def.suite,
+        def.components.join(" ")
+    );
+    let hosts = format!("127.0.0.1\tlocalhost\n127.0.1.1\t{CANONICAL_HOSTNAME}\n::1\t\tlocalhost ip6-localhost ip6-loopback\n");
+    let hooks: Vec<String> = vec![
+        // What was installed, and the sha256 of every .deb it came from, for the lock check.
+        "chroot \"$1\" dpkg-query -W -f='${Package} ${Version} ${Architecture}\\n' > \"$1/tmp/sharedos-installed.txt\"".into(),
+        "(cd \"$1/var/cache/apt/archives\" && sha256sum -- *.deb) > \"$1/tmp/sharedos-debs.txt\"".into(),
+        format!("download /tmp/sharedos-installed.txt {}", p(&work.installed)),
+        format!("download /tmp/sharedos-debs.txt {}", p(&work.debs)),
+        // Random host keys (created by openssh-server's postinst) would make every build differ;
+        // the guest creates its one ed25519 key at boot. The stock initramfs is unused: the
+        // builder makes a small one. mmdebstrap copies the build host's hostname and
+        // resolv.conf in: replace them so the bytes do not depend on the host.
+        "rm -f \"$1\"/tmp/sharedos-*.txt \"$1\"/etc/apt/preferences.d/sharedos-lock \"$1\"/etc/ssh/ssh_host_* \"$1\"/boot/initrd.img-* \"$1\"/initrd.img \"$1\"/initrd.img.old".into(),
+        format!("upload {} {GUEST_INIT_PATH}", p(&image_dir.join(PID1_FILE))),
+        format!("upload {} {SSHD_CONFIG_PATH}", p(&image_dir.join(SSHD_CONFIG_FILE))),
+        format!("chmod 0755 \"$1{GUEST_INIT_PATH}\" && chmod 0644 \"$1{SSHD_CONFIG_PATH}\""),
+        format!("printf '%s\\n' {} > \"$1/etc/apt/sources.list\"", quote(&sources)),
+        format!("printf '%s\\n' {CANONICAL_HOSTNAME} > \"$1/etc/hostname\""),
+        format!("printf '%s' {} > \"$1/etc/hosts\"", quote(&hosts)),
+        "printf 'nameserver 10.0.2.3\\n' > \"$1/etc/resolv.conf\"".into(),
+        "chmod 0644 \"$1/etc/hostname\" \"$1/etc/hosts\" \"$1/etc/resolv.conf\"".into(),
+    ];
+    for h in hooks {
+        a.push(format!("--customize-hook={h}"));
+    }
+    a.push(def.suite.clone());
+    a.push(p(&work.tarball));
+    a.push(mirror.to_string());
+    Cmd::new(a).env("SOURCE_DATE_EPOCH", &def.source_date_epoch.to_string())
+}
+
+/// The ext2 filesystem (mounted as ext4) straight from the tarball: owners, modes and setuid
+/// bits come from the tar headers, so no root and no fakeroot are needed.
+pub fn genext2fs_cmd(def: &Definition, tarball: &Path, out: &Path) -> Cmd {
+    let blocks = def.disk_size_mib * 256;
+    Cmd::new(vec![
+        "genext2fs".into(),
+        "-B".into(),
+        "4096".into(),
+        "-b".into(),
+        blocks.to_string(),
+        "-N".into(),
+        def.inodes.to_string(),
+        "-m".into(),
+        "0".into(),
+        "-L".into(),
+        "rootfs".into(),
+        "-a".into(),
+        p(tarball),
+        p(out),
+    ])
+    // genext2fs stamps the superblock and inodes with the current time unless this is set.
+    .env("SOURCE_DATE_EPOCH", &def.source_date_epoch.to_string())
+}
+
+/// Extracts `members` (paths as the tarball names them, `./usr/...`) into `dest`.
+pub fn tar_extract_cmd(tarball: &Path, dest: &Path, members: &[String]) -> Cmd {
+    let mut a = vec![
+        "tar".into(),
+        "-x".into(),
+        "-f".into(),
+        p(tarball),
+        "-C".into(),
+        p(dest),
+        "--no-same-owner".into(),
+        "--".into(),
+    ];
+    a.extend(members.iter().cloned());
+    Cmd::new(a)
+}
+
+pub fn first_tar_members(release: &str) -> Vec<String> {
+    vec![
+        format!("./boot/vmlinuz-{release}"),
+        format!("./usr/lib/modules/{release}/modules.dep"),
+        format!("./usr/lib/modules/{release}/modules.builtin"),
+        BUSYBOX_IN_TAR.to_string(),
+    ]
+}
+
+/// Parses the hook's `dpkg-query` output: `name version arch` per line.
+pub fn parse_installed(text: &str) -> Result<Vec<PkgKey>> {
+    let mut out = Vec::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() != 3 {
+            bail!("unexpected dpkg-query line {line:?}");
+        }
+        out.push((f[0].to_string(), f[1].to_string(), f[2].to_string()));
+    }
+    Ok(out)
+}
+
+/// Parses `sha256sum *.deb` of apt's archive: the file name is `name_version_arch.deb`
+/// with the version's `:` written as `%3a`.
+pub fn parse_debs(text: &str) -> Result<DebHashes> {
+    let mut out = DebHashes::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let (hash, file) = line
+            .split_once("  ")
+            .with_context(|| format!("unexpected sha256sum line {line:?}"))?;
+        let stem = file
+            .trim()
+            .strip_suffix(".deb")
+            .with_context(|| format!("not a .deb: {file}"))?;
+        let parts: Vec<&str> = stem.split('_').collect();
+        if parts.len() != 3 {
+            bail!("unexpected .deb name {file}");
+        }
+        let version = unescape(parts[1]);
+        out.insert(
+            (parts[0].to_string(), version, parts[2].to_string()),
+            hash.to_ascii_lowercase(),
+        );
+    }
+    Ok(out)
+}
+
+fn unescape(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' && i + 2 < b.len() {
+            if let Some(v) = std::str::from_utf8(&b[i + 1..i + 3])
+                .ok()
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+            {
+                out.push(v);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The message for pins the mirror no longer has, saying how to go on.
+pub fn stale_pins_message(image: &str, mirror: &str, problems: &[String]) -> String {
+    format!(
+        "the lock of image {image} does not match the mirror {mirror}:\n  {}\n\
+         To go on, either rewrite the lock from the mirror (and review the change):\n  \
+         cargo xtask image --image {image} --update-lock\n\
+         or build the locked versions from a dated snapshot archive that still has them:\n  \
+         cargo xtask image --image {image} --mirror http://snapshot.debian.org/archive/debian/<YYYYMMDDTHHMMSSZ>",
+        problems.join("\n  ")
+    )
+}
+
+/// The initrd from what the first tar extraction produced (busybox, module lists) and the
+/// module files themselves.
+pub fn build_initrd(
+    extract: &Path,
+    release: &str,
+    init_script: &[u8],
+    module_order: &[String],
+    mtime: u64,
+) -> Result<Vec<u8>> {
+    let mut entries = Vec::new();
+    let mut dirs: BTreeSet<String> = ["bin", "dev", "proc", "sys", "newroot", "sbin"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let busybox =
+        std::fs::read(extract.join(BUSYBOX_IN_TAR)).context("reading busybox from the tarball")?;
+    entries.push(Entry::File {
+        path: "bin/busybox".into(),
+        mode: 0o755,
+        data: busybox,
+    });
+    entries.push(Entry::File {
+        path: "init".into(),
+        mode: 0o755,
+        data: init_script.to_vec(),
+    });
+    // Without /dev/console in the archive the kernel starts /init with no stdio at all.
+    entries.push(Entry::CharDev {
+        path: "dev/console".into(),
+        major: 5,
+        minor: 1,
+    });
+    let mut order = String::new();
+    for m in module_order {
+        let rel = format!("lib/modules/{release}/{m}");
+        let src = extract.join("usr").join(&rel);
+        let data =
+            std::fs::read(&src).with_context(|| format!("reading module {}", src.display()))?;
+        initrd::parents(&rel, &mut dirs);
+        entries.push(Entry::File {
+            path: rel.clone(),
+            mode: 0o644,
+            data,
+        });
+        order.push_str(&rel);
+        order.push('\n');
+    }
+    entries.push(Entry::File {
+        path: "modules.order".into(),
+        mode: 0o644,
+        data: order.into_bytes(),
+    });
+    entries.extend(dirs.into_iter().map(|path| Entry::Dir { path }));
+    initrd::write_newc(&entries, mtime)
+}
+
+/// Everything one build needs to know, decided before anything runs.
+pub struct BuildPlan {
+    pub image: ImageDir,
+    pub mirror: String,
+    pub mode: BuilderMode,
+    pub mode_reason: String,
+    pub apt_dir: PathBuf,
+    pub work: WorkPaths,
+    /// None for `--update-lock`: the build resolves what the mirror has.
+    pub lock: Option<Lock>,
+}
+
+impl BuildPlan {
+    pub fn commands(&self, release_hint: &str) -> Vec<Cmd> {
+        let def = &self.image.definition;
+        let entry_disk = self.work.entry.join(DISK_FILE);
+        vec![
+            Cmd::new(index::apt_update_argv(&self.apt_dir, &def.architecture)),
+            mmdebstrap_cmd(
+                def,
+                &self.image.dir,
+                &self.mirror,
+                self.mode,
+                &self.work,
+                self.lock.is_some(),
+            ),
+            tar_extract_cmd(
+                &self.work.tarball,
+                &self.work.extract,
+                &first_tar_members(release_hint),
+            ),
+            tar_extract_cmd(
+                &self.work.tarball,
+                &self.work.extract,
+                &[format!(
+                    "./usr/lib/modules/{release_hint}/<modules from modules.dep>"
+                )],
+            ),
+            genext2fs_cmd(def, &self.work.tarball, &entry_disk),
+        ]
+    }
+}
+
+pub struct BuildResult {
+    pub manifest: Manifest,
+    pub entry_dir: PathBuf,
+    /// Set when `--update-lock` wrote a new lock.
+    pub new_lock: Option<Lock>,
+}
+
+/// Runs the whole build into `plan.work.entry` and returns the manifest (without key and
+/// inputs, which the caller fills in).
+pub fn build(plan: &BuildPlan, progress: &Progress) -> Result<BuildResult> {
+    let started = std::time::Instant::now();
+    let def = &plan.image.definition;
+    let work = &plan.work;
+    std::fs::create_dir_all(&work.entry)
+        .with_context(|| format!("creating {}", work.entry.display()))?;
+    std::fs::create_dir_all(&work.extract).context("creating the extraction directory")?;
+
+    let st = progress.stage("mirror index");
+    index::prepare_dir(&plan.apt_dir, def, &plan.mirror)?;
+    exec::run(
+        &Cmd::new(index::apt_update_argv(&plan.apt_dir, &def.architecture)),
+        &st,
+        &work.log,
+        None,
+    )
+    .with_context(|| {
+        format!(
+            "fetching the package index of {} {}",
+            plan.mirror, def.suite
+        )
+    })?;
+    let idx = index::read_index(&plan.apt_dir.join("state/lists"))?;
+    if let Some(lock) = &plan.lock {
+        if lock.suite != def.suite || lock.architecture != def.architecture {
+            bail!(
+                "the lock is for {} {}, the definition says {} {}: run --update-lock",
+                lock.suite,
+                lock.architecture,
+                def.suite,
+                def.architecture
+            );
+        }
+        let problems = index::missing_pins(lock, &idx);
+        if !problems.is_empty() {
+            bail!(stale_pins_message(
+                &plan.image.name,
+                &plan.mirror,
+                &problems
+            ));
+        }
+        std::fs::write(&work.pins, index::pin_preferences(lock)).context("writing apt pins")?;
+        st.message(&format!(
+            "all {} pins are on the mirror",
+            lock.packages.len()
+        ));
+    }
+    st.finish();
+
+    let st = progress.stage(&format!("mmdebstrap ({} mode)", plan.mode.as_str()));
+    let cmd = mmdebstrap_cmd(
+        def,
+        &plan.image.dir,
+        &plan.mirror,
+        plan.mode,
+        work,
+        plan.lock.is_some(),
+    );
+    exec::run(&cmd, &st, &work.log, Some(&work.dir))?;
+    st.finish();
+
+    let st = progress.stage("lock check");
+    let installed = parse_installed(&read(&work.installed)?)?;
+    let debs = parse_debs(&read(&work.debs)?)?;
+    let (lock, new_lock) = match &plan.lock {
+        Some(lock) => {
+            let problems = lock.check_installed(&installed, &debs);
+            if !problems.is_empty() {
+                bail!(
+                    "the image does not hold exactly the locked packages:\n  {}",
+                    problems.join("\n  ")
+                );
+            }
+            (lock.clone(), None)
+        }
+        None => {
+            let l = Lock::from_installed(
+                &def.suite,
+                &def.architecture,
+                &def.kernel_flavour,
+                &installed,
+                &debs,
+            )?;
+            let disagree = index::missing_pins(&l, &idx);
+            if !disagree.is_empty() {
+                bail!(
+                    "the downloaded .debs disagree with the mirror's index:\n  {}",
+                    disagree.join("\n  ")
+                );
+            }
+            (l.clone(), Some(l))
+        }
+    };
+    st.message(&format!(
+        "{} packages, kernel {}",
+        lock.packages.len(),
+        lock.kernel_release
+    ));
+    st.finish();
+
+    let st = progress.stage("kernel and initrd");
+    let release = &lock.kernel_release;
+    exec::run(
+        &tar_extract_cmd(&work.tarball, &work.extract, &first_tar_members(release)),
+        &st,
+        &work.log,
+        None,
+    )
+    .with_context(|| format!("taking kernel {release} out of the tarball"))?;
+    let mods_dir = work.extract.join(format!("usr/lib/modules/{release}"));
+    let order = initrd::module_closure(
+        &read(&mods_dir.join("modules.dep"))?,
+        &read(&mods_dir.join("modules.builtin"))?,
+        &initrd::WANTED_MODULES,
+    )?;
+    let members: Vec<String> = order
+        .iter()
+        .map(|m| format!("./usr/lib/modules/{release}/{m}"))
+        .collect();
+    exec::run(
+        &tar_extract_cmd(&work.tarball, &work.extract, &members),
+        &st,
+        &work.log,
+        None,
+    )?;
+    let init_script =
+        std::fs::read(plan.image.file(INITRD_INIT_FILE)).context("reading the initrd's init")?;
+    let cpio = build_initrd(
+        &work.extract,
+        release,
+        &init_script,
+        &order,
+        def.source_date_epoch,
+    )?;
+    std::fs::write(work.entry.join(INITRD_FILE), cpio).context("writing the initrd")?;
+    std::fs::rename(
+        work.extract.join(format!("boot/vmlinuz-{release}")),
+        work.entry.join(KERNEL_FILE),
+    )
+    .with_context(|| format!("the tarball has no /boot/vmlinuz-{release}"))?;
+    st.finish();
+
+    let st = progress.stage("genext2fs");
+    let disk = work.entry.join(DISK_FILE);
+    exec::run(
+        &genext2fs_cmd(def, &work.tarball, &disk),
+        &st,
+        &work.log,
+        None,
+    )?;
+    st.finish();
+
+    let st = progress.stage("hashing");
+    let (image_sha256, image_bytes) = crate::digest::sha256_file(&disk)?;
+    let (kernel_sha256, _) = crate::digest::sha256_file(&work.entry.join(KERNEL_FILE))?;
+    let (initrd_sha256, _) = crate::digest::sha256_file(&work.entry.join(INITRD_FILE))?;
+    st.finish();
+
+    let manifest = Manifest {
+        manifest_version: MANIFEST_VERSION,
+        image_name: plan.image.name.clone(),
+        key: String::new(),
+        suite: def.suite.clone(),
+        architecture: def.architecture.clone(),
+        image_sha256,
+        image_bytes,
+        kernel_sha256,
+        initrd_sha256,
+        lock_sha256: String::new(),
+        definition_sha256: crate::digest::sha256_hex(plan.image.definition_text.as_bytes()),
+        inputs: Vec::new(),
+        kernel_release: release.clone(),
+        packages: lock
+            .packages
+            .iter()
+            .map(|p| PackageVersion {
+                name: p.name.clone(),
+                version: p.version.clone(),
+            })
+            .collect(),
+        mirror: plan.mirror.clone(),
+        source_date_epoch: def.source_date_epoch,
+        builder: "mmdebstrap".into(),
+        builder_mode: plan.mode.as_str().into(),
+        tool_versions: tool_versions(plan.mode),
+        built_at: crate::clock::now_rfc3339(),
+        build_seconds: (started.elapsed().as_secs_f64() * 10.0).round() / 10.0,
+        disk_image: DISK_FILE.into(),
+        kernel: KERNEL_FILE.into(),
+        initrd: INITRD_FILE.into(),
+        init_path: GUEST_INIT_PATH.into(),
+        kernel_cmdline: kernel_cmdline(),
+    };
+    Ok(BuildResult {
+        manifest,
+        entry_dir: work.entry.clone(),
+        new_lock,
+    })
+}
+
+fn read(path: &Path) -> Result<String> {
+    std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
+}
+
+/// First line of each tool's version output; a tool that will not say is recorded as such.
+pub fn tool_versions(mode: BuilderMode) -> BTreeMap<String, String> {
+    let mut v = BTreeMap::new();
+    let mut ask = |name: &str, argv: &[&str]| {
+        let line = exec::capture(argv)
+            .ok()
+            .and_then(|o| {
+                o.lines()
+                    .find(|l| !l.trim().is_empty())
+                    .map(|l| l.trim().to_string())
+            })
+            .unwrap_or_else(|| "unknown".into());
+        v.insert(name.to_string(), line);
+    };
+    ask("mmdebstrap", &["mmdebstrap", "--version"]);
+    ask("genext2fs", &["genext2fs", "--version"]);
+    ask("tar", &["tar", "--version"]);
+    ask("apt", &["apt-get", "--version"]);
+    ask("dpkg", &["dpkg-query", "-W", "-f=${Version}", "mmdebstrap"]);
+    match mode {
+        BuilderMode::Unshare => ask("uidmap", &["dpkg-query", "-W", "-f=${Version}", "uidmap"]),
+        BuilderMode::Fakechroot => {
+            ask("fakechroot", &["fakechroot", "--version"]);
+            ask("fakeroot", &["fakeroot", "--version"]);
+        }
+    }
+    v.insert("sharedos-rig".into(), env!("CARGO_PKG_VERSION").into());
+    v
+}
+
+/// Picks the mode: an explicit choice, else unshare when the probe works and this user has
+/// subordinate id ranges, else fakechroot. Returns the reason in words.
+pub fn choose_mode(explicit: Option<BuilderMode>) -> (BuilderMode, String) {
+    if let Some(m) = explicit {
+        return (m, "chosen with --mode".into());
+    }
+    let uid = nix::unistd::getuid();
+    let name = nix::unistd::User::from_uid(uid)
+        .ok()
+        .flatten()
+        .map(|u| u.name)
+        .unwrap_or_default();
+    let has_range = |file: &str| {
+        std::fs::read_to_string(file)
+            .map(|t| subid_has(&t, &name, uid.as_raw()))
+            .unwrap_or(false)
+    };
+    if !has_range("/etc/subuid") || !has_range("/etc/subgid") {
+        return (
+            BuilderMode::Fakechroot,
+            format!("user {name} has no range in /etc/subuid and /etc/subgid, so unshare mode cannot map ids"),
+        );
+    }
+    if !exec::missing_tools(BuilderMode::Unshare.tools()).is_empty() {
+        return (
+            BuilderMode::Fakechroot,
+            "newuidmap/newgidmap or unshare is missing".into(),
+        );
+    }
+    let probe = userns_probe_cmd();
+    let ok = std::process::Command::new(&probe.argv[0])
+        .args(&probe.argv[1..])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if ok {
+        (
+            BuilderMode::Unshare,
+            "unprivileged user namespaces work here".into(),
+        )
+    } else {
+        (
+            BuilderMode::Fakechroot,
+            format!(
+                "`{}` failed: unprivileged user namespaces are blocked here",
+                probe.display()
+            ),
+        )
+    }
+}
+
+/// Whether an /etc/subuid-style file has a non-empty range for this user (by name or uid).
+pub fn subid_has(text: &str, name: &str, uid: u32) -> bool {
+    text.lines().any(|l| {
+        let f: Vec<&str> = l.trim().split(':').collect();
+        f.len() == 3
+            && (f[0] == name && !name.is_empty() || f[0] == uid.to_string())
+            && f[2].parse::<u64>().map(|n| n > 0).unwrap_or(false)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn def() -> Definition {
+        Definition::parse(
+            "suite = bookworm\nmirror = http://deb.debian.org/debian\ncomponent = main\n\
+             architecture = amd64\nvariant = apt\nkernel_flavour = cloud-amd64\npackage = criu\n\
+             package = xterm\ndpkg_exclude = /usr/share/doc/*\ndpkg_include = /usr/share/doc/*/copyright\n\
+             source_date_epoch = 1700000000\ndisk_size_mib = 1536\n",
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn mmdebstrap_argv_is_exact_where_it_matters() {
+        let w = WorkPaths::new(Path::new("/c/tmp/k.1"));
+        let c = mmdebstrap_cmd(
+            &def(),
+            Path::new("/src/images/bookworm"),
+            "http://snap/debian",
+            BuilderMode::Fakechroot,
+            &w,
+            true,
+        );
+        let a = &c.argv;
+        assert_eq!(
+            &a[..7],
+            &[
+                "mmdebstrap",
+                "--mode=fakechroot",
+                "--variant=apt",
+                "--arch=amd64",
+                "--components=main",
+                "--include=criu,xterm,linux-image-cloud-amd64",
+                "--format=tar",
+            ]
+        );
+        assert_eq!(
+            &a[a.len() - 3..],
+            &["bookworm", "/c/tmp/k.1/rootfs.tar", "http://snap/debian"]
+        );
+        let ex = a
+            .iter()
+            .position(|x| x == "--dpkgopt=path-exclude=/usr/share/doc/*")
+            .unwrap();
+        let inc = a
+            .iter()
+            .position(|x| x == "--dpkgopt=path-include=/usr/share/doc/*/copyright")
+            .unwrap();
+        assert!(ex < inc, "dpkg applies filters in order");
+        assert!(a.contains(
+            &"--setup-hook=upload /c/tmp/k.1/pins.pref /etc/apt/preferences.d/sharedos-lock"
+                .to_string()
+        ));
+        assert!(a.contains(
+            &"--customize-hook=upload /src/images/bookworm/sharedos-init /usr/sbin/sharedos-init"
+                .to_string()
+        ));
+        assert!(a.contains(
+            &"--customize-hook=download /tmp/sharedos-debs.txt /c/tmp/k.1/debs.txt".to_string()
+        ));
+        assert!(a.iter().any(|x| x.contains("etc/ssh/ssh_host_*")));
+        // The image names the definition's mirror whatever was fetched from.
+        assert!(a
+            .iter()
+            .any(|x| x.contains("'deb http://deb.debian.org/debian bookworm main'")));
+        assert_eq!(
+            c.env,
+            vec![("SOURCE_DATE_EPOCH".to_string(), "1700000000".to_string())]
+        );
+
+        let u = mmdebstrap_cmd(
+            &def(),
+            Path::new("/i"),
+            "http://m",
+            BuilderMode::Unshare,
+            &w,
+            false,
+        );
+        assert_eq!(u.argv[1], "--mode=unshare");
+        assert!(!u.argv.iter().any(|x| x.starts_with("--setup-hook")));
+    }
+
+    #[test]
+    fn genext2fs_and_tar_argv() {
+        let c = genext2fs_cmd(
+            &def(),
+            Path::new("/w/rootfs.tar"),
+            Path::new("/w/entry/disk.img"),
+        );
+        assert_eq!(
+            c.argv,
+            [
+                "genext2fs",
+                "-B",
+                "4096",
+                "-b",
+                "393216",
+                "-N",
+                "65536",
+                "-m",
+                "0",
+                "-L",
+                "rootfs",
+                "-a",
+                "/w/rootfs.tar",
+                "/w/entry/disk.img"
+            ]
+        );
+        assert_eq!(c.env[0].0, "SOURCE_DATE_EPOCH");
+        let t = tar_extract_cmd(
+            Path::new("/w/r.tar"),
+            Path::new("/w/x"),
+            &first_tar_members("6.1.0-50-cloud-amd64"),
+        );
+        assert_eq!(
+            t.argv,
+            [
+                "tar",
+                "-x",
+                "-f",
+                "/w/r.tar",
+                "-C",
+                "/w/x",
+                "--no-same-owner",
+                "--",
+                "./boot/vmlinuz-6.1.0-50-cloud-amd64",
+                "./usr/lib/modules/6.1.0-50-cloud-amd64/modules.dep",
+                "./usr/lib/modules/6.1.0-50-cloud-amd64/modules.builtin",
+                "./usr/bin/busybox"
+            ]
+        );
+        assert_eq!(
+            userns_probe_cmd().argv,
+            ["unshare", "--user", "--map-root-user", "true"]
+        );
+    }
+
+    #[test]
+    fn parses_hook_outputs() {
+        let i = parse_installed("adduser 3.134 all\nopenssh-server 1:9.2p1-2+deb12u10 amd64\n")
+            .unwrap();
+        assert_eq!(i[1].1, "1:9.2p1-2+deb12u10");
+        assert!(parse_installed("a b\n").is_err());
+        let d = parse_debs(
+            "AB  openssh-server_1%3a9.2p1-2+deb12u10_amd64.deb\ncd  adduser_3.134_all.deb\n",
+        )
+        .unwrap();
+        assert_eq!(
+            d[&(
+                "openssh-server".into(),
+                "1:9.2p1-2+deb12u10".into(),
+                "amd64".into()
+            )],
+            "ab"
+        );
+        assert_eq!(d.len(), 2);
+        assert!(parse_debs("ab  weird.deb\n").is_err());
+    }
+
+    #[test]
+    fn stale_pin_message_says_how_to_go_on() {
+        let m = stale_pins_message(
+            "bookworm",
+            "http://m",
+            &["criu 9 is not on the mirror".into()],
+        );
+        assert!(m.contains("criu 9 is not on the mirror"));
+        assert!(m.contains("--update-lock"));
+        assert!(m.contains("--mirror http://snapshot.debian.org/archive/debian/"));
+    }
+
+    #[test]
+    fn subid_lookup() {
+        let t = "alice:100000:65536\n1001:165536:65536\nbob:1:0\n";
+        assert!(subid_has(t, "alice", 1000));
+        assert!(subid_has(t, "carol", 1001));
+        assert!(!subid_has(t, "bob", 1002));
+        assert!(!subid_has(t, "", 5));
+    }
+
+    #[test]
+    fn kernel_cmdline_matches_the_vm_contract() {
+        let c = kernel_cmdline();
+        for part in [
+            "console=ttyS0",
+            "root=/dev/vda",
+            "rootfstype=ext4",
+            "rw",
+            "init=/usr/sbin/sharedos-init",
+            "panic=-1",
+        ] {
+            assert!(c.split(' ').any(|w| w == part), "{part} missing from {c}");
+        }
+    }
+}

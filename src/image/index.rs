@@ -1,0 +1,228 @@
+//! The mirror's package index, fetched with the host's apt into a private directory (no root,
+//! signatures checked against the Debian archive keyring), so a stale pin fails in seconds
+//! instead of after a full bootstrap.
+
+use super::definition::Definition;
+use super::lock::Lock;
+use anyhow::{Context, Result};
+use std::path::{Path, PathBuf};
+
+pub const DEBIAN_KEYRING: &str = "/usr/share/keyrings/debian-archive-keyring.gpg";
+
+/// (name, version, architecture) -> sha256 of the .deb, from every Packages file fetched.
+pub type Index = super::lock::DebHashes;
+
+/// The one-line sources entry both apt here and mmdebstrap use.
+pub fn sources_line(def: &Definition, mirror: &str) -> String {
+    // Valid-Until is off because dated snapshot mirrors serve long-expired Release files; the
+    // lock's sha256 pins are what make the content trustworthy, not the Release's age.
+    format!(
+        "deb [signed-by={DEBIAN_KEYRING} check-valid-until=no] {mirror} {} {}",
+        def.suite,
+        def.components.join(" ")
+    )
+}
+
+/// `apt-get update` into `dir` only. Host apt.conf.d may still be read (apt reads it before any
+/// option), so everything that decides where files land is set on the command line.
+pub fn apt_update_argv(dir: &Path, arch: &str) -> Vec<String> {
+    let d = dir.display();
+    let mut v = vec!["apt-get".to_string()];
+    for o in [
+        format!("Dir::Etc::SourceList={d}/sources.list"),
+        "Dir::Etc::SourceParts=-".to_string(),
+        format!("Dir::State={d}/state"),
+        format!("Dir::State::Lists={d}/state/lists"),
+        format!("Dir::State::status={d}/state/status"),
+        format!("Dir::Cache={d}/cache"),
+        format!("APT::Architecture={arch}"),
+        format!("APT::Architectures={arch}"),
+        "Acquire::Languages=none".to_string(),
+        "Acquire::GzipIndexes=false".to_string(),
+        "Acquire::IndexTargets::deb::Contents-deb::DefaultEnabled=false".to_string(),
+        "Debug::NoLocking=true".to_string(),
+        "APT::Sandbox::User=".to_string(),
+    ] {
+        v.push("-o".to_string());
+        v.push(o);
+    }
+    v.extend(["-q".to_string(), "update".to_string()]);
+    v
+}
+
+/// Prepares the private apt tree for one mirror.
+pub fn prepare_dir(dir: &Path, def: &Definition, mirror: &str) -> Result<()> {
+    for sub in ["state/lists/partial", "cache/archives/partial"] {
+        std::fs::create_dir_all(dir.join(sub))
+            .with_context(|| format!("creating {}", dir.join(sub).display()))?;
+    }
+    std::fs::write(dir.join("state/status"), b"").context("writing apt's empty status file")?;
+    std::fs::write(
+        dir.join("sources.list"),
+        format!("{}\n", sources_line(def, mirror)),
+    )
+    .context("writing the private sources.list")?;
+    Ok(())
+}
+
+/// Reads every `*_Packages` file apt left in `lists`.
+pub fn read_index(lists: &Path) -> Result<Index> {
+    let mut index = Index::new();
+    let mut files = 0;
+    for e in std::fs::read_dir(lists).with_context(|| format!("listing {}", lists.display()))? {
+        let p: PathBuf = e?.path();
+        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if name.ends_with("_Packages") {
+            files += 1;
+            let text =
+                std::fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))?;
+            parse_packages(&text, &mut index);
+        }
+    }
+    anyhow::ensure!(
+        files > 0,
+        "apt fetched no Packages file into {}",
+        lists.display()
+    );
+    Ok(index)
+}
+
+/// Parses Debian `Packages` stanzas into (name, version, arch) -> SHA256.
+pub fn parse_packages(text: &str, into: &mut Index) {
+    for stanza in text.split("\n\n") {
+        let (mut n, mut v, mut a, mut h) = (None, None, None, None);
+        for line in stanza.lines() {
+            if let Some((k, val)) = line.split_once(": ") {
+                match k {
+                    "Package" => n = Some(val.trim()),
+                    "Version" => v = Some(val.trim()),
+                    "Architecture" => a = Some(val.trim()),
+                    "SHA256" => h = Some(val.trim()),
+                    _ => {}
+                }
+            }
+        }
+        if let (Some(n), Some(v), Some(a), Some(h)) = (n, v, a, h) {
+            into.insert((n.into(), v.into(), a.into()), h.to_ascii_lowercase());
+        }
+    }
+}
+
+/// Every locked package must be on the mirror at its exact version with the locked sha256.
+pub fn missing_pins(lock: &Lock, index: &Index) -> Vec<String> {
+    let mut out = Vec::new();
+    for p in &lock.packages {
+        let key = (p.name.clone(), p.version.clone(), p.architecture.clone());
+        match index.get(&key) {
+            Some(h) if *h == p.sha256 => {}
+            Some(h) => out.push(format!(
+                "{} {} is on the mirror with sha256 {h}, the lock says {}",
+                p.name, p.version, p.sha256
+            )),
+            None => {
+                let others: Vec<&str> = index
+                    .keys()
+                    .filter(|k| k.0 == p.name && k.2 == p.architecture)
+                    .map(|k| k.1.as_str())
+                    .collect();
+                let has = if others.is_empty() {
+                    "the mirror has no version of it".to_string()
+                } else {
+                    format!("the mirror has {}", others.join(", "))
+                };
+                out.push(format!(
+                    "{} {} is not on the mirror ({has})",
+                    p.name, p.version
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// apt preferences that make the locked version win even where the mirror offers a newer one.
+pub fn pin_preferences(lock: &Lock) -> String {
+    let mut s = String::new();
+    for p in &lock.packages {
+        s.push_str(&format!(
+            "Package: {}\nPin: version {}\nPin-Priority: 1001\n\n",
+            p.name, p.version
+        ));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn apt_update_argv_keeps_everything_in_the_private_dir() {
+        let v = apt_update_argv(Path::new("/c/apt/x"), "amd64");
+        assert_eq!(v[0], "apt-get");
+        assert_eq!(v[v.len() - 1], "update");
+        assert!(v.contains(&"Dir::State::Lists=/c/apt/x/state/lists".to_string()));
+        assert!(v.contains(&"Dir::Etc::SourceList=/c/apt/x/sources.list".to_string()));
+        assert!(v.contains(&"Acquire::GzipIndexes=false".to_string()));
+        for w in v.windows(2) {
+            if w[1].starts_with("Dir::") {
+                assert_eq!(w[0], "-o");
+            }
+        }
+    }
+
+    #[test]
+    fn parses_stanzas_and_reports_missing_pins() {
+        let text = "Package: criu\nVersion: 3.17.1-2+deb12u2\nArchitecture: amd64\nSHA256: AB\n\
+                    Description: x\n continued: line\n\nPackage: xterm\nVersion: 379-1\n\
+                    Architecture: amd64\nSHA256: cd\n";
+        let mut idx = Index::new();
+        parse_packages(text, &mut idx);
+        assert_eq!(idx.len(), 2);
+        assert_eq!(
+            idx[&("criu".into(), "3.17.1-2+deb12u2".into(), "amd64".into())],
+            "ab"
+        );
+
+        let h = |c: char| -> String { std::iter::repeat(c).take(64).collect() };
+        let lock_text = format!(
+            "suite bookworm\narchitecture amd64\nkernel-release 6.1.0-1-cloud-amd64\n\
+             package linux-image-6.1.0-1-cloud-amd64 1 amd64 {}\n\
+             package criu 3.17.1-2+deb12u9 amd64 {}\npackage xterm 379-1 amd64 {}\n",
+            h('1'),
+            h('2'),
+            h('3')
+        );
+        let lock = Lock::parse(&lock_text).unwrap();
+        let m = missing_pins(&lock, &idx).join("\n");
+        assert!(
+            m.contains(
+                "criu 3.17.1-2+deb12u9 is not on the mirror (the mirror has 3.17.1-2+deb12u2)"
+            ),
+            "{m}"
+        );
+        assert!(
+            m.contains("xterm 379-1 is on the mirror with sha256 cd"),
+            "{m}"
+        );
+        assert!(
+            m.contains(
+                "linux-image-6.1.0-1-cloud-amd64 1 is not on the mirror (the mirror has no version"
+            ),
+            "{m}"
+        );
+    }
+
+    #[test]
+    fn preferences_pin_each_package() {
+        let lock = Lock::parse(&format!(
+            "suite s\narchitecture amd64\nkernel-release 1-k\npackage linux-image-1-k 1:2 amd64 {}\n",
+            "0".repeat(64)
+        ))
+        .unwrap();
+        assert_eq!(
+            pin_preferences(&lock),
+            "Package: linux-image-1-k\nPin: version 1:2\nPin-Priority: 1001\n\n"
+        );
+    }
+}

@@ -1,0 +1,365 @@
+//! The package lock: every package the image holds, its exact version, architecture and the
+//! sha256 of its .deb, and the kernel release. Plain text, one package per line, so a change
+//! reviews as a diff.
+
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+/// (name, version, architecture) of one package.
+pub type PkgKey = (String, String, String);
+/// sha256 of the .deb each package came from.
+pub type DebHashes = BTreeMap<PkgKey, String>;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockedPackage {
+    pub name: String,
+    pub version: String,
+    pub architecture: String,
+    pub sha256: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lock {
+    pub suite: String,
+    pub architecture: String,
+    pub kernel_release: String,
+    /// Sorted by name; names are unique.
+    pub packages: Vec<LockedPackage>,
+}
+
+impl Lock {
+    pub fn parse(text: &str) -> Result<Lock> {
+        let mut suite = None;
+        let mut arch = None;
+        let mut kernel = None;
+        let mut packages: BTreeMap<String, LockedPackage> = BTreeMap::new();
+        for (i, raw) in text.lines().enumerate() {
+            let line = raw.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let n = i + 1;
+            match (f[0], f.len()) {
+                ("suite", 2) => suite = Some(f[1].to_string()),
+                ("architecture", 2) => arch = Some(f[1].to_string()),
+                ("kernel-release", 2) => kernel = Some(f[1].to_string()),
+                ("package", 5) => {
+                    if f[4].len() != 64 || !f[4].bytes().all(|b| b.is_ascii_hexdigit()) {
+                        bail!("line {n}: {:?} is not a sha256", f[4]);
+                    }
+                    let p = LockedPackage {
+                        name: f[1].to_string(),
+                        version: f[2].to_string(),
+                        architecture: f[3].to_string(),
+                        sha256: f[4].to_ascii_lowercase(),
+                    };
+                    if packages.insert(p.name.clone(), p).is_some() {
+                        bail!("line {n}: package {} locked twice", f[1]);
+                    }
+                }
+                _ => bail!(
+                    "line {n}: expected `suite S`, `architecture A`, `kernel-release R` or \
+                     `package NAME VERSION ARCH SHA256`, got {raw:?}"
+                ),
+            }
+        }
+        let lock = Lock {
+            suite: suite.context("the lock has no `suite` line")?,
+            architecture: arch.context("the lock has no `architecture` line")?,
+            kernel_release: kernel.context("the lock has no `kernel-release` line")?,
+            packages: packages.into_values().collect(),
+        };
+        let kernel_pkg = format!("linux-image-{}", lock.kernel_release);
+        if lock.get(&kernel_pkg).is_none() {
+            bail!(
+                "the lock names kernel release {} but does not lock {kernel_pkg}",
+                lock.kernel_release
+            );
+        }
+        Ok(lock)
+    }
+
+    pub fn render(&self, image: &str) -> String {
+        let mut s = format!(
+            "# Package lock of image {image}: exactly these packages at these versions, from .debs\n\
+             # with these sha256. Written by `cargo xtask image --image {image} --update-lock`.\n"
+        );
+        let _ = writeln!(s, "suite {}", self.suite);
+        let _ = writeln!(s, "architecture {}", self.architecture);
+        let _ = writeln!(s, "kernel-release {}", self.kernel_release);
+        for p in &self.packages {
+            let _ = writeln!(
+                s,
+                "package {} {} {} {}",
+                p.name, p.version, p.architecture, p.sha256
+            );
+        }
+        s
+    }
+
+    pub fn get(&self, name: &str) -> Option<&LockedPackage> {
+        self.packages
+            .binary_search_by(|p| p.name.as_str().cmp(name))
+            .ok()
+            .map(|i| &self.packages[i])
+    }
+
+    /// Builds a lock from what a build installed: (name, version, arch) from dpkg and the
+    /// sha256 of each downloaded .deb keyed by (name, version, arch).
+    pub fn from_installed(
+        suite: &str,
+        architecture: &str,
+        kernel_flavour: &str,
+        installed: &[PkgKey],
+        debs: &DebHashes,
+    ) -> Result<Lock> {
+        let mut packages = Vec::new();
+        for key in installed {
+            let sha256 = debs.get(key).with_context(|| {
+                format!(
+                    "{} {} was installed but no .deb for it was downloaded",
+                    key.0, key.1
+                )
+            })?;
+            packages.push(LockedPackage {
+                name: key.0.clone(),
+                version: key.1.clone(),
+                architecture: key.2.clone(),
+                sha256: sha256.clone(),
+            });
+        }
+        packages.sort_by(|a, b| a.name.cmp(&b.name));
+        let kernel_release = kernel_release_of(&packages, kernel_flavour)?;
+        Ok(Lock {
+            suite: suite.to_string(),
+            architecture: architecture.to_string(),
+            kernel_release,
+            packages,
+        })
+    }
+
+    /// Compares what a build installed with the lock; every difference is one line.
+    pub fn check_installed(&self, installed: &[PkgKey], debs: &DebHashes) -> Vec<String> {
+        let mut problems = Vec::new();
+        let mut seen = std::collections::BTreeSet::new();
+        for (name, version, arch) in installed {
+            seen.insert(name.as_str());
+            match self.get(name) {
+                None => problems.push(format!("{name} {version} is installed but not locked")),
+                Some(p) if p.version != *version || p.architecture != *arch => {
+                    problems.push(format!(
+                        "{name} is installed at {version} ({arch}), the lock says {} ({})",
+                        p.version, p.architecture
+                    ))
+                }
+                Some(p) => match debs.get(&(name.clone(), version.clone(), arch.clone())) {
+                    None => problems.push(format!(
+                        "{name} {version}: its .deb was not seen, so its sha256 is unchecked"
+                    )),
+                    Some(h) if *h != p.sha256 => problems.push(format!(
+                        "{name} {version}: the .deb has sha256 {h}, the lock says {}",
+                        p.sha256
+                    )),
+                    Some(_) => {}
+                },
+            }
+        }
+        for p in &self.packages {
+            if !seen.contains(p.name.as_str()) {
+                problems.push(format!(
+                    "{} {} is locked but was not installed",
+                    p.name, p.version
+                ));
+            }
+        }
+        problems
+    }
+}
+
+/// The kernel release is the version-specific image package's name without `linux-image-`:
+/// `linux-image-6.1.0-50-cloud-amd64` gives `6.1.0-50-cloud-amd64`.
+pub fn kernel_release_of(packages: &[LockedPackage], flavour: &str) -> Result<String> {
+    let meta = format!("linux-image-{flavour}");
+    let suffix = format!("-{flavour}");
+    let found: Vec<&str> = packages
+        .iter()
+        .map(|p| p.name.as_str())
+        .filter(|n| *n != meta && n.starts_with("linux-image-") && n.ends_with(&suffix))
+        .filter(|n| n.as_bytes().get(12).is_some_and(u8::is_ascii_digit))
+        .collect();
+    match found.as_slice() {
+        [one] => Ok(one["linux-image-".len()..].to_string()),
+        [] => bail!("no linux-image-<release>{suffix} package was installed"),
+        many => bail!("more than one kernel installed: {}", many.join(", ")),
+    }
+}
+
+/// What `--update-lock` changed, one line per package.
+pub fn diff(old: Option<&Lock>, new: &Lock) -> Vec<String> {
+    let mut out = Vec::new();
+    let empty = Vec::new();
+    let old_pk = old.map(|l| &l.packages).unwrap_or(&empty);
+    let o: BTreeMap<&str, &LockedPackage> = old_pk.iter().map(|p| (p.name.as_str(), p)).collect();
+    let n: BTreeMap<&str, &LockedPackage> =
+        new.packages.iter().map(|p| (p.name.as_str(), p)).collect();
+    if let Some(old) = old {
+        if old.kernel_release != new.kernel_release {
+            out.push(format!(
+                "kernel-release {} -> {}",
+                old.kernel_release, new.kernel_release
+            ));
+        }
+    }
+    for (name, np) in &n {
+        match o.get(name) {
+            None => out.push(format!("+ {name} {}", np.version)),
+            Some(op) if op.version != np.version => {
+                out.push(format!("~ {name} {} -> {}", op.version, np.version))
+            }
+            Some(op) if op.sha256 != np.sha256 || op.architecture != np.architecture => out.push(
+                format!("~ {name} {} (same version, different .deb)", np.version),
+            ),
+            Some(_) => {}
+        }
+    }
+    for (name, op) in &o {
+        if !n.contains_key(name) {
+            out.push(format!("- {name} {}", op.version));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn h(c: char) -> String {
+        std::iter::repeat(c).take(64).collect()
+    }
+
+    fn sample() -> Lock {
+        let text = format!(
+            "# x\nsuite bookworm\narchitecture amd64\nkernel-release 6.1.0-50-cloud-amd64\n\
+             package criu 3.17.1-2+deb12u2 amd64 {}\n\
+             package linux-image-6.1.0-50-cloud-amd64 6.1.176-1 amd64 {}\n\
+             package adduser 3.134 all {}\n",
+            h('a'),
+            h('b'),
+            h('c')
+        );
+        Lock::parse(&text).unwrap()
+    }
+
+    fn installed(l: &Lock) -> (Vec<PkgKey>, DebHashes) {
+        let inst: Vec<_> = l
+            .packages
+            .iter()
+            .map(|p| (p.name.clone(), p.version.clone(), p.architecture.clone()))
+            .collect();
+        let debs = l
+            .packages
+            .iter()
+            .map(|p| {
+                (
+                    (p.name.clone(), p.version.clone(), p.architecture.clone()),
+                    p.sha256.clone(),
+                )
+            })
+            .collect();
+        (inst, debs)
+    }
+
+    #[test]
+    fn parse_sorts_and_render_round_trips() {
+        let l = sample();
+        assert_eq!(l.packages[0].name, "adduser");
+        assert_eq!(Lock::parse(&l.render("bookworm")).unwrap(), l);
+        assert_eq!(l.get("criu").unwrap().version, "3.17.1-2+deb12u2");
+        assert!(l.get("xterm").is_none());
+    }
+
+    #[test]
+    fn parse_rejects_bad_lines() {
+        let base = sample().render("b");
+        assert!(Lock::parse(&format!("{base}package x 1 amd64 nothex\n")).is_err());
+        assert!(Lock::parse(&format!("{base}package criu 1 amd64 {}\n", h('d'))).is_err());
+        assert!(
+            Lock::parse(&base.replace("kernel-release 6.1.0-50", "kernel-release 6.1.0-51"))
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn check_installed_finds_every_kind_of_drift() {
+        let l = sample();
+        let (inst, debs) = installed(&l);
+        assert!(l.check_installed(&inst, &debs).is_empty());
+
+        let mut inst2 = inst.clone();
+        inst2[1].1 = "3.17.1-2+deb12u3".into();
+        inst2.push(("xterm".into(), "379-1".into(), "amd64".into()));
+        inst2.retain(|p| p.0 != "adduser");
+        let mut debs2 = debs.clone();
+        debs2.insert(inst2[0].clone(), h('e'));
+        let p = l.check_installed(&inst2, &debs2);
+        let all = p.join("\n");
+        assert!(
+            all.contains("criu is installed at 3.17.1-2+deb12u3"),
+            "{all}"
+        );
+        assert!(
+            all.contains("xterm 379-1 is installed but not locked"),
+            "{all}"
+        );
+        assert!(
+            all.contains("adduser 3.134 is locked but was not installed"),
+            "{all}"
+        );
+        assert_eq!(p.len(), 3, "{all}");
+
+        let mut debs3 = debs;
+        debs3.insert(inst[0].clone(), h('f'));
+        let p = l.check_installed(&inst, &debs3);
+        assert!(p[0].contains("the .deb has sha256"), "{p:?}");
+    }
+
+    #[test]
+    fn from_installed_finds_the_kernel_release() {
+        let l = sample();
+        let (inst, debs) = installed(&l);
+        let mut inst = inst;
+        inst.push((
+            "linux-image-cloud-amd64".into(),
+            "6.1.176-1".into(),
+            "amd64".into(),
+        ));
+        let mut debs = debs;
+        debs.insert(inst.last().unwrap().clone(), h('9'));
+        let n = Lock::from_installed("bookworm", "amd64", "cloud-amd64", &inst, &debs).unwrap();
+        assert_eq!(n.kernel_release, "6.1.0-50-cloud-amd64");
+        assert_eq!(
+            diff(Some(&l), &n),
+            vec!["+ linux-image-cloud-amd64 6.1.176-1"]
+        );
+        inst.pop();
+        inst.pop();
+        assert!(Lock::from_installed("bookworm", "amd64", "cloud-amd64", &inst, &debs).is_err());
+    }
+
+    #[test]
+    fn diff_names_changes() {
+        let old = sample();
+        let mut new = old.clone();
+        new.packages[1].version = "3.18".into();
+        new.packages.remove(0);
+        let d = diff(Some(&old), &new);
+        assert_eq!(
+            d,
+            vec!["~ criu 3.17.1-2+deb12u2 -> 3.18", "- adduser 3.134"]
+        );
+    }
+}
