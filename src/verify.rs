@@ -83,11 +83,15 @@ pub struct Outcome {
 impl Outcome {
     /// Every problem in words: artifact mismatches, a rejected review, an inconsistent report.
     pub fn problems(&self) -> Vec<String> {
-        let mut p: Vec<String> = self
-            .mismatches
-            .iter()
-            .map(|m| format!("artifact {}: {}", m.path, m.problem))
+        let mut p: Vec<String> = rig_error(&self.report)
+            .map(|e| format!("the rig failed, so the report is partial: {e}"))
+            .into_iter()
             .collect();
+        p.extend(
+            self.mismatches
+                .iter()
+                .map(|m| format!("artifact {}: {}", m.path, m.problem)),
+        );
         if let ReviewState::Invalid { problems, .. } = &self.review {
             p.extend(problems.iter().map(|s| format!("review rejected: {s}")));
         }
@@ -96,21 +100,34 @@ impl Outcome {
     }
 }
 
-/// report.json's `all_gates_pass` and `exit_code` must be what its own gates say.
+/// The rig's own failure recorded by vm-run, if any.
+pub fn rig_error(r: &Report) -> Option<&str> {
+    r.vm.as_ref().and_then(|vm| vm.rig_error.as_deref())
+}
+
+/// vm-run's exit code when the rig itself failed; its report says so in `vm.rig_error`.
+pub const RIG_FAILURE_EXIT: i32 = 2;
+
+/// report.json's `all_gates_pass` and `exit_code` must be what its own gates say (or, for a run
+/// whose rig failed, the rig-failure code).
 pub fn inconsistencies(r: &Report) -> Vec<String> {
     let v = report::verdict(&r.gates);
     let mut out = Vec::new();
+    let expected_exit = if rig_error(r).is_some() {
+        RIG_FAILURE_EXIT
+    } else {
+        v.exit_code()
+    };
     if r.all_gates_pass != (v == Verdict::Pass) {
         out.push(format!(
             "report.json says all_gates_pass={}, but its gates give {v}",
             r.all_gates_pass
         ));
     }
-    if r.exit_code != v.exit_code() {
+    if r.exit_code != expected_exit {
         out.push(format!(
-            "report.json says exit_code={}, but its gates give {v} (exit {})",
+            "report.json says exit_code={}, but its gates give {v} (exit {expected_exit})",
             r.exit_code,
-            v.exit_code()
         ));
     }
     out
@@ -126,7 +143,10 @@ pub fn evaluate(
     let gates = review::apply(&report.gates, &review);
     let gates_verdict = report::verdict(&gates);
     let inconsistencies = inconsistencies(&report);
-    let clean = mismatches.is_empty() && inconsistencies.is_empty() && !review.is_invalid();
+    let clean = mismatches.is_empty()
+        && inconsistencies.is_empty()
+        && !review.is_invalid()
+        && rig_error(&report).is_none();
     let verdict = if clean { gates_verdict } else { Verdict::Fail };
     Outcome {
         dir: None,
@@ -189,6 +209,7 @@ pub fn verdict_meaning(o: &Outcome) -> &'static str {
     match o.verdict {
         Verdict::Pass => "every gate passed, the human review included",
         Verdict::ReviewRequired => "every gate passed; only the human GUI review is outstanding",
+        Verdict::Fail if rig_error(&o.report).is_some() => "the rig failed before the run ended",
         Verdict::Fail if !o.problems().is_empty() => "the report cannot be trusted as it stands",
         Verdict::Fail => "at least one gate did not pass",
     }
@@ -332,6 +353,26 @@ mod tests {
         let rv = review_for(&r, ReviewDecision::Pass);
         let o = judge(&r, ReviewFile::Parsed(rv), vec![]);
         assert_eq!(o.exit_code, 1);
+    }
+
+    #[test]
+    fn rig_failure_is_one_and_its_exit_two_is_consistent() {
+        let mut r = fresh_report();
+        r.vm = Some(crate::report::VmProvenance {
+            rig_error: Some("ssh: connection refused".into()),
+            ..Default::default()
+        });
+        r.exit_code = RIG_FAILURE_EXIT;
+        assert!(inconsistencies(&r).is_empty(), "{:?}", inconsistencies(&r));
+        let rv = review_for(&r, ReviewDecision::Pass);
+        let o = judge(&r, ReviewFile::Parsed(rv), vec![]);
+        assert_eq!(o.gates_verdict, Verdict::Pass);
+        assert_eq!(o.exit_code, 1);
+        assert!(o.problems()[0].contains("ssh: connection refused"));
+        assert_eq!(verdict_meaning(&o), "the rig failed before the run ended");
+        // Without a rig error, exit 2 in report.json is a contradiction.
+        r.vm = None;
+        assert_eq!(inconsistencies(&r).len(), 1);
     }
 
     #[test]
