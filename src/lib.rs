@@ -9,3 +9,6 @@ pub mod verify;
 pub mod render;
 pub mod diff;
 pub mod list;
+pub mod run;
+pub mod ssh;
+pub mod vm;

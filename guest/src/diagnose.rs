@@ -228,7 +228,11 @@ pub fn plan(cfg: &Config) -> Vec<PlanStep> {
     let mut v = vec![
         step(GateName::Prerequisites, "CRIU version", criu::version_argv(&criu_path)),
         step(GateName::Prerequisites, "CRIU works on this kernel", criu::check_argv(&criu_path)),
-        step(GateName::Prerequisites, "Xvfb version", sv(&["Xvfb", "-version"])),
+        step(
+            GateName::Prerequisites,
+            "Xvfb version (its package's; launch reads the running server's over the wire)",
+            gates::prerequisites::package_version_argv("xvfb"),
+        ),
         step(GateName::Prerequisites, "xterm version", sv(&["xterm", "-version"])),
         step(
             GateName::Launch,

@@ -1,0 +1,85 @@
+//! The QEMU process: started in its own process group, killed with us even if we are killed,
+//! and ended on every path by Drop.
+
+use anyhow::{Context, Result};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+pub struct QemuProcess {
+    child: Option<Child>,
+    pub pid: u32,
+    /// `--keep-vm`: leave it running when the run ends.
+    pub keep: bool,
+}
+
+impl QemuProcess {
+    pub fn spawn(argv: &[String], log: &Path, keep: bool) -> Result<QemuProcess> {
+        let out = std::fs::File::create(log)
+            .with_context(|| format!("creating {}", log.display()))?;
+        let err = out.try_clone()?;
+        let mut cmd = Command::new(&argv[0]);
+        cmd.args(&argv[1..])
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            // Ctrl-C at the terminal reaches only the rig, which then ends QEMU itself.
+            .process_group(0);
+        if !keep {
+            // SAFETY: prctl is async-signal-safe. If the rig dies, even by SIGKILL, QEMU dies
+            // too.
+            unsafe {
+                cmd.pre_exec(|| {
+                    nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+                        .map_err(std::io::Error::from)
+                });
+            }
+        }
+        let child = cmd.spawn().with_context(|| {
+            format!(
+                "starting {}: is QEMU installed? (Debian/Ubuntu: apt-get install qemu-system-x86)",
+                argv[0]
+            )
+        })?;
+        Ok(QemuProcess {
+            pid: child.id(),
+            child: Some(child),
+            keep,
+        })
+    }
+
+    /// None while running, else how it ended.
+    pub fn exited(&mut self) -> Option<String> {
+        let child = self.child.as_mut()?;
+        match child.try_wait() {
+            Ok(None) => None,
+            Ok(Some(s)) => Some(s.to_string()),
+            Err(e) => Some(format!("unknown ({e})")),
+        }
+    }
+
+    /// SIGTERM, a short grace, then SIGKILL; always reaped.
+    pub fn stop(&mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let gone = sharedos_gate::wait::until("QEMU to exit", Duration::from_secs(5), || {
+            child.try_wait().ok().flatten()
+        });
+        if gone.is_err() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for QemuProcess {
+    fn drop(&mut self) {
+        if !self.keep {
+            self.stop();
+        }
+    }
+}
