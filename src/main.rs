@@ -1,10 +1,13 @@
 //! The `sharedos-rig` CLI: parses arguments, calls the library, maps outcomes to exit codes.
 //! Exit codes: 0 / 1 / 3 as the SPEC's verdict for verify; 2 for usage and I/O problems.
+//! A reader that stops early (`sharedos-rig show DIR | head`) is not an error: the output just
+//! ends, quietly, and the exit code stays what the command decided.
 
 use anyhow::Result;
 use clap::{Parser, Subcommand, ValueEnum};
 use sharedos_rig::report::ReviewDecision;
 use sharedos_rig::{diff, list, render, review, verify};
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -92,28 +95,41 @@ fn run(cmd: Command) -> Result<u8> {
         }
         Command::Verify { report_dir } => {
             let o = verify::verify_dir(&report_dir)?;
-            println!("{o}");
+            emit(&format!("{o}\n"))?;
             Ok(exit_byte(o.exit_code))
         }
         Command::Show { report_dir, format } => {
             let o = verify::verify_dir(&report_dir)?;
-            print!("{}", render::render(&o, format));
+            emit(&render::render(&o, format))?;
             Ok(0)
         }
         Command::Diff { report_a, report_b } => {
-            println!("{}", diff::diff_dirs(&report_a, &report_b)?);
+            emit(&format!("{}\n", diff::diff_dirs(&report_a, &report_b)?))?;
             Ok(0)
         }
         Command::List { dir } => {
             let entries = list::list(&dir)?;
+            let mut text = String::new();
             if entries.is_empty() {
-                println!("no reports under {}", dir.display());
+                text = format!("no reports under {}\n", dir.display());
             }
             for e in entries {
-                println!("{e}");
+                text.push_str(&format!("{e}\n"));
             }
+            emit(&text)?;
             Ok(0)
         }
+    }
+}
+
+/// Writes `text` to standard output. A closed pipe ends the output without an error (print!
+/// would panic on it); any other write error is reported.
+fn emit(text: &str) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        Err(e) => Err(anyhow::Error::new(e).context("writing to standard output")),
     }
 }
 

@@ -1,6 +1,7 @@
-//! One self-contained HTML page: the PNGs embedded as data: URIs with their sha256 under each, the
-//! gates, their checks and evidence, the provenance. No script, no external resource, and no
-//! clock, so a headless browser screenshots the same page every time.
+//! One self-contained HTML page, in this order: the verdict, the gate table, the PNGs embedded as
+//! data: URIs with their sha256 under each, then every gate's checks and evidence, the
+//! provenance. No script, no external resource, and no clock, so a headless browser screenshots
+//! the same page every time.
 
 use super::{duration, provenance, value_str};
 use crate::digest;
@@ -80,15 +81,6 @@ fn write_all(s: &mut String, o: &Outcome) -> std::fmt::Result {
         writeln!(s, "</ul>")?;
     }
 
-    let pngs: Vec<&Artifact> = r.png_artifacts().collect();
-    writeln!(s, "<h2>Images</h2>")?;
-    if pngs.is_empty() {
-        writeln!(s, "<p>The report lists no PNG.</p>")?;
-    }
-    for a in pngs {
-        write_image(s, o.dir.as_deref(), a)?;
-    }
-
     writeln!(s, "<h2>Gates</h2>\n<table>")?;
     writeln!(
         s,
@@ -111,6 +103,16 @@ fn write_all(s: &mut String, o: &Outcome) -> std::fmt::Result {
         "<tr><th>total</th><td></td><td class=\"num\">{}</td><td></td></tr>\n</table>",
         duration(total)
     )?;
+
+    let pngs: Vec<&Artifact> = r.png_artifacts().collect();
+    // After the gate table, so the page opens on the verdict and the images follow it.
+    writeln!(s, "<h2>Images</h2>")?;
+    if pngs.is_empty() {
+        writeln!(s, "<p>The report lists no PNG.</p>")?;
+    }
+    for a in pngs {
+        write_image(s, o.dir.as_deref(), a)?;
+    }
 
     writeln!(s, "<h2>Checks per gate</h2>")?;
     for g in &o.gates {
