@@ -117,14 +117,19 @@ pub fn build_gate_binary(workspace: &Path) -> Result<PathBuf> {
     if !status.success() {
         bail!("building the static gate binary failed ({status}): {}", argv.join(" "));
     }
-    let target_dir = std::env::var("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| workspace.join("target"));
-    let bin = target_dir.join("x86_64-unknown-linux-gnu/release/sharedos-gate");
+    let bin = default_gate_binary(workspace);
     if !bin.is_file() {
         bail!("cargo succeeded but {} is missing", bin.display());
     }
     Ok(bin)
+}
+
+/// Where `build_gate_binary` puts the static binary.
+pub fn default_gate_binary(workspace: &Path) -> PathBuf {
+    std::env::var("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| workspace.join("target"))
+        .join("x86_64-unknown-linux-gnu/release/sharedos-gate")
 }
 
 /// A free loopback port. Another process may take it before QEMU binds it; the boot retries
@@ -471,13 +476,14 @@ fn run_phases(opts: &VmRunOptions, obs: &mut Observed) -> Result<Report> {
 
     let t = Instant::now();
     eprintln!("[vm-run] image {} ...", opts.image.image);
-    let entry: ImageEntry = image::ensure_image(&opts.image).context("ensuring the guest image")?;
+    let entry = image::ensure_image(&opts.image);
+    obs.phase("image", t);
+    let entry: ImageEntry = entry.context("ensuring the guest image")?;
     let m = &entry.manifest;
     obs.vm.image_sha256 = m.image_sha256.clone();
     obs.vm.image_lock_sha256 = m.lock_sha256.clone();
     obs.vm.kernel_release_pinned = m.kernel_release.clone();
     obs.vm.image_builder_mode = m.builder_mode.clone();
-    obs.phase("image", t);
     eprintln!("[vm-run] image {} ({})", entry.dir.display(), &m.image_sha256);
 
     let (gate_sha, _) = digest::sha256_file(&opts.gate_binary)?;
@@ -525,9 +531,16 @@ fn run_phases(opts: &VmRunOptions, obs: &mut Observed) -> Result<Report> {
             serial_log: serial_log.clone(),
             ssh_port: port,
         };
-        let mut booted = vm::boot(opts.accel, &spec, &qemu_log, opts.keep_vm, &mut |s| {
+        let booted = vm::boot(opts.accel, &spec, &qemu_log, opts.keep_vm, &mut |s| {
             eprintln!("[vm-run] {s}")
-        })?;
+        });
+        let mut booted = match booted {
+            Ok(b) => b,
+            Err(e) => {
+                obs.phase("boot_to_ssh", t_boot);
+                return Err(e);
+            }
+        };
         obs.vm.accel = booted.accel.as_str().into();
         obs.vm.accel_reason = booted.accel_reason.clone();
         obs.vm.cpu_model = booted.accel.cpu_model().into();
@@ -543,6 +556,7 @@ fn run_phases(opts: &VmRunOptions, obs: &mut Observed) -> Result<Report> {
                     eprintln!("[vm-run] port {port} was taken; retrying with another");
                     continue;
                 }
+                obs.phase("boot_to_ssh", t_boot);
                 let qemu_said = sharedos_gate::exec::tail(&log, 5, 1500);
                 if qemu_said.is_empty() {
                     return Err(e);
@@ -554,9 +568,9 @@ fn run_phases(opts: &VmRunOptions, obs: &mut Observed) -> Result<Report> {
     let b = bounds(booted.accel);
     let host_key = console.host_key.clone().context("no host key on the console")?;
     eprintln!("[vm-run] guest ready; host key {host_key}; connecting");
-    let guest = Guest::connect(port, &host_key, &key, b.ssh)
-        .context("opening the SSH session to the guest")?;
+    let guest = Guest::connect(port, &host_key, &key, b.ssh);
     obs.phase("boot_to_ssh", t_boot);
+    let guest = guest.context("opening the SSH session to the guest")?;
 
     let t = Instant::now();
     guest.set_timeout(b.ssh * 4);
@@ -595,9 +609,9 @@ fn run_phases(opts: &VmRunOptions, obs: &mut Observed) -> Result<Report> {
         }
         transcript.push(line.to_string());
     });
+    obs.phase("gates", t);
     std::fs::write(report_dir.join("diagnose-transcript.log"), obs.transcript.join("\n") + "\n")?;
     let ran = ran.context("running the gates in the guest")?;
-    obs.phase("gates", t);
     if ![0, 1, 3].contains(&ran.status) {
         bail!(
             "the diagnostic exited {} (not a verdict): {}",
@@ -649,6 +663,93 @@ fn run_phases(opts: &VmRunOptions, obs: &mut Observed) -> Result<Report> {
     }
     let _ = obs.started;
     Ok(guest_report)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+/// Targets the benchmark reports against (issue 4): under TCG on 2 cores.
+pub const TARGET_BOOT_TO_SSH_S: f64 = 8.0;
+pub const TARGET_WARM_RUN_S: f64 = 30.0;
+
+/// `cargo xtask bench`: the cached image no-op, then `runs` warm vm-runs timed phase by phase.
+/// Reports medians and ratios to the targets; asserts nothing.
+pub fn bench(opts: &VmRunOptions, image_runs: usize, runs: usize) -> Result<String> {
+    let mut out = String::new();
+    let host = environment::capture(Vec::new());
+    out.push_str(&format!(
+        "machine: {} cores, {}, kernel {}, {}\n",
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        host.os,
+        host.kernel_release,
+        command_output(&["sh", "-c", "grep -m1 'model name' /proc/cpuinfo | cut -d: -f2"]),
+    ));
+    let t = image::bench_cached_image(&opts.image, image_runs)?;
+    let ms: Vec<f64> = t.iter().map(|d| d.as_secs_f64() * 1000.0).collect();
+    out.push_str(&format!(
+        "cached image no-op: median {:.1} ms over {} runs (min {:.1}, max {:.1})\n",
+        median(ms.clone()),
+        ms.len(),
+        ms.iter().cloned().fold(f64::INFINITY, f64::min),
+        ms.iter().cloned().fold(0.0, f64::max)
+    ));
+    let root = opts
+        .out
+        .clone()
+        .unwrap_or_else(|| opts.reports_root.join(format!("bench-{}", clock::compact_utc_now())));
+    let mut phases: std::collections::BTreeMap<String, Vec<f64>> = Default::default();
+    let mut totals = Vec::new();
+    let mut accels = Vec::new();
+    for i in 0..runs {
+        let mut o = opts.clone();
+        o.out = Some(root.join(format!("run-{i}")));
+        let started = Instant::now();
+        let code = vm_run(&o);
+        let total = started.elapsed().as_secs_f64();
+        if code == RIG_FAILURE {
+            bail!("warm run {i} failed (exit 2): see {}", root.join(format!("run-{i}")).display());
+        }
+        let text = std::fs::read_to_string(root.join(format!("run-{i}")).join(REPORT_FILE))?;
+        let r: Report = serde_json::from_str(&text)?;
+        if let Some(vm) = r.vm {
+            for p in vm.phases {
+                phases.entry(p.name).or_default().push(p.duration_ms as f64 / 1000.0);
+            }
+            accels.push(vm.accel);
+        }
+        totals.push(total);
+    }
+    accels.dedup();
+    out.push_str(&format!(
+        "warm vm-run ({} runs, accelerator {}), medians:\n",
+        runs,
+        accels.join("/")
+    ));
+    for name in ["image", "boot_to_ssh", "copy", "gates", "fetch"] {
+        if let Some(v) = phases.get(name) {
+            let m = median(v.clone());
+            let target = if name == "boot_to_ssh" {
+                format!("  (target <= {TARGET_BOOT_TO_SSH_S} s: ratio {:.2})", m / TARGET_BOOT_TO_SSH_S)
+            } else {
+                String::new()
+            };
+            out.push_str(&format!("  {name:<12} {m:>7.2} s{target}\n"));
+        }
+    }
+    let m = median(totals);
+    out.push_str(&format!(
+        "  {:<12} {m:>7.2} s  (target <= {TARGET_WARM_RUN_S} s: ratio {:.2})\n",
+        "end_to_end",
+        m / TARGET_WARM_RUN_S
+    ));
+    out.push_str(&format!("reports: {}\n", root.display()));
+    Ok(out)
 }
 
 /// (MemTotal, MemAvailable) in MiB.
@@ -703,6 +804,12 @@ mod tests {
         assert_eq!(g.reason, "CRIU is not usable: x");
         assert!(parse_gate_line("sharedos-gate: marker x").is_none());
         assert!(parse_gate_line("gate 1/10 bogus PASS 1ms: x").is_none());
+    }
+
+    #[test]
+    fn medians() {
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(vec![4.0, 1.0, 2.0, 3.0]), 2.5);
     }
 
     #[test]

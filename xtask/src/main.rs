@@ -1,59 +1,121 @@
-//! Thin front end for development tasks: `cargo xtask image`, `cargo xtask bench-image`.
-//! Everything real lives in the sharedos-rig library.
+//! Thin front end for the project's tasks, following the cargo-xtask convention:
+//! `cargo xtask image`, `cargo xtask vm-run`, `cargo xtask bench`. Everything real lives in the
+//! sharedos-rig library.
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 use sharedos_rig::image::{self, BuildOptions};
+use sharedos_rig::run::{self, VmRunOptions};
+use sharedos_rig::vm::AccelChoice;
+use std::path::{Path, PathBuf};
 
 #[derive(Parser)]
-#[command(name = "xtask", about = "sharedos-rig development tasks")]
+#[command(name = "xtask", about = "sharedos-rig tasks")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
+}
+
+#[derive(clap::Args, Clone)]
+struct VmArgs {
+    #[command(flatten)]
+    image: BuildOptions,
+    /// auto: KVM only when /dev/kvm opens read-write and the kernel shows progress quickly.
+    #[arg(long, value_enum, default_value = "auto")]
+    accel: AccelChoice,
+    /// Report directory [default: reports/<UTC time>-<id>].
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Leave the VM running after the gates (prints how to reach it).
+    #[arg(long)]
+    keep_vm: bool,
+    /// Guest memory in MiB.
+    #[arg(long, default_value_t = 1024)]
+    memory: u64,
+    /// Guest CPUs.
+    #[arg(long, default_value_t = 2)]
+    cpus: u32,
+    /// Use this static sharedos-gate instead of building it (for machines without cargo).
+    #[arg(long)]
+    gate_binary: Option<PathBuf>,
+    /// Arguments passed on to `sharedos-gate diagnose` in the guest.
+    #[arg(last = true)]
+    diagnose_args: Vec<String>,
 }
 
 #[derive(Subcommand)]
 enum Command {
     /// Build (or find in the cache) the pinned guest image; prints the entry directory last.
     Image(BuildOptions),
-    /// Time cached no-op image builds (the first run builds if needed and is not counted).
-    BenchImage {
+    /// Boot the pinned image in QEMU, run the ten gates over SSH, archive the report.
+    /// Exits 0/3/1 with the verdict, 2 when the rig itself failed.
+    VmRun(VmArgs),
+    /// Benchmarks: the cached image no-op, and warm vm-runs phase by phase (medians).
+    Bench {
         #[command(flatten)]
-        opts: BuildOptions,
+        vm: VmArgs,
+        /// Warm vm-runs to time.
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+        /// Cached image no-ops to time.
         #[arg(long, default_value_t = 10)]
-        iterations: usize,
+        image_runs: usize,
     },
+}
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."))
+}
+
+fn vm_options(a: VmArgs) -> Result<VmRunOptions> {
+    let gate_binary = match a.gate_binary {
+        Some(p) => p,
+        None if a.image.plan => run::default_gate_binary(&workspace()),
+        None => run::build_gate_binary(&workspace())?,
+    };
+    Ok(VmRunOptions {
+        plan: a.image.plan,
+        image: a.image,
+        accel: a.accel,
+        out: a.out,
+        reports_root: PathBuf::from("reports"),
+        keep_vm: a.keep_vm,
+        memory_mib: a.memory,
+        cpus: a.cpus,
+        gate_binary,
+        diagnose_args: a.diagnose_args,
+        command_line: std::env::args().collect(),
+    })
 }
 
 fn main() {
     let cli = Cli::parse();
-    if let Err(e) = run(cli) {
-        eprintln!("error: {e:#}");
-        std::process::exit(1);
-    }
+    let code = match run_cli(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            run::RIG_FAILURE
+        }
+    };
+    std::process::exit(code);
 }
 
-fn run(cli: Cli) -> Result<()> {
+fn run_cli(cli: Cli) -> Result<i32> {
     match cli.command {
-        Command::Image(opts) => image::cli_main_image(&opts),
-        Command::BenchImage { opts, iterations } => {
-            let mut t = image::bench_cached_image(&opts, iterations.max(1))?;
-            t.sort();
-            let ms = |d: std::time::Duration| d.as_secs_f64() * 1000.0;
-            let (min, med, max) = (t[0], t[t.len() / 2], t[t.len() - 1]);
-            println!(
-                "cached image no-op over {} runs: min {:.1} ms, median {:.1} ms, max {:.1} ms ({})",
-                t.len(),
-                ms(min),
-                ms(med),
-                ms(max),
-                if max.as_secs_f64() < 1.0 {
-                    "under a second"
-                } else {
-                    "NOT under a second"
-                }
-            );
-            Ok(())
+        Command::Image(opts) => image::cli_main_image(&opts).map(|()| 0),
+        Command::VmRun(a) => Ok(run::vm_run(&vm_options(a)?)),
+        Command::Bench {
+            vm,
+            runs,
+            image_runs,
+        } => {
+            let opts = vm_options(vm)?;
+            let text = run::bench(&opts, image_runs.max(1), runs.max(1))?;
+            print!("{text}");
+            Ok(0)
         }
     }
 }

@@ -26,10 +26,10 @@ pub fn run(ctx: &mut Ctx) -> Gate {
     let mut g = Gate::new(
         GateName::GuiPixelReview,
         Status::ReviewRequired,
+        // The report directory is named generically: after vm-run it lives on another machine.
         format!(
-            "a human must look at the {} PNGs and record a decision citing their sha256: `sharedos-rig review {} --decision pass|fail --reviewer NAME`",
-            pngs.len(),
-            dir.display()
+            "a human must look at the {} PNGs and record a decision citing their sha256: `sharedos-rig review REPORT_DIR --decision pass|fail --reviewer NAME`",
+            pngs.len()
         ),
     );
     g.data.insert("pngs".into(), json!(pngs));

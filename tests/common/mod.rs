@@ -1,0 +1,170 @@
+//! What the end-to-end tests share: an unprivileged user, a sandbox it owns holding copies of
+//! the binaries and of images/, and running commands as that user.
+
+#![allow(dead_code)]
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// Created by the tests when missing; useradd gives it subuid/subgid ranges, which the image
+/// builder's unshare mode needs.
+pub const USER: &str = "rigbuilder";
+
+pub fn is_root() -> bool {
+    nix::unistd::getuid().is_root()
+}
+
+pub fn ensure_user() -> (u32, u32) {
+    let id = |flag: &str| -> Option<u32> {
+        let o = Command::new("id").args([flag, USER]).output().ok()?;
+        o.status
+            .success()
+            .then(|| String::from_utf8_lossy(&o.stdout).trim().parse().ok())?
+    };
+    if id("-u").is_none() {
+        let st = Command::new("useradd")
+            .args(["--create-home", "--shell", "/bin/sh", USER])
+            .status()
+            .expect("running useradd");
+        assert!(st.success(), "useradd {USER} failed");
+    }
+    (
+        id("-u").expect("uid of the test user"),
+        id("-g").expect("gid of the test user"),
+    )
+}
+
+/// The xtask binary, built fresh next to this test's binary.
+pub fn xtask_binary() -> PathBuf {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let st = Command::new(cargo)
+        .args(["build", "--quiet", "-p", "xtask"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .status()
+        .expect("running cargo build -p xtask");
+    assert!(st.success(), "cargo build -p xtask failed");
+    let exe = std::env::current_exe().expect("current_exe");
+    let dir = exe.parent().and_then(Path::parent).expect("target/<profile>");
+    let bin = dir.join("xtask");
+    assert!(bin.is_file(), "{} was not built", bin.display());
+    bin
+}
+
+pub fn last_line(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .last()
+        .unwrap_or("")
+        .to_string()
+}
+
+/// A scratch directory owned by the user, holding a copy of xtask and of images/.
+pub struct Sandbox {
+    pub dir: PathBuf,
+    pub xtask: PathBuf,
+    pub images: PathBuf,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+impl Sandbox {
+    /// None, after saying so loudly, when the test cannot switch users (not root).
+    pub fn new_or_skip(name: &str) -> Option<Sandbox> {
+        if !is_root() {
+            eprintln!(
+                "\n!!!!! SKIPPED {name}: it must start as root to create and switch to the \
+                 unprivileged user {USER}; nothing was tested !!!!!\n"
+            );
+            return None;
+        }
+        Some(Sandbox::new(name))
+    }
+
+    pub fn new(name: &str) -> Sandbox {
+        let (uid, gid) = ensure_user();
+        let dir = std::env::temp_dir()
+            .join(format!("sharedos-test-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("home")).unwrap();
+        let xtask = dir.join("xtask");
+        std::fs::copy(xtask_binary(), &xtask).unwrap();
+        let images = dir.join("images");
+        let st = Command::new("cp")
+            .arg("-r")
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("images"))
+            .arg(&images)
+            .status()
+            .unwrap();
+        assert!(st.success());
+        let sb = Sandbox {
+            dir,
+            xtask,
+            images,
+            uid,
+            gid,
+        };
+        sb.chown();
+        // The user must be able to reach the sandbox from /.
+        let mut p = sb.dir.parent();
+        while let Some(d) = p {
+            let mode = std::fs::metadata(d).unwrap().mode();
+            assert!(mode & 0o001 != 0, "{} is not searchable by {USER}", d.display());
+            p = d.parent();
+        }
+        sb
+    }
+
+    fn chown(&self) {
+        let st = Command::new("chown")
+            .arg("-R")
+            .arg(format!("{}:{}", self.uid, self.gid))
+            .arg(&self.dir)
+            .status()
+            .unwrap();
+        assert!(st.success());
+    }
+
+    /// Copies a file into the sandbox, executable and owned by the user.
+    pub fn copy_in(&self, src: &Path, name: &str) -> PathBuf {
+        let dst = self.dir.join(name);
+        std::fs::copy(src, &dst).unwrap();
+        self.chown();
+        dst
+    }
+
+    /// `program args` as the user, with HOME in the sandbox and no inherited cache setting.
+    pub fn command_as_user(&self, program: &Path, args: &[&str]) -> Command {
+        let mut c = Command::new("setpriv");
+        c.arg(format!("--reuid={}", self.uid))
+            .arg(format!("--regid={}", self.gid))
+            .arg("--init-groups")
+            .arg("env")
+            .arg(format!("HOME={}", self.dir.join("home").display()))
+            .arg("SHAREDOS_RIG_CACHE=/nonexistent-must-not-be-used")
+            .arg(program)
+            .args(args)
+            .current_dir(&self.dir);
+        c
+    }
+
+    pub fn run_as_user(&self, program: &Path, args: &[&str]) -> Output {
+        let out = self
+            .command_as_user(program, args)
+            .output()
+            .expect("running a command as the test user");
+        eprintln!(
+            "--- {} {args:?} ({}) stderr:\n{}",
+            program.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    }
+}
+
+impl Drop for Sandbox {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

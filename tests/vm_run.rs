@@ -1,0 +1,227 @@
+//! `xtask vm-run` end to end, as an unprivileged user: the pinned image built (or found) in the
+//! user's cache, QEMU under whatever accelerator `auto` gets through to (TCG on hosted runners and
+//! on this project's machines), one SSH session, the real gates inside the guest.
+//!
+//! Minutes each, so `#[ignore]`d in a plain `cargo test`; the README's test command and CI run
+//! them with `--include-ignored`.
+
+mod common;
+
+use common::{last_line, Sandbox};
+use sharedos_rig::report::{GateName, Report, Status};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// One image build for the whole file: tests share the user's cache, one at a time.
+static VM: Mutex<()> = Mutex::new(());
+
+fn gate_binary() -> PathBuf {
+    sharedos_rig::run::build_gate_binary(Path::new(env!("CARGO_MANIFEST_DIR")))
+        .expect("building the static gate binary")
+}
+
+fn read_report(dir: &Path) -> Report {
+    let text = std::fs::read_to_string(dir.join("report.json"))
+        .unwrap_or_else(|e| panic!("no report.json in {}: {e}", dir.display()));
+    serde_json::from_str(&text).unwrap()
+}
+
+/// Every process whose command line mentions `needle` (QEMU's names the run's files).
+fn processes_mentioning(needle: &str) -> Vec<(i32, String)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        if pid == std::process::id() as i32 {
+            continue;
+        }
+        let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+            continue;
+        };
+        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+        if cmd.contains(needle) {
+            out.push((pid, cmd));
+        }
+    }
+    out
+}
+
+#[test]
+#[ignore = "boots a VM: minutes; run with --include-ignored"]
+fn vm_run_archives_an_identified_report_that_verify_agrees_with() {
+    let Some(sb) = Sandbox::new_or_skip("vmrun") else {
+        return;
+    };
+    let _one = VM.lock().unwrap_or_else(|e| e.into_inner());
+    let gate = sb.copy_in(&gate_binary(), "sharedos-gate");
+    let out_dir = sb.dir.join("reports/run");
+    let out = sb.run_as_user(
+        &sb.xtask,
+        &[
+            "vm-run",
+            "--images-dir",
+            sb.images.to_str().unwrap(),
+            "--cache-dir",
+            sb.dir.join("cache").to_str().unwrap(),
+            "--accel",
+            "auto",
+            "--gate-binary",
+            gate.to_str().unwrap(),
+            "--out",
+            out_dir.to_str().unwrap(),
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let code = out.status.code().unwrap();
+    assert_ne!(code, 2, "the rig failed:\n{stderr}");
+    assert_eq!(PathBuf::from(last_line(&out)), out_dir, "last line names the report dir");
+
+    let r = read_report(&out_dir);
+    let vm = r.vm.as_ref().expect("vm provenance");
+    // Where, on what, when.
+    assert_eq!(r.environment.kernel_release, vm.kernel_release_pinned, "guest kernel is the locked one");
+    assert!(!vm.kernel_release_pinned.is_empty());
+    assert_eq!(r.environment.hostname, "sharedos-guest");
+    assert_eq!(r.environment.boot_id.len(), 36);
+    assert!(r.environment.started_at.ends_with('Z') && r.environment.finished_at.ends_with('Z'));
+    assert!(["kvm", "tcg"].contains(&vm.accel.as_str()), "accel {:?}", vm.accel);
+    assert!(!vm.accel_reason.is_empty());
+    assert!(vm.qemu_version.starts_with("QEMU emulator version"));
+    assert_eq!(vm.image_sha256.len(), 64);
+    assert_eq!(vm.gate_binary_sha256.len(), 64);
+    assert!(vm.guest_mem_used_mib.unwrap_or(0) > 0);
+    let phases: Vec<&str> = vm.phases.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(phases, ["image", "boot_to_ssh", "copy", "gates", "fetch"]);
+
+    // Every gate ran: nothing is NOT_RUN for want of a tool, and cleanup proved the tree gone.
+    for g in &r.gates {
+        assert_ne!(g.status, Status::NotRun, "{} did not run: {}", g.name, g.reason);
+    }
+    let cleanup = r.gate(GateName::Cleanup).unwrap();
+    assert_eq!(cleanup.status, Status::Pass, "{}", cleanup.reason);
+    assert!(r.environment.criu_version.is_some());
+
+    // Every artifact verifies, the serial console log among them.
+    assert!(sharedos_rig::digest::verify_artifacts(&out_dir, &r.artifacts).is_empty());
+    for want in ["serial.log", "png/live.png", "criu/dump.log"] {
+        assert!(r.artifacts.iter().any(|a| a.path == want), "{want} not archived");
+    }
+    let serial = std::fs::read_to_string(out_dir.join("serial.log")).unwrap();
+    assert!(serial.contains("SHAREDOS-READY"));
+
+    // `sharedos-rig verify` agrees with the run's exit code.
+    let verify = Command::new(env!("CARGO_BIN_EXE_sharedos-rig"))
+        .arg("verify")
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    assert_eq!(verify.status.code(), Some(code), "{}", String::from_utf8_lossy(&verify.stdout));
+    // In the pinned guest the CRIU gates must pass: only the human review is left.
+    assert_eq!(code, 3, "gates:\n{}", r.gates.iter().map(|g| format!("{} {} {}\n", g.name, g.status, g.reason)).collect::<String>());
+    assert!(processes_mentioning(out_dir.to_str().unwrap()).is_empty(), "a process outlived the run");
+}
+
+#[test]
+#[ignore = "boots a VM: minutes; run with --include-ignored"]
+fn qemu_killed_during_the_gates_exits_2_with_a_partial_report_and_nothing_left() {
+    let Some(sb) = Sandbox::new_or_skip("vmkill") else {
+        return;
+    };
+    let _one = VM.lock().unwrap_or_else(|e| e.into_inner());
+    let gate = sb.copy_in(&gate_binary(), "sharedos-gate");
+    let out_dir = sb.dir.join("reports/killed");
+    let mut child = sb
+        .command_as_user(
+            &sb.xtask,
+            &[
+                "vm-run",
+                "--images-dir",
+                sb.images.to_str().unwrap(),
+                "--cache-dir",
+                sb.dir.join("cache").to_str().unwrap(),
+                "--accel",
+                "tcg",
+                "--gate-binary",
+                gate.to_str().unwrap(),
+                "--out",
+                out_dir.to_str().unwrap(),
+            ],
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait for the gates to be under way, then kill QEMU out from under the run.
+    let stderr = child.stderr.take().unwrap();
+    let mut lines = BufReader::new(stderr).lines();
+    let mut seen = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(1200);
+    loop {
+        let line = lines
+            .next()
+            .unwrap_or_else(|| panic!("vm-run ended before the gates ran:\n{}", seen.join("\n")))
+            .unwrap();
+        seen.push(line.clone());
+        if line.contains("gate 2/10") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the gates never started");
+    }
+    let qemu = processes_mentioning(&out_dir.join("serial.log").display().to_string());
+    let qemu: Vec<_> = qemu.into_iter().filter(|(_, c)| c.starts_with("qemu-system")).collect();
+    assert_eq!(qemu.len(), 1, "{qemu:?}");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(qemu[0].0),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let status = child.wait().unwrap();
+    let stdout = {
+        use std::io::Read;
+        let mut s = String::new();
+        child.stdout.take().unwrap().read_to_string(&mut s).unwrap();
+        s
+    };
+    assert_eq!(status.code(), Some(2), "stderr:\n{}\n{}", seen.join("\n"), rest.join("\n"));
+    assert_eq!(stdout.lines().last().map(PathBuf::from), Some(out_dir.clone()));
+    let r = read_report(&out_dir);
+    assert_eq!(r.exit_code, 2);
+    assert!(!r.all_gates_pass);
+    let vm = r.vm.as_ref().unwrap();
+    assert!(vm.rig_error.as_deref().unwrap_or("").len() > 10, "{:?}", vm.rig_error);
+    assert!(r.artifacts.iter().any(|a| a.path == "serial.log"), "the serial log is archived");
+    assert!(sharedos_rig::digest::verify_artifacts(&out_dir, &r.artifacts).is_empty());
+    // What the gates said before the crash is kept, the rest is NOT_RUN.
+    assert_eq!(r.gate(GateName::Prerequisites).unwrap().status, Status::Pass);
+    assert_eq!(r.gate(GateName::Cleanup).unwrap().status, Status::NotRun);
+    assert!(processes_mentioning(out_dir.to_str().unwrap()).is_empty(), "a process outlived the run");
+    assert!(processes_mentioning(gate.to_str().unwrap()).is_empty());
+}
+
+#[test]
+fn plan_starts_nothing() {
+    let dir = std::env::temp_dir().join(format!("vmrun-plan-{}", std::process::id()));
+    let out = Command::new(env!("CARGO_BIN_EXE_sharedos-rig"))
+        .arg("--version")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let xtask = common::xtask_binary();
+    let out = Command::new(xtask)
+        .args(["vm-run", "--plan", "--gate-binary", "/nonexistent/gate", "--out"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    for needle in ["qemu-system-x86_64", "-accel tcg -cpu max", "restrict=on", "qemu-img create", "ssh-keygen", "sha256sum", "diagnose --work"] {
+        assert!(text.contains(needle), "plan lacks {needle}:\n{text}");
+    }
+    assert!(!dir.exists(), "plan created the report directory");
+    assert!(processes_mentioning(&dir.display().to_string()).is_empty());
+}
