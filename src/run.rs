@@ -678,6 +678,19 @@ fn median(mut v: Vec<f64>) -> f64 {
 pub const TARGET_BOOT_TO_SSH_S: f64 = 8.0;
 pub const TARGET_WARM_RUN_S: f64 = 30.0;
 
+/// The cached image no-op, timed `runs` times: median, min and max.
+pub fn bench_image(opts: &BuildOptions, runs: usize) -> Result<String> {
+    let t = image::bench_cached_image(opts, runs)?;
+    let ms: Vec<f64> = t.iter().map(|d| d.as_secs_f64() * 1000.0).collect();
+    Ok(format!(
+        "cached image no-op: median {:.1} ms over {} runs (min {:.1}, max {:.1})\n",
+        median(ms.clone()),
+        ms.len(),
+        ms.iter().cloned().fold(f64::INFINITY, f64::min),
+        ms.iter().cloned().fold(0.0, f64::max)
+    ))
+}
+
 /// `cargo xtask bench`: the cached image no-op, then `runs` warm vm-runs timed phase by phase.
 /// Reports medians and ratios to the targets; asserts nothing.
 pub fn bench(opts: &VmRunOptions, image_runs: usize, runs: usize) -> Result<String> {
@@ -690,15 +703,7 @@ pub fn bench(opts: &VmRunOptions, image_runs: usize, runs: usize) -> Result<Stri
         host.kernel_release,
         command_output(&["sh", "-c", "grep -m1 'model name' /proc/cpuinfo | cut -d: -f2"]),
     ));
-    let t = image::bench_cached_image(&opts.image, image_runs)?;
-    let ms: Vec<f64> = t.iter().map(|d| d.as_secs_f64() * 1000.0).collect();
-    out.push_str(&format!(
-        "cached image no-op: median {:.1} ms over {} runs (min {:.1}, max {:.1})\n",
-        median(ms.clone()),
-        ms.len(),
-        ms.iter().cloned().fold(f64::INFINITY, f64::min),
-        ms.iter().cloned().fold(0.0, f64::max)
-    ));
+    out.push_str(&bench_image(&opts.image, image_runs)?);
     let root = opts
         .out
         .clone()

@@ -50,6 +50,13 @@ enum Command {
     /// Boot the pinned image in QEMU, run the ten gates over SSH, archive the report.
     /// Exits 0/3/1 with the verdict, 2 when the rig itself failed.
     VmRun(VmArgs),
+    /// Benchmark of the cached image no-op alone.
+    BenchImage {
+        #[command(flatten)]
+        opts: BuildOptions,
+        #[arg(long, default_value_t = 10)]
+        iterations: usize,
+    },
     /// Benchmarks: the cached image no-op, and warm vm-runs phase by phase (medians).
     Bench {
         #[command(flatten)]
@@ -107,6 +114,10 @@ fn run_cli(cli: Cli) -> Result<i32> {
     match cli.command {
         Command::Image(opts) => image::cli_main_image(&opts).map(|()| 0),
         Command::VmRun(a) => Ok(run::vm_run(&vm_options(a)?)),
+        Command::BenchImage { opts, iterations } => {
+            print!("{}", run::bench_image(&opts, iterations.max(1))?);
+            Ok(0)
+        }
         Command::Bench {
             vm,
             runs,
