@@ -118,7 +118,11 @@ pub fn run(cfg: Config, progress: &mut dyn FnMut(&Gate)) -> Report {
         let mut gate = if name == GateName::Cleanup {
             run_gate(name, &mut ctx)
         } else if let Some(sig) = signals::interrupted() {
-            Gate::new(name, Status::NotRun, format!("the run was interrupted by {sig}"))
+            Gate::new(
+                name,
+                Status::NotRun,
+                format!("the run was interrupted by {sig}"),
+            )
         } else if let Some(why) = blocked(name, &done) {
             Gate::new(name, Status::NotRun, why)
         } else {
@@ -296,6 +300,16 @@ pub fn plan(cfg: &Config) -> Vec<PlanStep> {
             ),
         ));
     }
+    for inner in [&["nft", "list", "ruleset"][..], &["iptables-save"][..]] {
+        v.push(step(
+            GateName::RestoreLiveProcess,
+            "look for a CRIU network lock left in copy a's firewall (PID is its PID 1)",
+            gates::in_netns_argv(0, inner)
+                .into_iter()
+                .map(|a| a.replace("/proc/0/", "/proc/PID/"))
+                .collect(),
+        ));
+    }
     v.push(step(
         GateName::Cleanup,
         "SIGTERM, then SIGKILL, to every process whose cmdline or environ carries the marker (kill(2))",
@@ -313,7 +327,12 @@ pub fn render_plan(cfg: &Config) -> String {
         cfg.out.display()
     );
     for p in plan(cfg) {
-        s.push_str(&format!("[{}] {}\n    {}\n", p.gate, p.what, shell_words(&p.argv)));
+        s.push_str(&format!(
+            "[{}] {}\n    {}\n",
+            p.gate,
+            p.what,
+            shell_words(&p.argv)
+        ));
     }
     s
 }
@@ -353,7 +372,10 @@ mod tests {
                 Status::Fail
             },
         );
-        for name in TREE_CHECKS.iter().chain(["criu_present", "criu_check"].iter()) {
+        for name in TREE_CHECKS
+            .iter()
+            .chain(["criu_present", "criu_check"].iter())
+        {
             g.checks.push(Check {
                 name: name.to_string(),
                 passed: !failed.contains(name),
@@ -464,6 +486,7 @@ mod tests {
             "Xvfb :170 -screen 0 640x480x24 -nolisten tcp -noreset",
             "unshare --pid --fork --mount-proc --mount --net --ipc --uts --propagation private",
             "xterm -ut -T sharedos-spike",
+            "nsenter --net=/proc/PID/ns/net -- nft list ruleset",
         ] {
             assert!(text.contains(needle), "plan lacks {needle}:\n{text}");
         }

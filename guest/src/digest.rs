@@ -21,7 +21,11 @@ pub fn base64(bytes: &[u8], pad: bool) -> String {
     const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
     for chunk in bytes.chunks(3) {
-        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
         let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
         let chars = chunk.len() + 1;
         for i in 0..4 {
@@ -37,7 +41,8 @@ pub fn base64(bytes: &[u8], pad: bool) -> String {
 
 /// Streams the file, so multi-megabyte CRIU images cost no memory.
 pub fn sha256_file(path: &Path) -> Result<(String, u64)> {
-    let mut f = File::open(path).with_context(|| format!("opening {} to hash it", path.display()))?;
+    let mut f =
+        File::open(path).with_context(|| format!("opening {} to hash it", path.display()))?;
     let mut h = Sha256::new();
     let mut buf = vec![0u8; 1 << 16];
     let mut total = 0u64;
@@ -135,8 +140,14 @@ mod tests {
         assert!(verify_artifacts(&dir, std::slice::from_ref(&good)).is_empty());
         std::fs::write(dir.join("a.txt"), b"abd").unwrap();
         let mut list = vec![good.clone()];
-        list.push(Artifact { path: "gone.png".into(), ..good.clone() });
-        list.push(Artifact { path: "../x".into(), ..good });
+        list.push(Artifact {
+            path: "gone.png".into(),
+            ..good.clone()
+        });
+        list.push(Artifact {
+            path: "../x".into(),
+            ..good
+        });
         let bad = verify_artifacts(&dir, &list);
         assert_eq!(bad.len(), 3);
         std::fs::remove_dir_all(&dir).unwrap();

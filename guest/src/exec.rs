@@ -119,10 +119,10 @@ fn spawn_and_wait(
     configure: impl FnOnce(&mut Command),
 ) -> Result<(), String> {
     let (prog, args) = argv.split_first().ok_or("empty command line")?;
-    let out = File::create(out_path)
-        .map_err(|e| format!("cannot create {}: {e}", out_path.display()))?;
-    let err = File::create(err_path)
-        .map_err(|e| format!("cannot create {}: {e}", err_path.display()))?;
+    let out =
+        File::create(out_path).map_err(|e| format!("cannot create {}: {e}", out_path.display()))?;
+    let err =
+        File::create(err_path).map_err(|e| format!("cannot create {}: {e}", err_path.display()))?;
     let mut cmd = Command::new(prog);
     cmd.args(args)
         .stdin(Stdio::null())
@@ -216,7 +216,11 @@ mod tests {
             &scratch(),
         );
         assert_eq!(o.evidence.exit_code, None);
-        assert!(o.evidence.note.contains("could not start"), "{:?}", o.evidence);
+        assert!(
+            o.evidence.note.contains("could not start"),
+            "{:?}",
+            o.evidence
+        );
     }
 
     #[test]

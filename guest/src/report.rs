@@ -426,7 +426,13 @@ mod tests {
     fn names_serialize_as_the_spec_spells_them() {
         let names: Vec<String> = GateName::ALL
             .iter()
-            .map(|n| serde_json::to_value(n).unwrap().as_str().unwrap().to_string())
+            .map(|n| {
+                serde_json::to_value(n)
+                    .unwrap()
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            })
             .collect();
         assert_eq!(
             names,

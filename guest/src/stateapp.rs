@@ -31,7 +31,9 @@ pub fn random_hex(bytes: usize) -> Result<String> {
 }
 
 pub fn is_token(s: &str) -> bool {
-    s.len() == 32 && s.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+    s.len() == 32
+        && s.bytes()
+            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
 }
 
 /// The app's main loop. Single-threaded on purpose. The counter ticks on the monotonic clock,

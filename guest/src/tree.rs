@@ -239,8 +239,13 @@ fn setup_root_and_exec(spec: &TreeSpec) -> Result<Never> {
         ("tty", 5, 0),
     ] {
         let p = dev.join(name);
-        mknod(&p, SFlag::S_IFCHR, Mode::from_bits_truncate(0o666), makedev(major, minor))
-            .with_context(|| format!("mknod {}", p.display()))?;
+        mknod(
+            &p,
+            SFlag::S_IFCHR,
+            Mode::from_bits_truncate(0o666),
+            makedev(major, minor),
+        )
+        .with_context(|| format!("mknod {}", p.display()))?;
         nix::sys::stat::fchmodat(
             nix::fcntl::AT_FDCWD,
             &p,
@@ -259,7 +264,12 @@ fn setup_root_and_exec(spec: &TreeSpec) -> Result<Never> {
     )?;
     std::os::unix::fs::symlink("pts/ptmx", dev.join("ptmx")).context("symlink /dev/ptmx")?;
     std::fs::create_dir(dev.join("shm")).context("mkdir /dev/shm")?;
-    mount_fs("tmpfs", &dev.join("shm"), nodev | MsFlags::MS_NODEV, "mode=1777")?;
+    mount_fs(
+        "tmpfs",
+        &dev.join("shm"),
+        nodev | MsFlags::MS_NODEV,
+        "mode=1777",
+    )?;
     for (name, target) in [
         ("fd", "/proc/self/fd"),
         ("stdin", "/proc/self/fd/0"),
@@ -282,12 +292,7 @@ fn setup_root_and_exec(spec: &TreeSpec) -> Result<Never> {
         mount_fs("tmpfs", &xkb, nodev | MsFlags::MS_NODEV, "mode=0755")?;
     }
     // A proc of the new pid namespace (we are its PID 1 now).
-    mount_fs(
-        "proc",
-        &root.join("proc"),
-        nodev | MsFlags::MS_NODEV,
-        "",
-    )?;
+    mount_fs("proc", &root.join("proc"), nodev | MsFlags::MS_NODEV, "")?;
 
     let exe_in_tree = root.join(TREE_EXE.trim_start_matches('/'));
     std::fs::copy("/proc/self/exe", &exe_in_tree)
@@ -383,8 +388,14 @@ pub fn init_main(spec: &TreeSpec) -> Result<()> {
     if let Err(e) = up {
         println!("{e}");
     }
-    println!("stateapp pid {}", start(&stateapp_argv(&spec.marker), "/tmp/stateapp.log")?);
-    println!("xterm pid {}", start(&xterm_argv(&spec.marker), "/tmp/xterm.log")?);
+    println!(
+        "stateapp pid {}",
+        start(&stateapp_argv(&spec.marker), "/tmp/stateapp.log")?
+    );
+    println!(
+        "xterm pid {}",
+        start(&xterm_argv(&spec.marker), "/tmp/xterm.log")?
+    );
     loop {
         match nix::sys::wait::wait() {
             Ok(status) => println!("reaped {status:?}"),
@@ -435,7 +446,9 @@ mod tests {
         assert!(u.starts_with(
             "unshare --pid --fork --mount-proc --mount --net --ipc --uts --propagation private -- "
         ));
-        assert!(init_argv(&s).join(" ").contains("tree-init --marker spike-0123456789ab"));
+        assert!(init_argv(&s)
+            .join(" ")
+            .contains("tree-init --marker spike-0123456789ab"));
     }
 
     #[test]

@@ -14,7 +14,11 @@ impl fmt::Display for WaitError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             WaitError::TimedOut { what, after } => {
-                write!(f, "timed out after {:.1} s waiting for {what}", after.as_secs_f64())
+                write!(
+                    f,
+                    "timed out after {:.1} s waiting for {what}",
+                    after.as_secs_f64()
+                )
             }
             WaitError::Interrupted { what, signal } => {
                 write!(f, "interrupted by {signal} while waiting for {what}")

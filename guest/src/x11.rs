@@ -40,8 +40,8 @@ impl Frame {
     }
 
     pub fn write_png(&self, path: &Path) -> Result<()> {
-        let f = std::fs::File::create(path)
-            .with_context(|| format!("creating {}", path.display()))?;
+        let f =
+            std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
         let mut enc = png::Encoder::new(BufWriter::new(f), self.width.into(), self.height.into());
         enc.set_color(png::ColorType::Rgb);
         enc.set_depth(png::BitDepth::Eight);
@@ -145,7 +145,15 @@ impl XConn {
         let (rm, gm, bm) = (visual.red_mask, visual.green_mask, visual.blue_mask);
         let img = self
             .conn
-            .get_image(ImageFormat::Z_PIXMAP, self.root, 0, 0, self.width, self.height, !0)?
+            .get_image(
+                ImageFormat::Z_PIXMAP,
+                self.root,
+                0,
+                0,
+                self.width,
+                self.height,
+                !0,
+            )?
             .reply()
             .context("GetImage of the root window")?;
         let bpp = setup
@@ -155,7 +163,10 @@ impl XConn {
             .map(|f| f.bits_per_pixel)
             .context("no pixmap format for the root depth")?;
         if bpp != 32 {
-            bail!("unsupported framebuffer format: depth {} at {bpp} bits per pixel (want 24/32)", img.depth);
+            bail!(
+                "unsupported framebuffer format: depth {} at {bpp} bits per pixel (want 24/32)",
+                img.depth
+            );
         }
         let n = self.width as usize * self.height as usize;
         if img.data.len() < n * 4 {
@@ -184,10 +195,12 @@ impl XConn {
         let gc = self.conn.generate_id()?;
         self.conn
             .create_gc(gc, self.root, &CreateGCAux::new().foreground(pixel))?;
-        self.conn
-            .change_gc(gc, &ChangeGCAux::new().subwindow_mode(Some(
+        self.conn.change_gc(
+            gc,
+            &ChangeGCAux::new().subwindow_mode(Some(
                 x11rb::protocol::xproto::SubwindowMode::INCLUDE_INFERIORS,
-            )))?;
+            )),
+        )?;
         self.conn.poly_fill_rectangle(self.root, gc, &[rect])?;
         self.conn.free_gc(gc)?;
         // A round trip makes sure the server has drawn before anyone grabs.

@@ -110,7 +110,12 @@ fn assert_all_checks_true(r: &Report, n: GateName) {
 
 fn assert_criu_gates_not_run(r: &Report) {
     for n in GateName::ALL.iter().filter(|n| n.needs_criu()) {
-        assert_eq!(status(r, *n), Status::NotRun, "{n}: {}", r.gate(*n).unwrap().reason);
+        assert_eq!(
+            status(r, *n),
+            Status::NotRun,
+            "{n}: {}",
+            r.gate(*n).unwrap().reason
+        );
     }
 }
 
@@ -165,11 +170,22 @@ fn plan_prints_commands_and_starts_and_writes_nothing() {
         .unwrap();
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
-    for needle in [" check", " dump -t PID", " restore -D ", "Xvfb :", "xterm ", "unshare --pid"] {
+    for needle in [
+        " check",
+        " dump -t PID",
+        " restore -D ",
+        "Xvfb :",
+        "xterm ",
+        "unshare --pid",
+    ] {
         assert!(text.contains(needle), "plan lacks {needle:?}:\n{text}");
     }
     assert!(text.contains(&c.marker));
-    assert_eq!(std::fs::read_dir(&c.dir).unwrap().count(), before, "plan wrote files");
+    assert_eq!(
+        std::fs::read_dir(&c.dir).unwrap().count(),
+        before,
+        "plan wrote files"
+    );
     assert!(!c.dir.join("work").exists() && !c.out().exists());
     c.assert_nothing_left();
 }
@@ -183,7 +199,11 @@ fn host_run_launches_probes_and_cleans_up() {
     let (out, r) = c.run(&[]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_report_shape(&r, &c.out());
-    for n in [GateName::Launch, GateName::LiveStateProbe, GateName::Cleanup] {
+    for n in [
+        GateName::Launch,
+        GateName::LiveStateProbe,
+        GateName::Cleanup,
+    ] {
         assert_all_checks_true(&r, n);
     }
     c.assert_nothing_left();
@@ -224,11 +244,19 @@ fn failing_criu_check_blocks_only_the_criu_gates() {
     assert!(pre.reason.contains("`criu check` failed"), "{}", pre.reason);
     assert!(pre.reason.contains("vDSO"), "{}", pre.reason);
     assert_eq!(r.environment.criu_version.as_deref(), Some("3.17.1"));
-    for n in [GateName::Launch, GateName::LiveStateProbe, GateName::Cleanup] {
+    for n in [
+        GateName::Launch,
+        GateName::LiveStateProbe,
+        GateName::Cleanup,
+    ] {
         assert_all_checks_true(&r, n);
     }
     assert_criu_gates_not_run(&r);
-    assert!(r.gate(GateName::Dump).unwrap().reason.contains("CRIU is not usable"));
+    assert!(r
+        .gate(GateName::Dump)
+        .unwrap()
+        .reason
+        .contains("CRIU is not usable"));
     c.assert_nothing_left();
 }
 
@@ -241,7 +269,12 @@ fn missing_criu_path_is_named_with_its_fix() {
     let (out, r) = c.run(&["--criu", "/nonexistent/criu"]);
     assert_eq!(out.status.code(), Some(1));
     let pre = r.gate(GateName::Prerequisites).unwrap();
-    assert!(pre.reason.contains("--criu /nonexistent/criu does not exist"), "{}", pre.reason);
+    assert!(
+        pre.reason
+            .contains("--criu /nonexistent/criu does not exist"),
+        "{}",
+        pre.reason
+    );
     assert_eq!(status(&r, GateName::Launch), Status::Pass);
     assert_criu_gates_not_run(&r);
     c.assert_nothing_left();
@@ -254,7 +287,11 @@ fn a_step_that_hangs_is_bounded_and_cleanup_still_runs() {
     }
     let c = Case::new("hang");
     let hang = c.dir.join("criu-that-hangs");
-    std::fs::write(&hang, "#!/bin/sh\n[ \"$1\" = --version ] && { echo 'Version: 0'; exit 0; }\nexec sleep 600\n").unwrap();
+    std::fs::write(
+        &hang,
+        "#!/bin/sh\n[ \"$1\" = --version ] && { echo 'Version: 0'; exit 0; }\nexec sleep 600\n",
+    )
+    .unwrap();
     std::fs::set_permissions(&hang, std::fs::Permissions::from_mode(0o755)).unwrap();
     let args = c.args_with("--step-timeout", "3");
     let started = Instant::now();
@@ -264,10 +301,17 @@ fn a_step_that_hangs_is_bounded_and_cleanup_still_runs() {
         .output()
         .unwrap();
     let r = c.report(&out);
-    assert!(started.elapsed() < Duration::from_secs(300), "the hang was not bounded");
+    assert!(
+        started.elapsed() < Duration::from_secs(300),
+        "the hang was not bounded"
+    );
     let pre = r.gate(GateName::Prerequisites).unwrap();
     assert!(pre.reason.contains("timed out"), "{}", pre.reason);
-    let ev = pre.evidence.iter().find(|e| e.step == "criu check").unwrap();
+    let ev = pre
+        .evidence
+        .iter()
+        .find(|e| e.step == "criu check")
+        .unwrap();
     assert!(ev.timed_out);
     assert_eq!(status(&r, GateName::Cleanup), Status::Pass);
     c.assert_nothing_left();
@@ -289,10 +333,7 @@ fn sigterm_mid_run_still_cleans_up_and_reports() {
         .unwrap();
     // Wait for the tree to exist, then interrupt.
     let deadline = Instant::now() + Duration::from_secs(120);
-    while probe::scan(&c.marker)
-        .iter()
-        .all(|p| p.program() != "Xvfb")
-    {
+    while probe::scan(&c.marker).iter().all(|p| p.program() != "Xvfb") {
         assert!(Instant::now() < deadline, "the tree never came up");
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -302,7 +343,8 @@ fn sigterm_mid_run_still_cleans_up_and_reports() {
     )
     .unwrap();
     let status_code = child.wait().unwrap().code();
-    let text = std::fs::read_to_string(c.out()).expect("an interrupted run still writes its report");
+    let text =
+        std::fs::read_to_string(c.out()).expect("an interrupted run still writes its report");
     let r: Report = serde_json::from_str(&text).unwrap();
     assert_eq!(status_code, Some(1));
     assert!(
@@ -326,7 +368,8 @@ fn display_in_use_is_refused_with_its_fix() {
     assert_eq!(out.status.code(), Some(1));
     let pre = r.gate(GateName::Prerequisites).unwrap();
     assert!(
-        pre.reason.contains(&format!("display :{} is already in use", c.display)),
+        pre.reason
+            .contains(&format!("display :{} is already in use", c.display)),
         "{}",
         pre.reason
     );
@@ -349,7 +392,8 @@ fn unwritable_work_dir_is_named_and_the_report_still_written() {
     assert_eq!(out.status.code(), Some(1));
     let pre = r.gate(GateName::Prerequisites).unwrap();
     assert!(
-        pre.reason.contains("/proc/sharedos-no-such-dir is not writable")
+        pre.reason
+            .contains("/proc/sharedos-no-such-dir is not writable")
             && pre.reason.contains("--work"),
         "{}",
         pre.reason
@@ -375,7 +419,12 @@ fn not_root_fails_prerequisites_and_runs_no_tree() {
         .output()
         .unwrap();
     let r = c.report(&out);
-    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_ne!(r.environment.euid, 0);
     let pre = r.gate(GateName::Prerequisites).unwrap();
     assert!(

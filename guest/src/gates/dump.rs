@@ -21,7 +21,10 @@ fn write_listing(ctx: &Ctx) -> anyhow::Result<(u64, usize)> {
     for e in &entries {
         let (h, n) = sha256_file(&e.path())?;
         total += n;
-        text.push_str(&format!("{h}  {n:>10}  {}\n", e.file_name().to_string_lossy()));
+        text.push_str(&format!(
+            "{h}  {n:>10}  {}\n",
+            e.file_name().to_string_lossy()
+        ));
     }
     std::fs::write(ctx.cfg.report_dir().join("criu/dump-images.txt"), text)?;
     Ok((total, entries.len()))
@@ -60,7 +63,12 @@ pub fn run(ctx: &mut Ctx) -> Gate {
     g.data("dump_ms", json!(ms));
     let dumped = out.success();
     g.require(
-        check("criu_dump_succeeded", dumped, json!(out.evidence.exit_code), "exit 0"),
+        check(
+            "criu_dump_succeeded",
+            dumped,
+            json!(out.evidence.exit_code),
+            "exit 0",
+        ),
         || format!("criu dump failed: {} (log: criu/dump.log)", out.summary()),
     );
     g.evidence(out.evidence);
@@ -72,7 +80,12 @@ pub fn run(ctx: &mut Ctx) -> Gate {
     // CRIU ends the dumped tree; its PID 1 is our child and must be reaped.
     let gone = ctx.kill_tree(pid).is_ok();
     ctx.tree = None;
-    g.check(check("original_tree_ended", gone, json!(pid), "the dumped tree no longer runs"));
+    g.check(check(
+        "original_tree_ended",
+        gone,
+        json!(pid),
+        "the dumped tree no longer runs",
+    ));
 
     match write_listing(ctx) {
         Ok((bytes, files)) => {

@@ -39,7 +39,9 @@ pub fn run(ctx: &mut Ctx) -> Gate {
     let b = match b {
         Ok(p) => p,
         Err(e) => {
-            g.problem(format!("restoring copy B beside A: {e:#} (log: criu/restore-b.log)"));
+            g.problem(format!(
+                "restoring copy B beside A: {e:#} (log: criu/restore-b.log)"
+            ));
             return g.finish("");
         }
     };
@@ -102,5 +104,7 @@ pub fn run(ctx: &mut Ctx) -> Gate {
             ));
         }
     }
-    g.finish("two copies ran at once in separate namespaces; changing A left B at the dump-time state")
+    g.finish(
+        "two copies ran at once in separate namespaces; changing A left B at the dump-time state",
+    )
 }

@@ -87,7 +87,12 @@ pub fn run(ctx: &mut Ctx) -> Gate {
         return g.finish("");
     }
     let spec = ctx.cfg.spec();
-    let (pid, ev) = tree::launch(&ctx.cfg.exe, &spec, ctx.cfg.step_timeout, &ctx.cfg.scratch());
+    let (pid, ev) = tree::launch(
+        &ctx.cfg.exe,
+        &spec,
+        ctx.cfg.step_timeout,
+        &ctx.cfg.scratch(),
+    );
     g.evidence(ev);
     let pid = match pid {
         Ok(p) => p,
@@ -98,7 +103,12 @@ pub fn run(ctx: &mut Ctx) -> Gate {
     };
     ctx.tree = Some(pid);
     g.data("init_pid", json!(pid));
-    g.check(check("init_pid", pid > 0, json!(pid), "host pid of the tree's PID 1"));
+    g.check(check(
+        "init_pid",
+        pid > 0,
+        json!(pid),
+        "host pid of the tree's PID 1",
+    ));
 
     let started = Instant::now();
     let mut last = Readiness::default();
@@ -110,7 +120,12 @@ pub fn run(ctx: &mut Ctx) -> Gate {
     g.data("ready_ms", json!(ready_ms));
     let ok = ready.is_ok();
     g.require(
-        check("tree_ready", ok, json!({"conditions": last, "ms": ready_ms}), "X answers with the xterm window mapped and the app answers"),
+        check(
+            "tree_ready",
+            ok,
+            json!({"conditions": last, "ms": ready_ms}),
+            "X answers with the xterm window mapped and the app answers",
+        ),
         || match &ready {
             Err(e) => format!("{e}; conditions then: {last:?}"),
             Ok(()) => String::new(),

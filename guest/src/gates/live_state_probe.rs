@@ -34,7 +34,11 @@ pub fn run(ctx: &mut Ctx) -> Gate {
             let second = wait::until(
                 "the app's counter to advance",
                 ctx.cfg.step_timeout.min(Duration::from_secs(10)),
-                || ctx.app(pid, "get").ok().filter(|s| s.counter > first.counter),
+                || {
+                    ctx.app(pid, "get")
+                        .ok()
+                        .filter(|s| s.counter > first.counter)
+                },
             );
             let c2 = second.as_ref().map(|s| s.counter).ok();
             g.check(check(
@@ -102,7 +106,9 @@ pub fn run(ctx: &mut Ctx) -> Gate {
         .iter()
         .filter(|p| {
             p.program() == "xterm"
-                && p.cmdline.windows(2).any(|w| w[0] == "-T" && w[1] == XTERM_TITLE)
+                && p.cmdline
+                    .windows(2)
+                    .any(|w| w[0] == "-T" && w[1] == XTERM_TITLE)
         })
         .collect();
     g.check(check(

@@ -106,7 +106,12 @@ pub fn run(ctx: &mut Ctx) -> Gate {
     ] {
         let found = find_program(prog);
         g.require(
-            check(name, found.is_some(), json!(found), &format!("{prog} on PATH")),
+            check(
+                name,
+                found.is_some(),
+                json!(found),
+                &format!("{prog} on PATH"),
+            ),
             || format!("{prog} not found on PATH: install it (`apt-get install {package}`)"),
         );
         if let (Some(p), true) = (found, scratch_ok) {
@@ -233,6 +238,9 @@ mod tests {
 
     #[test]
     fn first_line_skips_blanks() {
-        assert_eq!(first_line("\n  \nX.Org X Server 1.21\nmore"), "X.Org X Server 1.21");
+        assert_eq!(
+            first_line("\n  \nX.Org X Server 1.21\nmore"),
+            "X.Org X Server 1.21"
+        );
     }
 }

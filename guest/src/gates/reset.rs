@@ -27,7 +27,9 @@ pub fn run(ctx: &mut Ctx) -> Gate {
     let pid = match pid {
         Ok(p) => p,
         Err(e) => {
-            g.problem(format!("restoring again: {e:#} (log: criu/restore-reset.log)"));
+            g.problem(format!(
+                "restoring again: {e:#} (log: criu/restore-reset.log)"
+            ));
             return g.finish("");
         }
     };

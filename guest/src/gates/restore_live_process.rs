@@ -33,7 +33,11 @@ pub fn check_app_state(ctx: &Ctx, g: &mut GateBuilder, pid: i32, snap: &Observat
     let next = wait::until(
         "the restored counter to advance",
         ctx.cfg.step_timeout.min(Duration::from_secs(10)),
-        || ctx.app(pid, "get").ok().filter(|s| s.counter > first.counter),
+        || {
+            ctx.app(pid, "get")
+                .ok()
+                .filter(|s| s.counter > first.counter)
+        },
     );
     g.check(check(
         "counter_advances",
@@ -53,7 +57,12 @@ pub fn run(ctx: &mut Ctx) -> Gate {
     let ok = pid.is_ok();
     g.data("restore_ms", json!(ev.duration_ms));
     g.require(
-        check("criu_restore_succeeded", ok, json!(ev.exit_code), "exit 0 and a pidfile"),
+        check(
+            "criu_restore_succeeded",
+            ok,
+            json!(ev.exit_code),
+            "exit 0 and a pidfile",
+        ),
         || match &pid {
             Err(e) => format!("criu restore failed: {e:#} (log: criu/restore-a.log)"),
             Ok(_) => String::new(),
@@ -65,5 +74,6 @@ pub fn run(ctx: &mut Ctx) -> Gate {
     };
     g.data("copy_pid", json!(pid));
     check_app_state(ctx, &mut g, pid, &snap);
-    g.finish("the restored app has the dump-time token and its counter continues from the dump-time value")
+    super::check_no_network_lock_left(ctx, &mut g, pid);
+    g.finish("the restored app has the dump-time token and its counter continues from the dump-time value; no CRIU network lock left behind")
 }
