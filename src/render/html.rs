@@ -20,6 +20,7 @@ table{border-collapse:collapse;margin:.5em 0 1.5em}
 th,td{border:1px solid #d0d7de;padding:.25em .6em;text-align:left;vertical-align:top}
 td.num{text-align:right;white-space:nowrap}
 code,pre{font-family:ui-monospace,monospace;font-size:.9em}
+td code{overflow-wrap:anywhere}
 pre{white-space:pre-wrap;word-break:break-all;background:#f6f8fa;padding:.4em;margin:.2em 0}
 figure{display:inline-block;margin:0 1em 1em 0;border:1px solid #d0d7de;padding:.5em}
 figure img{display:block;image-rendering:pixelated;max-width:100%}
