@@ -94,15 +94,16 @@ pub fn userns_probe_cmd() -> Cmd {
     ])
 }
 
-/// The mmdebstrap invocation. `pinned` adds apt preferences that hold every package at its
-/// locked version; without it (`--update-lock`) apt takes what the mirror has.
+/// The mmdebstrap invocation. `work.pins` holds apt preferences that keep every package at its
+/// locked version; for `--update-lock` it is empty and apt takes what the mirror has. It is
+/// installed and removed either way, because removing it leaves preferences.d with a new
+/// mtime: doing the same in both paths keeps their images identical.
 pub fn mmdebstrap_cmd(
     def: &Definition,
     image_dir: &Path,
     mirror: &str,
     mode: BuilderMode,
     work: &WorkPaths,
-    pinned: bool,
 ) -> Cmd {
     let mut a: Vec<String> = vec![
         "mmdebstrap".into(),
@@ -126,13 +127,11 @@ pub fn mmdebstrap_cmd(
         };
         a.push(format!("--dpkgopt={kind}={glob}"));
     }
-    if pinned {
-        a.push("--setup-hook=mkdir -p \"$1/etc/apt/preferences.d\"".into());
-        a.push(format!(
-            "--setup-hook=upload {} /etc/apt/preferences.d/sharedos-lock",
-            p(&work.pins)
-        ));
-    }
+    a.push("--setup-hook=mkdir -p \"$1/etc/apt/preferences.d\"".into());
+    a.push(format!(
+        "--setup-hook=upload {} /etc/apt/preferences.d/sharedos-lock",
+        p(&work.pins)
+    ));
     let sources = format!(
         "deb {} {} {}",
         def.mirror,
@@ -363,14 +362,7 @@ impl BuildPlan {
         let entry_disk = self.work.entry.join(DISK_FILE);
         vec![
             Cmd::new(index::apt_update_argv(&self.apt_dir, &def.architecture)),
-            mmdebstrap_cmd(
-                def,
-                &self.image.dir,
-                &self.mirror,
-                self.mode,
-                &self.work,
-                self.lock.is_some(),
-            ),
+            mmdebstrap_cmd(def, &self.image.dir, &self.mirror, self.mode, &self.work),
             tar_extract_cmd(
                 &self.work.tarball,
                 &self.work.extract,
@@ -407,6 +399,13 @@ pub fn build(plan: &BuildPlan, progress: &Progress) -> Result<BuildResult> {
 
     let st = progress.stage("mirror index");
     index::prepare_dir(&plan.apt_dir, def, &plan.mirror)?;
+    // apt runs with its own locking off (it would want root's lock files), so two builds
+    // sharing this index take turns here instead.
+    let lock_file = std::fs::File::create(plan.apt_dir.join(".rig-lock"))
+        .context("creating the index lock file")?;
+    let index_lock = nix::fcntl::Flock::lock(lock_file, nix::fcntl::FlockArg::LockExclusive)
+        .map_err(|(_, e)| e)
+        .context("locking the package index directory")?;
     exec::run(
         &Cmd::new(index::apt_update_argv(&plan.apt_dir, &def.architecture)),
         &st,
@@ -444,17 +443,14 @@ pub fn build(plan: &BuildPlan, progress: &Progress) -> Result<BuildResult> {
             lock.packages.len()
         ));
     }
+    if plan.lock.is_none() {
+        std::fs::write(&work.pins, "").context("writing empty apt pins")?;
+    }
+    drop(index_lock);
     st.finish();
 
     let st = progress.stage(&format!("mmdebstrap ({} mode)", plan.mode.as_str()));
-    let cmd = mmdebstrap_cmd(
-        def,
-        &plan.image.dir,
-        &plan.mirror,
-        plan.mode,
-        work,
-        plan.lock.is_some(),
-    );
+    let cmd = mmdebstrap_cmd(def, &plan.image.dir, &plan.mirror, plan.mode, work);
     exec::run(&cmd, &st, &work.log, Some(&work.dir))?;
     st.finish();
 
@@ -717,7 +713,6 @@ mod tests {
             "http://snap/debian",
             BuilderMode::Fakechroot,
             &w,
-            true,
         );
         let a = &c.argv;
         assert_eq!(
@@ -768,14 +763,17 @@ mod tests {
 
         let u = mmdebstrap_cmd(
             &def(),
-            Path::new("/i"),
-            "http://m",
+            Path::new("/src/images/bookworm"),
+            "http://snap/debian",
             BuilderMode::Unshare,
             &w,
-            false,
         );
         assert_eq!(u.argv[1], "--mode=unshare");
-        assert!(!u.argv.iter().any(|x| x.starts_with("--setup-hook")));
+        assert_eq!(
+            u.argv[2..],
+            c.argv[2..],
+            "only the mode differs between the modes"
+        );
     }
 
     #[test]
