@@ -17,7 +17,11 @@ fn main() {
         .filter(|o| o.status.success())
         .map(|o| !o.stdout.is_empty())
         .unwrap_or(false);
-    let value = if dirty { format!("{commit}-dirty") } else { commit };
+    let value = if dirty {
+        format!("{commit}-dirty")
+    } else {
+        commit
+    };
     println!("cargo:rustc-env=SHAREDOS_RIG_GIT_COMMIT={value}");
     for p in [".git/HEAD", ".git/index"] {
         if std::path::Path::new(p).exists() {
