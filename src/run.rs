@@ -8,8 +8,7 @@ use crate::vm::{self, qemu, serial, AccelChoice};
 use anyhow::{bail, Context, Result};
 use sharedos_gate::diagnose::{collect_artifacts, shell_words};
 use sharedos_gate::report::{
-    Environment, Gate, GateName, Phase, Report, Status, VmProvenance, REPORT_FILE,
-    SCHEMA_VERSION,
+    Environment, Gate, GateName, Phase, Report, Status, VmProvenance, REPORT_FILE, SCHEMA_VERSION,
 };
 use sharedos_gate::{clock, digest, environment, signals};
 use std::path::{Path, PathBuf};
@@ -107,7 +106,10 @@ pub const GATE_RUSTFLAGS: &str = "-C target-feature=+crt-static";
 pub fn build_gate_binary(workspace: &Path) -> Result<PathBuf> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let argv = gate_build_argv(&cargo);
-    eprintln!("[vm-run] building the gate binary: RUSTFLAGS='{GATE_RUSTFLAGS}' {}", argv.join(" "));
+    eprintln!(
+        "[vm-run] building the gate binary: RUSTFLAGS='{GATE_RUSTFLAGS}' {}",
+        argv.join(" ")
+    );
     let status = std::process::Command::new(&argv[0])
         .args(&argv[1..])
         .current_dir(workspace)
@@ -115,13 +117,45 @@ pub fn build_gate_binary(workspace: &Path) -> Result<PathBuf> {
         .status()
         .with_context(|| format!("running {}", argv.join(" ")))?;
     if !status.success() {
-        bail!("building the static gate binary failed ({status}): {}", argv.join(" "));
+        bail!(
+            "building the static gate binary failed ({status}): {}",
+            argv.join(" ")
+        );
     }
     let bin = default_gate_binary(workspace);
-    if !bin.is_file() {
-        bail!("cargo succeeded but {} is missing", bin.display());
+    let bytes = std::fs::read(&bin)
+        .with_context(|| format!("cargo succeeded but {} is unreadable", bin.display()))?;
+    if has_interpreter(&bytes)? {
+        bail!(
+            "{} is dynamically linked (it names an ELF interpreter): it would not run in a guest with another libc",
+            bin.display()
+        );
     }
     Ok(bin)
+}
+
+/// Whether an x86_64 ELF file asks for a dynamic loader (a PT_INTERP program header). A
+/// static-pie binary has none.
+pub fn has_interpreter(elf: &[u8]) -> Result<bool> {
+    const PT_INTERP: u32 = 3;
+    if elf.len() < 64 || &elf[..4] != b"\x7fELF" || elf[4] != 2 || elf[5] != 1 {
+        bail!("not a little-endian 64-bit ELF file");
+    }
+    let u16_at = |o: usize| u16::from_le_bytes([elf[o], elf[o + 1]]) as usize;
+    let mut off_bytes = [0u8; 8];
+    off_bytes.copy_from_slice(&elf[32..40]);
+    let phoff = u64::from_le_bytes(off_bytes) as usize;
+    let (phentsize, phnum) = (u16_at(54), u16_at(56));
+    for i in 0..phnum {
+        let at = phoff + i * phentsize;
+        let Some(t) = elf.get(at..at + 4) else {
+            bail!("truncated program header table");
+        };
+        if u32::from_le_bytes([t[0], t[1], t[2], t[3]]) == PT_INTERP {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 /// Where `build_gate_binary` puts the static binary.
@@ -164,7 +198,8 @@ struct RunDir {
 impl RunDir {
     fn create(id: &str) -> Result<RunDir> {
         use std::os::unix::fs::DirBuilderExt;
-        let path = std::env::temp_dir().join(format!("sharedos-rig-run-{}-{id}", std::process::id()));
+        let path =
+            std::env::temp_dir().join(format!("sharedos-rig-run-{}-{id}", std::process::id()));
         std::fs::DirBuilder::new()
             .mode(0o700)
             .create(&path)
@@ -206,8 +241,10 @@ pub fn parse_gate_line(line: &str) -> Option<Gate> {
     let rest = line.strip_prefix("gate ")?;
     let mut it = rest.splitn(4, ' ');
     let _n = it.next()?;
-    let name: GateName = serde_json::from_value(serde_json::Value::String(it.next()?.into())).ok()?;
-    let status: Status = serde_json::from_value(serde_json::Value::String(it.next()?.into())).ok()?;
+    let name: GateName =
+        serde_json::from_value(serde_json::Value::String(it.next()?.into())).ok()?;
+    let status: Status =
+        serde_json::from_value(serde_json::Value::String(it.next()?.into())).ok()?;
     let tail = it.next()?;
     let (ms, reason) = tail.split_once(": ").unwrap_or((tail, ""));
     let mut g = Gate::new(name, status, reason);
@@ -218,7 +255,12 @@ pub fn parse_gate_line(line: &str) -> Option<Gate> {
 pub fn host_provenance(opts: &VmRunOptions) -> VmProvenance {
     let host = environment::capture(Vec::new());
     VmProvenance {
-        qemu_version: command_output(&qemu::version_argv().iter().map(String::as_str).collect::<Vec<_>>()),
+        qemu_version: command_output(
+            &qemu::version_argv()
+                .iter()
+                .map(String::as_str)
+                .collect::<Vec<_>>(),
+        ),
         machine_type: qemu::MACHINE.into(),
         memory_mib: opts.memory_mib,
         cpus: opts.cpus,
@@ -259,11 +301,17 @@ pub fn plan(opts: &VmRunOptions) -> Result<String> {
     let run = PathBuf::from("<run dir>");
     let report_dir = report_dir_for(opts);
     s.push_str("[keys]\n");
-    s.push_str(&format!("    {}\n", shell_words(&ssh::keygen_argv(&run.join("id_ed25519")))));
+    s.push_str(&format!(
+        "    {}\n",
+        shell_words(&ssh::keygen_argv(&run.join("id_ed25519")))
+    ));
     s.push_str("[overlay]\n");
     s.push_str(&format!(
         "    {}\n",
-        shell_words(&qemu::overlay_argv(Path::new("<cache entry>/disk.img"), &run.join("overlay.qcow2")))
+        shell_words(&qemu::overlay_argv(
+            Path::new("<cache entry>/disk.img"),
+            &run.join("overlay.qcow2")
+        ))
     ));
     let accels: Vec<qemu::Accel> = match opts.accel {
         AccelChoice::Tcg => vec![qemu::Accel::Tcg],
@@ -279,7 +327,10 @@ pub fn plan(opts: &VmRunOptions) -> Result<String> {
             kernel: "<cache entry>/vmlinuz".into(),
             initrd: "<cache entry>/initrd.img".into(),
             overlay: run.join("overlay.qcow2"),
-            append: format!("{} sharedos.authorized_key=<run key>", image::kernel_cmdline()),
+            append: format!(
+                "{} sharedos.authorized_key=<run key>",
+                image::kernel_cmdline()
+            ),
             serial_log: report_dir.join("serial.log"),
             ssh_port: 0,
         };
@@ -291,11 +342,18 @@ pub fn plan(opts: &VmRunOptions) -> Result<String> {
             (AccelChoice::Auto, qemu::Accel::Tcg) => " (auto: otherwise)".into(),
             _ => String::new(),
         };
-        s.push_str(&format!("[qemu {}]{when}\n    {}\n", a.as_str(), shell_words(&qemu::qemu_argv(&spec))));
+        s.push_str(&format!(
+            "[qemu {}]{when}\n    {}\n",
+            a.as_str(),
+            shell_words(&qemu::qemu_argv(&spec))
+        ));
     }
     let b = bounds(qemu::Accel::Tcg);
     s.push_str("[ssh] one session to 127.0.0.1:<free port>, host key pinned from SHAREDOS-HOSTKEY on the console\n");
-    s.push_str(&format!("    scp {} -> {GUEST_GATE} (mode 0755)\n", opts.gate_binary.display()));
+    s.push_str(&format!(
+        "    scp {} -> {GUEST_GATE} (mode 0755)\n",
+        opts.gate_binary.display()
+    ));
     s.push_str(&format!("    sha256sum {GUEST_GATE}\n"));
     s.push_str("    date -u -s @<host epoch seconds>\n");
     s.push_str(&format!(
@@ -304,12 +362,17 @@ pub fn plan(opts: &VmRunOptions) -> Result<String> {
         bounds(qemu::Accel::Kvm).guest_step.as_secs()
     ));
     s.push_str("    cat /proc/meminfo\n");
-    s.push_str(&format!("    find {GUEST_REPORT_DIR} -type f -printf '%P\\n'   then scp each file back\n"));
+    s.push_str(&format!(
+        "    find {GUEST_REPORT_DIR} -type f -printf '%P\\n'   then scp each file back\n"
+    ));
     s.push_str("[guest plan]\n");
     let mut argv = diagnose_argv(b.guest_step, &opts.diagnose_args);
     argv[0] = opts.gate_binary.display().to_string();
     argv.push("--plan".into());
-    match std::process::Command::new(&argv[0]).args(&argv[1..]).output() {
+    match std::process::Command::new(&argv[0])
+        .args(&argv[1..])
+        .output()
+    {
         Ok(o) if o.status.success() => {
             for l in String::from_utf8_lossy(&o.stdout).lines() {
                 s.push_str(&format!("    {l}\n"));
@@ -323,6 +386,30 @@ pub fn plan(opts: &VmRunOptions) -> Result<String> {
     }
     s.push_str(&format!("[archive] {}\n", report_dir.display()));
     Ok(s)
+}
+
+/// The running QEMU, for the signal watchdog; 0 when none.
+static QEMU_PID: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+/// Ctrl-C and SIGTERM only set a flag; a blocking SSH read would not see it. This thread ends
+/// QEMU when the flag rises, which breaks the session, so the run fails over to its partial
+/// report and its cleanup at once.
+fn start_signal_watchdog() {
+    let _ = std::thread::Builder::new()
+        .name("signal-watchdog".into())
+        .spawn(|| loop {
+            if signals::interrupted().is_some() {
+                let pid = QEMU_PID.load(std::sync::atomic::Ordering::SeqCst);
+                if pid > 0 {
+                    let _ = nix::sys::signal::kill(
+                        nix::unistd::Pid::from_raw(pid),
+                        nix::sys::signal::Signal::SIGKILL,
+                    );
+                }
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        });
 }
 
 /// Runs the whole job; returns the exit code (0, 3, 1 from the diagnostic; 2 for the rig).
@@ -368,7 +455,13 @@ pub fn vm_run(opts: &VmRunOptions) -> i32 {
         guest_report: None,
     };
     obs.vm.started_at = obs.started_at.clone();
+    start_signal_watchdog();
     let result = run_phases(opts, &mut obs);
+    QEMU_PID.store(0, std::sync::atomic::Ordering::SeqCst);
+    let result = match (result, signals::interrupted()) {
+        (Err(e), Some(sig)) => Err(e.context(format!("interrupted by {sig}"))),
+        (r, _) => r,
+    };
     obs.vm.finished_at = clock::now_rfc3339();
     let (mut report, code) = match result {
         Ok(report) => {
@@ -406,7 +499,8 @@ fn print_summary(r: &Report, code: i32) {
         r.environment.hostname,
         r.environment.boot_id,
         vm.map(|v| v.accel.as_str()).unwrap_or("?"),
-        vm.map(|v| v.image_sha256.get(..16).unwrap_or("")).unwrap_or("?"),
+        vm.map(|v| v.image_sha256.get(..16).unwrap_or(""))
+            .unwrap_or("?"),
     );
     if let Some(v) = vm {
         let phases: Vec<String> = v
@@ -431,7 +525,11 @@ fn partial_report(obs: &Observed) -> Report {
         return r.clone();
     }
     let error = obs.vm.rig_error.clone().unwrap_or_default();
-    let seen: Vec<Gate> = obs.transcript.iter().filter_map(|l| parse_gate_line(l)).collect();
+    let seen: Vec<Gate> = obs
+        .transcript
+        .iter()
+        .filter_map(|l| parse_gate_line(l))
+        .collect();
     let gates = GateName::ALL
         .iter()
         .map(|n| match seen.iter().find(|g| g.name == *n) {
@@ -484,7 +582,11 @@ fn run_phases(opts: &VmRunOptions, obs: &mut Observed) -> Result<Report> {
     obs.vm.image_lock_sha256 = m.lock_sha256.clone();
     obs.vm.kernel_release_pinned = m.kernel_release.clone();
     obs.vm.image_builder_mode = m.builder_mode.clone();
-    eprintln!("[vm-run] image {} ({})", entry.dir.display(), &m.image_sha256);
+    eprintln!(
+        "[vm-run] image {} ({})",
+        entry.dir.display(),
+        &m.image_sha256
+    );
 
     let (gate_sha, _) = digest::sha256_file(&opts.gate_binary)?;
     obs.vm.gate_binary_sha256 = gate_sha.clone();
@@ -499,7 +601,11 @@ fn run_phases(opts: &VmRunOptions, obs: &mut Observed) -> Result<Report> {
         .output()
         .context("running ssh-keygen: install OpenSSH's client (apt-get install openssh-client)")?;
     if !out.status.success() {
-        bail!("{} failed: {}", keygen.join(" "), String::from_utf8_lossy(&out.stderr).trim());
+        bail!(
+            "{} failed: {}",
+            keygen.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
     }
     let pubkey = std::fs::read_to_string(run_dir.path.join("id_ed25519.pub"))?;
     let append = kernel_append(&pubkey)?;
@@ -511,7 +617,11 @@ fn run_phases(opts: &VmRunOptions, obs: &mut Observed) -> Result<Report> {
         .output()
         .context("running qemu-img: install it (apt-get install qemu-utils)")?;
     if !out.status.success() {
-        bail!("{} failed: {}", ov.join(" "), String::from_utf8_lossy(&out.stderr).trim());
+        bail!(
+            "{} failed: {}",
+            ov.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
     }
 
     let t_boot = Instant::now();
@@ -541,12 +651,18 @@ fn run_phases(opts: &VmRunOptions, obs: &mut Observed) -> Result<Report> {
                 return Err(e);
             }
         };
+        if !opts.keep_vm {
+            QEMU_PID.store(booted.qemu.pid as i32, std::sync::atomic::Ordering::SeqCst);
+        }
         obs.vm.accel = booted.accel.as_str().into();
         obs.vm.accel_reason = booted.accel_reason.clone();
         obs.vm.cpu_model = booted.accel.cpu_model().into();
         obs.vm.qemu_argv = booted.argv.clone();
         let b = bounds(booted.accel);
-        eprintln!("[vm-run] booting (QEMU pid {}, ssh port {port}) ...", booted.qemu.pid);
+        eprintln!(
+            "[vm-run] booting (QEMU pid {}, ssh port {port}) ...",
+            booted.qemu.pid
+        );
         match vm::wait_ready(&mut booted, &serial_log, b.boot) {
             Ok(s) => break (booted, port, s),
             Err(e) => {
@@ -566,7 +682,10 @@ fn run_phases(opts: &VmRunOptions, obs: &mut Observed) -> Result<Report> {
         }
     };
     let b = bounds(booted.accel);
-    let host_key = console.host_key.clone().context("no host key on the console")?;
+    let host_key = console
+        .host_key
+        .clone()
+        .context("no host key on the console")?;
     eprintln!("[vm-run] guest ready; host key {host_key}; connecting");
     let guest = Guest::connect(port, &host_key, &key, b.ssh);
     obs.phase("boot_to_ssh", t_boot);
@@ -610,7 +729,10 @@ fn run_phases(opts: &VmRunOptions, obs: &mut Observed) -> Result<Report> {
         transcript.push(line.to_string());
     });
     obs.phase("gates", t);
-    std::fs::write(report_dir.join("diagnose-transcript.log"), obs.transcript.join("\n") + "\n")?;
+    std::fs::write(
+        report_dir.join("diagnose-transcript.log"),
+        obs.transcript.join("\n") + "\n",
+    )?;
     let ran = ran.context("running the gates in the guest")?;
     if ![0, 1, 3].contains(&ran.status) {
         bail!(
@@ -645,8 +767,14 @@ fn run_phases(opts: &VmRunOptions, obs: &mut Observed) -> Result<Report> {
     obs.guest_report = Some(guest_report.clone());
     let bad = digest::verify_artifacts(&report_dir, &guest_report.artifacts);
     if !bad.is_empty() {
-        let list: Vec<String> = bad.iter().map(|m| format!("{}: {}", m.path, m.problem)).collect();
-        bail!("fetched artifacts do not match the guest's report: {}", list.join("; "));
+        let list: Vec<String> = bad
+            .iter()
+            .map(|m| format!("{}: {}", m.path, m.problem))
+            .collect();
+        bail!(
+            "fetched artifacts do not match the guest's report: {}",
+            list.join("; ")
+        );
     }
     obs.phase("fetch", t);
 
@@ -698,16 +826,22 @@ pub fn bench(opts: &VmRunOptions, image_runs: usize, runs: usize) -> Result<Stri
     let host = environment::capture(Vec::new());
     out.push_str(&format!(
         "machine: {} cores, {}, kernel {}, {}\n",
-        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(0),
         host.os,
         host.kernel_release,
-        command_output(&["sh", "-c", "grep -m1 'model name' /proc/cpuinfo | cut -d: -f2"]),
+        command_output(&[
+            "sh",
+            "-c",
+            "grep -m1 'model name' /proc/cpuinfo | cut -d: -f2"
+        ]),
     ));
     out.push_str(&bench_image(&opts.image, image_runs)?);
-    let root = opts
-        .out
-        .clone()
-        .unwrap_or_else(|| opts.reports_root.join(format!("bench-{}", clock::compact_utc_now())));
+    let root = opts.out.clone().unwrap_or_else(|| {
+        opts.reports_root
+            .join(format!("bench-{}", clock::compact_utc_now()))
+    });
     let mut phases: std::collections::BTreeMap<String, Vec<f64>> = Default::default();
     let mut totals = Vec::new();
     let mut accels = Vec::new();
@@ -718,13 +852,19 @@ pub fn bench(opts: &VmRunOptions, image_runs: usize, runs: usize) -> Result<Stri
         let code = vm_run(&o);
         let total = started.elapsed().as_secs_f64();
         if code == RIG_FAILURE {
-            bail!("warm run {i} failed (exit 2): see {}", root.join(format!("run-{i}")).display());
+            bail!(
+                "warm run {i} failed (exit 2): see {}",
+                root.join(format!("run-{i}")).display()
+            );
         }
         let text = std::fs::read_to_string(root.join(format!("run-{i}")).join(REPORT_FILE))?;
         let r: Report = serde_json::from_str(&text)?;
         if let Some(vm) = r.vm {
             for p in vm.phases {
-                phases.entry(p.name).or_default().push(p.duration_ms as f64 / 1000.0);
+                phases
+                    .entry(p.name)
+                    .or_default()
+                    .push(p.duration_ms as f64 / 1000.0);
             }
             accels.push(vm.accel);
         }
@@ -740,7 +880,10 @@ pub fn bench(opts: &VmRunOptions, image_runs: usize, runs: usize) -> Result<Stri
         if let Some(v) = phases.get(name) {
             let m = median(v.clone());
             let target = if name == "boot_to_ssh" {
-                format!("  (target <= {TARGET_BOOT_TO_SSH_S} s: ratio {:.2})", m / TARGET_BOOT_TO_SSH_S)
+                format!(
+                    "  (target <= {TARGET_BOOT_TO_SSH_S} s: ratio {:.2})",
+                    m / TARGET_BOOT_TO_SSH_S
+                )
             } else {
                 String::new()
             };
@@ -781,7 +924,10 @@ mod tests {
 
     #[test]
     fn diagnose_line() {
-        let a = diagnose_argv(Duration::from_secs(180), &["--display".into(), ":171".into()]);
+        let a = diagnose_argv(
+            Duration::from_secs(180),
+            &["--display".into(), ":171".into()],
+        );
         assert_eq!(
             a.join(" "),
             "/usr/local/bin/sharedos-gate diagnose --work /root/work --out /root/report/report.json --step-timeout 180 --display :171"
@@ -799,7 +945,9 @@ mod tests {
 
     #[test]
     fn gate_lines_parse() {
-        let g = parse_gate_line("gate 3/10 live_state_probe PASS 123ms: all 8 live-state checks hold").unwrap();
+        let g =
+            parse_gate_line("gate 3/10 live_state_probe PASS 123ms: all 8 live-state checks hold")
+                .unwrap();
         assert_eq!(g.name, GateName::LiveStateProbe);
         assert_eq!(g.status, Status::Pass);
         assert_eq!(g.duration_ms, 123);
@@ -812,6 +960,14 @@ mod tests {
     }
 
     #[test]
+    fn interpreter_detection() {
+        // This test binary is linked dynamically by cargo's default settings.
+        let me = std::fs::read(std::env::current_exe().unwrap()).unwrap();
+        assert!(has_interpreter(&me).unwrap());
+        assert!(has_interpreter(b"#!/bin/sh\n").is_err());
+    }
+
+    #[test]
     fn medians() {
         assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
         assert_eq!(median(vec![4.0, 1.0, 2.0, 3.0]), 2.5);
@@ -819,7 +975,9 @@ mod tests {
 
     #[test]
     fn meminfo() {
-        let (t, a) = parse_meminfo("MemTotal:        1000000 kB\nMemFree: 1 kB\nMemAvailable:     800000 kB\n");
+        let (t, a) = parse_meminfo(
+            "MemTotal:        1000000 kB\nMemFree: 1 kB\nMemAvailable:     800000 kB\n",
+        );
         assert_eq!((t, a), (Some(976), Some(781)));
     }
 
