@@ -3,12 +3,12 @@
 
 pub use sharedos_gate::{clock, digest, report};
 
-pub mod image;
-pub mod review;
-pub mod verify;
-pub mod render;
 pub mod diff;
+pub mod image;
 pub mod list;
+pub mod render;
+pub mod review;
 pub mod run;
 pub mod ssh;
+pub mod verify;
 pub mod vm;

@@ -97,7 +97,8 @@ impl Guest {
 
     /// Bounds every blocking call; a guest that stops answering fails the run instead of hanging it.
     pub fn set_timeout(&self, t: Duration) {
-        self.session.set_timeout(t.as_millis().min(u32::MAX as u128) as u32);
+        self.session
+            .set_timeout(t.as_millis().min(u32::MAX as u128) as u32);
     }
 
     pub fn exec(&self, command: &str) -> Result<ExecResult> {
@@ -145,8 +146,7 @@ impl Guest {
     }
 
     pub fn upload(&self, local: &Path, remote: &str, mode: i32) -> Result<()> {
-        let bytes =
-            std::fs::read(local).with_context(|| format!("reading {}", local.display()))?;
+        let bytes = std::fs::read(local).with_context(|| format!("reading {}", local.display()))?;
         let mut ch = self
             .session
             .scp_send(Path::new(remote), mode, bytes.len() as u64, None)

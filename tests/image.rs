@@ -6,173 +6,52 @@
 //! `cargo test`; CI runs them with
 //! `cargo test -p sharedos-rig --test image -- --ignored --test-threads=1`.
 
+mod common;
+
 use sharedos_rig::digest::sha256_file;
 use sharedos_rig::image::lock::Lock;
 use sharedos_rig::image::Manifest;
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output};
 
-const USER: &str = "rigbuilder";
-
-fn is_root() -> bool {
-    nix::unistd::getuid().is_root()
-}
+use common::{last_line, Sandbox};
 
 /// Returns false (after saying so loudly) when the test cannot run here.
 fn can_run(test: &str) -> bool {
-    if !is_root() {
+    if !common::is_root() {
         eprintln!(
             "\n!!!!! SKIPPED {test}: it must start as root to create and switch to the \
-             unprivileged user {USER}; nothing was tested !!!!!\n"
+             unprivileged user {}; nothing was tested !!!!!\n",
+            common::USER
         );
         return false;
     }
     true
 }
 
-fn ensure_user() -> (u32, u32) {
-    let id = |flag: &str| -> Option<u32> {
-        let o = Command::new("id").args([flag, USER]).output().ok()?;
-        o.status
-            .success()
-            .then(|| String::from_utf8_lossy(&o.stdout).trim().parse().ok())?
-    };
-    if id("-u").is_none() {
-        // useradd gives a new user subuid/subgid ranges, which unshare mode needs.
-        let st = Command::new("useradd")
-            .args(["--create-home", "--shell", "/bin/sh", USER])
-            .status()
-            .expect("running useradd");
-        assert!(st.success(), "useradd {USER} failed");
-    }
-    (
-        id("-u").expect("uid of rigbuilder"),
-        id("-g").expect("gid of rigbuilder"),
-    )
+/// Runs `xtask image <args>` as the user with its own cache under the sandbox.
+fn image(sb: &Sandbox, cache: &str, args: &[&str]) -> Output {
+    let mut all = vec![
+        "image",
+        "--images-dir",
+        sb.images.to_str().unwrap(),
+        "--cache-dir",
+    ];
+    let cache_dir = sb.dir.join(cache);
+    all.push(cache_dir.to_str().unwrap());
+    all.extend_from_slice(args);
+    sb.run_as_user(&sb.xtask, &all)
 }
 
-/// The xtask binary, built fresh, next to this test's binary.
-fn xtask_binary() -> PathBuf {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let st = Command::new(cargo)
-        .args(["build", "--quiet", "-p", "xtask"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .status()
-        .expect("running cargo build -p xtask");
-    assert!(st.success(), "cargo build -p xtask failed");
-    let exe = std::env::current_exe().expect("current_exe");
-    let dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>");
-    let bin = dir.join("xtask");
-    assert!(bin.is_file(), "{} was not built", bin.display());
-    bin
-}
-
-/// A scratch directory owned by the user, holding a copy of the binary and of images/.
-struct Sandbox {
-    dir: PathBuf,
-    bin: PathBuf,
-    images: PathBuf,
-    uid: u32,
-    gid: u32,
-}
-
-impl Sandbox {
-    fn new(name: &str) -> Sandbox {
-        let (uid, gid) = ensure_user();
-        let dir =
-            std::env::temp_dir().join(format!("sharedos-image-test-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(dir.join("home")).unwrap();
-        let bin = dir.join("xtask");
-        std::fs::copy(xtask_binary(), &bin).unwrap();
-        let images = dir.join("images");
-        let st = Command::new("cp")
-            .arg("-r")
-            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("images"))
-            .arg(&images)
-            .status()
-            .unwrap();
-        assert!(st.success());
-        let st = Command::new("chown")
-            .arg("-R")
-            .arg(format!("{uid}:{gid}"))
-            .arg(&dir)
-            .status()
-            .unwrap();
-        assert!(st.success());
-        // The user must be able to reach the sandbox from /.
-        let mut p = dir.parent();
-        while let Some(d) = p {
-            let mode = std::fs::metadata(d).unwrap().mode();
-            assert!(
-                mode & 0o001 != 0,
-                "{} is not searchable by {USER}",
-                d.display()
-            );
-            p = d.parent();
-        }
-        Sandbox {
-            dir,
-            bin,
-            images,
-            uid,
-            gid,
-        }
-    }
-
-    /// Runs `xtask image <args>` as the user with its own cache under the sandbox.
-    fn image(&self, cache: &str, args: &[&str]) -> Output {
-        let mut c = Command::new("setpriv");
-        c.arg(format!("--reuid={}", self.uid))
-            .arg(format!("--regid={}", self.gid))
-            .arg("--init-groups")
-            .arg("env")
-            .arg(format!("HOME={}", self.dir.join("home").display()))
-            .arg("SHAREDOS_RIG_CACHE=/nonexistent-must-not-be-used")
-            .arg(&self.bin)
-            .arg("image")
-            .arg("--images-dir")
-            .arg(&self.images)
-            .arg("--cache-dir")
-            .arg(self.dir.join(cache))
-            .args(args)
-            .current_dir(&self.dir);
-        let out = c.output().expect("running xtask image as the user");
-        eprintln!(
-            "--- xtask image {args:?} ({}) stderr:\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
-        out
-    }
-
-    fn lock(&self) -> Lock {
-        Lock::parse(&std::fs::read_to_string(self.images.join("bookworm/packages.lock")).unwrap())
-            .unwrap()
-    }
-}
-
-impl Drop for Sandbox {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn last_line(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .last()
-        .unwrap_or("")
-        .to_string()
+fn lock(sb: &Sandbox) -> Lock {
+    Lock::parse(&std::fs::read_to_string(sb.images.join("bookworm/packages.lock")).unwrap())
+        .unwrap()
 }
 
 /// Builds, then checks the entry the way the VM will use it.
 fn build_and_check(sb: &Sandbox, cache: &str, args: &[&str], want_mode: Option<&str>) -> Manifest {
-    let out = sb.image(cache, args);
+    let out = image(sb, cache, args);
     assert!(
         out.status.success(),
         "build failed: {}",
@@ -184,7 +63,7 @@ fn build_and_check(sb: &Sandbox, cache: &str, args: &[&str], want_mode: Option<&
         "last line {dir:?} is not an entry of the cache"
     );
     let m = Manifest::read(&dir.join("manifest.json")).unwrap();
-    let lock = sb.lock();
+    let lock = lock(sb);
 
     assert_eq!(m.kernel_release, lock.kernel_release);
     for name in [
@@ -239,8 +118,9 @@ fn build_and_check(sb: &Sandbox, cache: &str, args: &[&str], want_mode: Option<&
             assert_eq!(
                 md.uid(),
                 sb.uid,
-                "{} is not owned by {USER}",
-                e.path().display()
+                "{} is not owned by {}",
+                e.path().display(),
+                common::USER
             );
             if md.is_dir() {
                 stack.push(e.path());
@@ -269,7 +149,10 @@ fn default_mode_builds_as_a_user_and_twice_gives_the_same_image() {
         .unwrap_or(false);
     let has_subids = ["/etc/subuid", "/etc/subgid"].iter().all(|f| {
         std::fs::read_to_string(f)
-            .map(|t| t.lines().any(|l| l.starts_with(&format!("{USER}:"))))
+            .map(|t| {
+                t.lines()
+                    .any(|l| l.starts_with(&format!("{}:", common::USER)))
+            })
             .unwrap_or(false)
     });
     // Where unshare mode can work the default must pick it; elsewhere either mode is right.
@@ -288,7 +171,7 @@ fn default_mode_builds_as_a_user_and_twice_gives_the_same_image() {
     assert_eq!(a.initrd_sha256, b.initrd_sha256);
 
     // A second run finds the entry and does nothing.
-    let again = sb.image("cache-a", &[]);
+    let again = image(&sb, "cache-a", &[]);
     assert!(again.status.success());
     assert!(String::from_utf8_lossy(&again.stderr).contains("cached bookworm"));
     assert!(!String::from_utf8_lossy(&again.stderr).contains("mmdebstrap"));
@@ -300,7 +183,7 @@ fn default_mode_builds_as_a_user_and_twice_gives_the_same_image() {
         &format!("--regid={}", sb.gid),
         "--init-groups",
     ])
-    .arg(&sb.bin)
+    .arg(&sb.xtask)
     .args(["bench-image", "--iterations", "20", "--images-dir"])
     .arg(&sb.images)
     .arg("--cache-dir")
@@ -333,7 +216,7 @@ fn a_pin_the_mirror_lacks_fails_fast_naming_it() {
     let sb = Sandbox::new("stale");
     let path = sb.images.join("bookworm/packages.lock");
     let text = std::fs::read_to_string(&path).unwrap();
-    let criu = sb.lock().get("criu").unwrap().version.clone();
+    let criu = lock(&sb).get("criu").unwrap().version.clone();
     let bogus = format!("{criu}~gone1");
     let edited = text.replace(
         &format!("package criu {criu} "),
@@ -343,7 +226,7 @@ fn a_pin_the_mirror_lacks_fails_fast_naming_it() {
     std::fs::write(&path, edited).unwrap();
 
     let start = std::time::Instant::now();
-    let out = sb.image("cache", &[]);
+    let out = image(&sb, "cache", &[]);
     let took = start.elapsed();
     assert!(
         !out.status.success(),
@@ -373,7 +256,7 @@ fn plan_as_a_user_prints_commands_and_creates_nothing() {
         return;
     }
     let sb = Sandbox::new("plan");
-    let out = sb.image("cache", &["--plan", "--mode", "fakechroot"]);
+    let out = image(&sb, "cache", &["--plan", "--mode", "fakechroot"]);
     assert!(out.status.success());
     let s = String::from_utf8_lossy(&out.stdout);
     for w in [

@@ -5,6 +5,7 @@
 //!
 //! As any user but root the tests print a loud SKIPPED line and pass: the diagnostic needs root.
 
+mod common;
 use sharedos_rig::digest;
 use sharedos_rig::report::{GateName, Report, Status, REPORT_FILE, REVIEW_FILE};
 use std::collections::HashSet;
@@ -45,24 +46,8 @@ fn assert_not_timed_out(o: &Output, what: &str) {
     );
 }
 
-/// The sharedos-gate binary, built fresh next to this test's binary (it is another workspace
-/// member, so Cargo does not build it for this package's tests).
 fn gate_binary() -> PathBuf {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let st = Command::new(cargo)
-        .args(["build", "--quiet", "-p", "sharedos-gate"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .status()
-        .expect("running cargo build -p sharedos-gate");
-    assert!(st.success(), "cargo build -p sharedos-gate failed");
-    let exe = std::env::current_exe().expect("current_exe");
-    let dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>");
-    let bin = dir.join("sharedos-gate");
-    assert!(bin.is_file(), "{} was not built", bin.display());
-    bin
+    common::cargo_binary("sharedos-gate")
 }
 
 const PREFIX: &str = "sharedos-rig-real-";

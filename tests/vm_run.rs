@@ -12,11 +12,7 @@ use sharedos_rig::report::{GateName, Report, Status};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
-
-/// One image build for the whole file: tests share the user's cache, one at a time.
-static VM: Mutex<()> = Mutex::new(());
 
 fn gate_binary() -> PathBuf {
     sharedos_rig::run::build_gate_binary(Path::new(env!("CARGO_MANIFEST_DIR")))
@@ -27,6 +23,28 @@ fn read_report(dir: &Path) -> Report {
     let text = std::fs::read_to_string(dir.join("report.json"))
         .unwrap_or_else(|e| panic!("no report.json in {}: {e}", dir.display()));
     serde_json::from_str(&text).unwrap()
+}
+
+/// `xtask vm-run` with the sandbox's images and cache, and the given gate binary.
+fn vm_run_args(sb: &Sandbox, gate: &Path, out: &Path, accel: &str) -> Vec<String> {
+    let p = |p: &Path| p.display().to_string();
+    vec![
+        "vm-run".into(),
+        "--images-dir".into(),
+        p(&sb.images),
+        "--cache-dir".into(),
+        p(&sb.dir.join("cache")),
+        "--accel".into(),
+        accel.into(),
+        "--gate-binary".into(),
+        p(gate),
+        "--out".into(),
+        p(out),
+    ]
+}
+
+fn strs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
 }
 
 /// Every process whose command line mentions `needle` (QEMU's names the run's files).
@@ -50,45 +68,47 @@ fn processes_mentioning(needle: &str) -> Vec<(i32, String)> {
     out
 }
 
+/// Both runs share one sandbox, so the image is built once, in the first run's image phase.
 #[test]
-#[ignore = "boots a VM: minutes; run with --include-ignored"]
-fn vm_run_archives_an_identified_report_that_verify_agrees_with() {
+#[ignore = "boots VMs: minutes; run with --include-ignored"]
+fn vm_run_end_to_end_as_an_unprivileged_user() {
     let Some(sb) = Sandbox::new_or_skip("vmrun") else {
         return;
     };
-    let _one = VM.lock().unwrap_or_else(|e| e.into_inner());
     let gate = sb.copy_in(&gate_binary(), "sharedos-gate");
+    full_run_archives_an_identified_report_that_verify_agrees_with(&sb, &gate);
+    qemu_killed_during_the_gates_exits_2_with_a_partial_report_and_nothing_left(&sb, &gate);
+}
+
+fn full_run_archives_an_identified_report_that_verify_agrees_with(sb: &Sandbox, gate: &Path) {
     let out_dir = sb.dir.join("reports/run");
-    let out = sb.run_as_user(
-        &sb.xtask,
-        &[
-            "vm-run",
-            "--images-dir",
-            sb.images.to_str().unwrap(),
-            "--cache-dir",
-            sb.dir.join("cache").to_str().unwrap(),
-            "--accel",
-            "auto",
-            "--gate-binary",
-            gate.to_str().unwrap(),
-            "--out",
-            out_dir.to_str().unwrap(),
-        ],
-    );
+    let args = vm_run_args(sb, gate, &out_dir, "auto");
+    let out = sb.run_as_user(&sb.xtask, &strs(&args));
     let stderr = String::from_utf8_lossy(&out.stderr);
     let code = out.status.code().unwrap();
     assert_ne!(code, 2, "the rig failed:\n{stderr}");
-    assert_eq!(PathBuf::from(last_line(&out)), out_dir, "last line names the report dir");
+    assert_eq!(
+        PathBuf::from(last_line(&out)),
+        out_dir,
+        "last line names the report dir"
+    );
 
     let r = read_report(&out_dir);
     let vm = r.vm.as_ref().expect("vm provenance");
     // Where, on what, when.
-    assert_eq!(r.environment.kernel_release, vm.kernel_release_pinned, "guest kernel is the locked one");
+    assert_eq!(
+        r.environment.kernel_release, vm.kernel_release_pinned,
+        "guest kernel is the locked one"
+    );
     assert!(!vm.kernel_release_pinned.is_empty());
     assert_eq!(r.environment.hostname, "sharedos-guest");
     assert_eq!(r.environment.boot_id.len(), 36);
     assert!(r.environment.started_at.ends_with('Z') && r.environment.finished_at.ends_with('Z'));
-    assert!(["kvm", "tcg"].contains(&vm.accel.as_str()), "accel {:?}", vm.accel);
+    assert!(
+        ["kvm", "tcg"].contains(&vm.accel.as_str()),
+        "accel {:?}",
+        vm.accel
+    );
     assert!(!vm.accel_reason.is_empty());
     assert!(vm.qemu_version.starts_with("QEMU emulator version"));
     assert_eq!(vm.image_sha256.len(), 64);
@@ -99,7 +119,13 @@ fn vm_run_archives_an_identified_report_that_verify_agrees_with() {
 
     // Every gate ran: nothing is NOT_RUN for want of a tool, and cleanup proved the tree gone.
     for g in &r.gates {
-        assert_ne!(g.status, Status::NotRun, "{} did not run: {}", g.name, g.reason);
+        assert_ne!(
+            g.status,
+            Status::NotRun,
+            "{} did not run: {}",
+            g.name,
+            g.reason
+        );
     }
     let cleanup = r.gate(GateName::Cleanup).unwrap();
     assert_eq!(cleanup.status, Status::Pass, "{}", cleanup.reason);
@@ -108,7 +134,10 @@ fn vm_run_archives_an_identified_report_that_verify_agrees_with() {
     // Every artifact verifies, the serial console log among them.
     assert!(sharedos_rig::digest::verify_artifacts(&out_dir, &r.artifacts).is_empty());
     for want in ["serial.log", "png/live.png", "criu/dump.log"] {
-        assert!(r.artifacts.iter().any(|a| a.path == want), "{want} not archived");
+        assert!(
+            r.artifacts.iter().any(|a| a.path == want),
+            "{want} not archived"
+        );
     }
     let serial = std::fs::read_to_string(out_dir.join("serial.log")).unwrap();
     assert!(serial.contains("SHAREDOS-READY"));
@@ -119,38 +148,36 @@ fn vm_run_archives_an_identified_report_that_verify_agrees_with() {
         .arg(&out_dir)
         .output()
         .unwrap();
-    assert_eq!(verify.status.code(), Some(code), "{}", String::from_utf8_lossy(&verify.stdout));
+    assert_eq!(
+        verify.status.code(),
+        Some(code),
+        "{}",
+        String::from_utf8_lossy(&verify.stdout)
+    );
     // In the pinned guest the CRIU gates must pass: only the human review is left.
-    assert_eq!(code, 3, "gates:\n{}", r.gates.iter().map(|g| format!("{} {} {}\n", g.name, g.status, g.reason)).collect::<String>());
-    assert!(processes_mentioning(out_dir.to_str().unwrap()).is_empty(), "a process outlived the run");
+    assert_eq!(
+        code,
+        3,
+        "gates:\n{}",
+        r.gates
+            .iter()
+            .map(|g| format!("{} {} {}\n", g.name, g.status, g.reason))
+            .collect::<String>()
+    );
+    assert!(
+        processes_mentioning(out_dir.to_str().unwrap()).is_empty(),
+        "a process outlived the run"
+    );
 }
 
-#[test]
-#[ignore = "boots a VM: minutes; run with --include-ignored"]
-fn qemu_killed_during_the_gates_exits_2_with_a_partial_report_and_nothing_left() {
-    let Some(sb) = Sandbox::new_or_skip("vmkill") else {
-        return;
-    };
-    let _one = VM.lock().unwrap_or_else(|e| e.into_inner());
-    let gate = sb.copy_in(&gate_binary(), "sharedos-gate");
+fn qemu_killed_during_the_gates_exits_2_with_a_partial_report_and_nothing_left(
+    sb: &Sandbox,
+    gate: &Path,
+) {
     let out_dir = sb.dir.join("reports/killed");
+    let args = vm_run_args(sb, gate, &out_dir, "tcg");
     let mut child = sb
-        .command_as_user(
-            &sb.xtask,
-            &[
-                "vm-run",
-                "--images-dir",
-                sb.images.to_str().unwrap(),
-                "--cache-dir",
-                sb.dir.join("cache").to_str().unwrap(),
-                "--accel",
-                "tcg",
-                "--gate-binary",
-                gate.to_str().unwrap(),
-                "--out",
-                out_dir.to_str().unwrap(),
-            ],
-        )
+        .command_as_user(&sb.xtask, &strs(&args))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -172,7 +199,10 @@ fn qemu_killed_during_the_gates_exits_2_with_a_partial_report_and_nothing_left()
         assert!(Instant::now() < deadline, "the gates never started");
     }
     let qemu = processes_mentioning(&out_dir.join("serial.log").display().to_string());
-    let qemu: Vec<_> = qemu.into_iter().filter(|(_, c)| c.starts_with("qemu-system")).collect();
+    let qemu: Vec<_> = qemu
+        .into_iter()
+        .filter(|(_, c)| c.starts_with("qemu-system"))
+        .collect();
     assert_eq!(qemu.len(), 1, "{qemu:?}");
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(qemu[0].0),
@@ -187,19 +217,41 @@ fn qemu_killed_during_the_gates_exits_2_with_a_partial_report_and_nothing_left()
         child.stdout.take().unwrap().read_to_string(&mut s).unwrap();
         s
     };
-    assert_eq!(status.code(), Some(2), "stderr:\n{}\n{}", seen.join("\n"), rest.join("\n"));
-    assert_eq!(stdout.lines().last().map(PathBuf::from), Some(out_dir.clone()));
+    assert_eq!(
+        status.code(),
+        Some(2),
+        "stderr:\n{}\n{}",
+        seen.join("\n"),
+        rest.join("\n")
+    );
+    assert_eq!(
+        stdout.lines().last().map(PathBuf::from),
+        Some(out_dir.clone())
+    );
     let r = read_report(&out_dir);
     assert_eq!(r.exit_code, 2);
     assert!(!r.all_gates_pass);
     let vm = r.vm.as_ref().unwrap();
-    assert!(vm.rig_error.as_deref().unwrap_or("").len() > 10, "{:?}", vm.rig_error);
-    assert!(r.artifacts.iter().any(|a| a.path == "serial.log"), "the serial log is archived");
+    assert!(
+        vm.rig_error.as_deref().unwrap_or("").len() > 10,
+        "{:?}",
+        vm.rig_error
+    );
+    assert!(
+        r.artifacts.iter().any(|a| a.path == "serial.log"),
+        "the serial log is archived"
+    );
     assert!(sharedos_rig::digest::verify_artifacts(&out_dir, &r.artifacts).is_empty());
     // What the gates said before the crash is kept, the rest is NOT_RUN.
-    assert_eq!(r.gate(GateName::Prerequisites).unwrap().status, Status::Pass);
+    assert_eq!(
+        r.gate(GateName::Prerequisites).unwrap().status,
+        Status::Pass
+    );
     assert_eq!(r.gate(GateName::Cleanup).unwrap().status, Status::NotRun);
-    assert!(processes_mentioning(out_dir.to_str().unwrap()).is_empty(), "a process outlived the run");
+    assert!(
+        processes_mentioning(out_dir.to_str().unwrap()).is_empty(),
+        "a process outlived the run"
+    );
     assert!(processes_mentioning(gate.to_str().unwrap()).is_empty());
 }
 
@@ -213,13 +265,31 @@ fn plan_starts_nothing() {
     assert!(out.status.success());
     let xtask = common::xtask_binary();
     let out = Command::new(xtask)
-        .args(["vm-run", "--plan", "--gate-binary", "/nonexistent/gate", "--out"])
+        .args([
+            "vm-run",
+            "--plan",
+            "--gate-binary",
+            "/nonexistent/gate",
+            "--out",
+        ])
         .arg(&dir)
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    for needle in ["qemu-system-x86_64", "-accel tcg -cpu max", "restrict=on", "qemu-img create", "ssh-keygen", "sha256sum", "diagnose --work"] {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for needle in [
+        "qemu-system-x86_64",
+        "-accel tcg -cpu max",
+        "restrict=on",
+        "qemu-img create",
+        "ssh-keygen",
+        "sha256sum",
+        "diagnose --work",
+    ] {
         assert!(text.contains(needle), "plan lacks {needle}:\n{text}");
     }
     assert!(!dir.exists(), "plan created the report directory");

@@ -16,8 +16,8 @@ pub struct QemuProcess {
 
 impl QemuProcess {
     pub fn spawn(argv: &[String], log: &Path, keep: bool) -> Result<QemuProcess> {
-        let out = std::fs::File::create(log)
-            .with_context(|| format!("creating {}", log.display()))?;
+        let out =
+            std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
         let err = out.try_clone()?;
         let mut cmd = Command::new(&argv[0]);
         cmd.args(&argv[1..])

@@ -73,8 +73,12 @@ mod tests {
 
     #[test]
     fn partial_and_failed_boots() {
-        assert_eq!(parse("Probing EDD (edd=off to disable)... ok"), SerialState::default());
-        let s = parse("SHAREDOS-ERROR sshd\nSHAREDOS-HOSTKEY md5:xx\nKernel panic - not syncing: VFS");
+        assert_eq!(
+            parse("Probing EDD (edd=off to disable)... ok"),
+            SerialState::default()
+        );
+        let s =
+            parse("SHAREDOS-ERROR sshd\nSHAREDOS-HOSTKEY md5:xx\nKernel panic - not syncing: VFS");
         assert_eq!(s.errors, vec!["sshd".to_string()]);
         assert!(s.host_key.is_none(), "only SHA256 fingerprints are pinned");
         assert!(s.panic.is_some());

@@ -35,20 +35,28 @@ pub fn ensure_user() -> (u32, u32) {
     )
 }
 
-/// The xtask binary, built fresh next to this test's binary.
-pub fn xtask_binary() -> PathBuf {
+/// A binary of another workspace member, built fresh next to this test's binary (Cargo builds
+/// only this package's binaries for its tests).
+pub fn cargo_binary(package: &str) -> PathBuf {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let st = Command::new(cargo)
-        .args(["build", "--quiet", "-p", "xtask"])
+        .args(["build", "--quiet", "-p", package])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .status()
-        .expect("running cargo build -p xtask");
-    assert!(st.success(), "cargo build -p xtask failed");
+        .unwrap_or_else(|e| panic!("running cargo build -p {package}: {e}"));
+    assert!(st.success(), "cargo build -p {package} failed");
     let exe = std::env::current_exe().expect("current_exe");
-    let dir = exe.parent().and_then(Path::parent).expect("target/<profile>");
-    let bin = dir.join("xtask");
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>");
+    let bin = dir.join(package);
     assert!(bin.is_file(), "{} was not built", bin.display());
     bin
+}
+
+pub fn xtask_binary() -> PathBuf {
+    cargo_binary("xtask")
 }
 
 pub fn last_line(out: &Output) -> String {
@@ -83,8 +91,7 @@ impl Sandbox {
 
     pub fn new(name: &str) -> Sandbox {
         let (uid, gid) = ensure_user();
-        let dir = std::env::temp_dir()
-            .join(format!("sharedos-test-{name}-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("sharedos-test-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("home")).unwrap();
         let xtask = dir.join("xtask");
@@ -109,7 +116,11 @@ impl Sandbox {
         let mut p = sb.dir.parent();
         while let Some(d) = p {
             let mode = std::fs::metadata(d).unwrap().mode();
-            assert!(mode & 0o001 != 0, "{} is not searchable by {USER}", d.display());
+            assert!(
+                mode & 0o001 != 0,
+                "{} is not searchable by {USER}",
+                d.display()
+            );
             p = d.parent();
         }
         sb
