@@ -354,8 +354,9 @@ pub fn plan(opts: &VmRunOptions) -> Result<String> {
         "    scp {} -> {GUEST_GATE} (mode 0755)\n",
         opts.gate_binary.display()
     ));
-    s.push_str(&format!("    sha256sum {GUEST_GATE}\n"));
-    s.push_str("    date -u -s @<host epoch seconds>\n");
+    s.push_str(&format!(
+        "    sha256sum {GUEST_GATE} && date -u -s @<host epoch seconds> >/dev/null\n"
+    ));
     s.push_str(&format!(
         "    {}   (--step-timeout shown for tcg; kvm uses {} s)\n",
         shell_words(&diagnose_argv(b.guest_step, &opts.diagnose_args)),
@@ -363,7 +364,9 @@ pub fn plan(opts: &VmRunOptions) -> Result<String> {
     ));
     s.push_str("    cat /proc/meminfo\n");
     s.push_str(&format!(
-        "    find {GUEST_REPORT_DIR} -type f -printf '%P\\n'   then scp each file back\n"
+        "    {}   | on the host: {}\n",
+        shell_words(&fetch_argv()),
+        shell_words(&unpack_argv(&report_dir))
     ));
     s.push_str("[guest plan]\n");
     let mut argv = diagnose_argv(b.guest_step, &opts.diagnose_args);
@@ -696,23 +699,25 @@ fn run_phases(opts: &VmRunOptions, obs: &mut Observed) -> Result<Report> {
     guest
         .upload(&opts.gate_binary, GUEST_GATE, 0o755)
         .context("copying the gate binary into the guest")?;
-    let sum = guest.exec(&format!("sha256sum {GUEST_GATE}"))?;
-    let in_guest = sum.stdout.split_whitespace().next().unwrap_or("");
-    if sum.status != 0 || in_guest != gate_sha {
-        bail!(
-            "the gate binary arrived corrupted: sha256 on the host {gate_sha}, in the guest {in_guest:?} ({})",
-            sum.stderr.trim()
-        );
-    }
-    // The guest has no clock source but the emulated RTC: stamp it from the host so the
-    // report's timestamps are true.
+    // One round trip (each costs a second or so under TCG): check the binary, and stamp the
+    // guest clock from the host so the report's timestamps are true (the guest has only the
+    // emulated RTC).
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default()
         .as_secs();
-    let date = guest.exec(&format!("date -u -s @{now}"))?;
-    if date.status != 0 {
-        bail!("setting the guest clock failed: {}", date.stderr.trim());
+    let prep = guest.exec(&format!(
+        "sha256sum {GUEST_GATE} && date -u -s @{now} >/dev/null"
+    ))?;
+    let in_guest = prep.stdout.split_whitespace().next().unwrap_or("");
+    if in_guest != gate_sha {
+        bail!(
+            "the gate binary arrived corrupted: sha256 on the host {gate_sha}, in the guest {in_guest:?} ({})",
+            prep.stderr.trim()
+        );
+    }
+    if prep.status != 0 {
+        bail!("setting the guest clock failed: {}", prep.stderr.trim());
     }
     obs.phase("copy", t);
 
@@ -748,18 +753,14 @@ fn run_phases(opts: &VmRunOptions, obs: &mut Observed) -> Result<Report> {
     obs.vm.guest_mem_used_mib = total.zip(avail).map(|(t, a)| t.saturating_sub(a));
 
     let t = Instant::now();
-    let list = guest.exec(&format!("find {GUEST_REPORT_DIR} -type f -printf '%P\\n'"))?;
-    if list.status != 0 {
-        bail!("listing the guest's report failed: {}", list.stderr.trim());
+    // One archive instead of one copy per file: each SSH channel costs a round trip.
+    let (status, archive, err) = guest
+        .exec_bytes(&shell_words(&fetch_argv()))
+        .context("fetching the report")?;
+    if status != 0 {
+        bail!("archiving the guest's report failed: {}", err.trim());
     }
-    for rel in list.stdout.lines().filter(|l| !l.is_empty()) {
-        if rel.starts_with('/') || rel.split('/').any(|c| c == "..") {
-            bail!("the guest listed a report file outside its report directory: {rel}");
-        }
-        guest
-            .download(&format!("{GUEST_REPORT_DIR}/{rel}"), &report_dir.join(rel))
-            .with_context(|| format!("fetching {rel}"))?;
-    }
+    unpack(&archive, &report_dir)?;
     let text = std::fs::read_to_string(report_dir.join(REPORT_FILE))
         .context("the guest wrote no report.json")?;
     let guest_report: Report =
@@ -898,6 +899,56 @@ pub fn bench(opts: &VmRunOptions, image_runs: usize, runs: usize) -> Result<Stri
     ));
     out.push_str(&format!("reports: {}\n", root.display()));
     Ok(out)
+}
+
+/// The guest side of the fetch: the report directory as a tar stream on stdout.
+pub fn fetch_argv() -> Vec<String> {
+    vec![
+        "tar".into(),
+        "-C".into(),
+        GUEST_REPORT_DIR.into(),
+        "-cf".into(),
+        "-".into(),
+        ".".into(),
+    ]
+}
+
+/// The host side: GNU tar refuses absolute names and `..` by default, so nothing lands outside
+/// the report directory; every file is then checked against the report's sha256.
+pub fn unpack_argv(dir: &Path) -> Vec<String> {
+    vec![
+        "tar".into(),
+        "-C".into(),
+        dir.display().to_string(),
+        "--no-same-owner".into(),
+        "-xf".into(),
+        "-".into(),
+    ]
+}
+
+fn unpack(archive: &[u8], dir: &Path) -> Result<()> {
+    use std::io::Write;
+    let argv = unpack_argv(dir);
+    let mut child = std::process::Command::new(&argv[0])
+        .args(&argv[1..])
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .context("running tar to unpack the report")?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin
+            .write_all(archive)
+            .context("feeding the report archive to tar")?;
+    }
+    let out = child.wait_with_output().context("waiting for tar")?;
+    if !out.status.success() {
+        bail!(
+            "{} failed: {}",
+            argv.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
 }
 
 /// (MemTotal, MemAvailable) in MiB.

@@ -145,6 +145,26 @@ impl Guest {
         })
     }
 
+    /// Runs `command` and returns its standard output as bytes (an archive, say).
+    pub fn exec_bytes(&self, command: &str) -> Result<(i32, Vec<u8>, String)> {
+        let mut ch = self
+            .session
+            .channel_session()
+            .context("opening an SSH channel")?;
+        ch.exec(command)
+            .with_context(|| format!("starting `{command}` in the guest"))?;
+        let mut out = Vec::new();
+        ch.read_to_end(&mut out)
+            .with_context(|| format!("reading the output of `{command}`"))?;
+        let mut err = String::new();
+        ch.stderr()
+            .read_to_string(&mut err)
+            .with_context(|| format!("reading the errors of `{command}`"))?;
+        ch.wait_close().context("closing the channel")?;
+        let status = ch.exit_status().context("reading the exit status")?;
+        Ok((status, out, err))
+    }
+
     pub fn upload(&self, local: &Path, remote: &str, mode: i32) -> Result<()> {
         let bytes = std::fs::read(local).with_context(|| format!("reading {}", local.display()))?;
         let mut ch = self
@@ -158,26 +178,6 @@ impl Guest {
         ch.close()?;
         ch.wait_close()?;
         Ok(())
-    }
-
-    pub fn download(&self, remote: &str, local: &Path) -> Result<u64> {
-        let (mut ch, stat) = self
-            .session
-            .scp_recv(Path::new(remote))
-            .with_context(|| format!("starting the copy of {remote}"))?;
-        let mut buf = Vec::with_capacity(stat.size() as usize);
-        ch.read_to_end(&mut buf)
-            .with_context(|| format!("copying {remote}"))?;
-        ch.send_eof()?;
-        ch.wait_eof()?;
-        ch.close()?;
-        ch.wait_close()?;
-        if let Some(parent) = local.parent() {
-            std::fs::create_dir_all(parent)
-                .with_context(|| format!("mkdir {}", parent.display()))?;
-        }
-        std::fs::write(local, &buf).with_context(|| format!("writing {}", local.display()))?;
-        Ok(buf.len() as u64)
     }
 }
 
