@@ -219,7 +219,6 @@ impl Drop for RunDir {
 /// What the run has observed so far; on a rig failure it becomes the partial report.
 struct Observed {
     report_dir: PathBuf,
-    started: Instant,
     started_at: String,
     vm: VmProvenance,
     /// Lines the diagnostic printed as it went (gate by gate).
@@ -451,7 +450,6 @@ pub fn vm_run(opts: &VmRunOptions) -> i32 {
     }
     let mut obs = Observed {
         report_dir: report_dir.clone(),
-        started: Instant::now(),
         started_at: clock::now_rfc3339(),
         vm: host_provenance(opts),
         transcript: Vec::new(),
@@ -790,7 +788,6 @@ fn run_phases(opts: &VmRunOptions, obs: &mut Observed) -> Result<Report> {
     } else {
         booted.qemu.stop();
     }
-    let _ = obs.started;
     Ok(guest_report)
 }
 

@@ -211,9 +211,7 @@ fn become_init(spec: &TreeSpec) -> anyhow::Error {
     }
 }
 
-enum Never {}
-
-fn setup_root_and_exec(spec: &TreeSpec) -> Result<Never> {
+fn setup_root_and_exec(spec: &TreeSpec) -> Result<std::convert::Infallible> {
     // Our own session: with it CRIU needs no --shell-job.
     nix::unistd::setsid().context("setsid")?;
     mount(

@@ -25,13 +25,11 @@ pub fn check_x_state(g: &mut GateBuilder, now: &Observation, snap: &Observation)
 pub fn run(ctx: &mut Ctx) -> Gate {
     let mut g = GateBuilder::new(GateName::RestoreXState);
     let (Some(snap), Some(pid)) = (ctx.snapshot.clone(), ctx.copies.get("a").copied()) else {
-        let mut gate = Gate::new(
+        return Gate::new(
             GateName::RestoreXState,
             Status::NotRun,
             "no restored copy: the restore in restore_live_process did not succeed",
         );
-        gate.checks.clear();
-        return gate;
     };
     let vendor = ctx.x(pid, "X handshake", |c| Ok(c.vendor()));
     g.check(check(
