@@ -30,8 +30,10 @@ fn vm_run_args(sb: &Sandbox, gate: &Path, out: &Path, accel: &str) -> Vec<String
     let p = |p: &Path| p.display().to_string();
     vec![
         "vm-run".into(),
+        // Relative on purpose, as `cargo xtask vm-run` run from a checkout finds `images/`: the
+        // builder must hand mmdebstrap absolute paths.
         "--images-dir".into(),
-        p(&sb.images),
+        "images".into(),
         "--cache-dir".into(),
         p(&sb.dir.join("cache")),
         "--accel".into(),
@@ -77,7 +79,24 @@ fn vm_run_end_to_end_as_an_unprivileged_user() {
     };
     let gate = sb.copy_in(&gate_binary(), "sharedos-gate");
     full_run_archives_an_identified_report_that_verify_agrees_with(&sb, &gate);
-    qemu_killed_during_the_gates_exits_2_with_a_partial_report_and_nothing_left(&sb, &gate);
+    interrupted_during_the_gates_exits_2_with_a_partial_report_and_nothing_left(
+        &sb,
+        &gate,
+        Interrupt::KillQemu,
+    );
+    interrupted_during_the_gates_exits_2_with_a_partial_report_and_nothing_left(
+        &sb,
+        &gate,
+        Interrupt::SigtermTheRig,
+    );
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Interrupt {
+    /// QEMU dies under the run (a guest crash, as the rig sees it).
+    KillQemu,
+    /// The user stops the run.
+    SigtermTheRig,
 }
 
 fn full_run_archives_an_identified_report_that_verify_agrees_with(sb: &Sandbox, gate: &Path) {
@@ -170,11 +189,12 @@ fn full_run_archives_an_identified_report_that_verify_agrees_with(sb: &Sandbox, 
     );
 }
 
-fn qemu_killed_during_the_gates_exits_2_with_a_partial_report_and_nothing_left(
+fn interrupted_during_the_gates_exits_2_with_a_partial_report_and_nothing_left(
     sb: &Sandbox,
     gate: &Path,
+    how: Interrupt,
 ) {
-    let out_dir = sb.dir.join("reports/killed");
+    let out_dir = sb.dir.join(format!("reports/{how:?}"));
     let args = vm_run_args(sb, gate, &out_dir, "tcg");
     let mut child = sb
         .command_as_user(&sb.xtask, &strs(&args))
@@ -182,7 +202,7 @@ fn qemu_killed_during_the_gates_exits_2_with_a_partial_report_and_nothing_left(
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    // Wait for the gates to be under way, then kill QEMU out from under the run.
+    // Wait for the gates to be under way, then interrupt.
     let stderr = child.stderr.take().unwrap();
     let mut lines = BufReader::new(stderr).lines();
     let mut seen = Vec::new();
@@ -204,11 +224,12 @@ fn qemu_killed_during_the_gates_exits_2_with_a_partial_report_and_nothing_left(
         .filter(|(_, c)| c.starts_with("qemu-system"))
         .collect();
     assert_eq!(qemu.len(), 1, "{qemu:?}");
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(qemu[0].0),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
+    // setpriv and env exec the rig, so the child's pid is the rig's.
+    let (pid, signal) = match how {
+        Interrupt::KillQemu => (qemu[0].0, nix::sys::signal::Signal::SIGKILL),
+        Interrupt::SigtermTheRig => (child.id() as i32, nix::sys::signal::Signal::SIGTERM),
+    };
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal).unwrap();
     let rest: Vec<String> = lines.map_while(Result::ok).collect();
     let status = child.wait().unwrap();
     let stdout = {
@@ -232,17 +253,20 @@ fn qemu_killed_during_the_gates_exits_2_with_a_partial_report_and_nothing_left(
     assert_eq!(r.exit_code, 2);
     assert!(!r.all_gates_pass);
     let vm = r.vm.as_ref().unwrap();
-    assert!(
-        vm.rig_error.as_deref().unwrap_or("").len() > 10,
-        "{:?}",
-        vm.rig_error
-    );
+    let rig_error = vm.rig_error.as_deref().unwrap_or("");
+    assert!(rig_error.len() > 10, "{rig_error:?}");
+    if how == Interrupt::SigtermTheRig {
+        assert!(
+            rig_error.contains("interrupted by SIGTERM"),
+            "{rig_error:?}"
+        );
+    }
     assert!(
         r.artifacts.iter().any(|a| a.path == "serial.log"),
         "the serial log is archived"
     );
     assert!(sharedos_rig::digest::verify_artifacts(&out_dir, &r.artifacts).is_empty());
-    // What the gates said before the crash is kept, the rest is NOT_RUN.
+    // What the gates said before the interruption is kept, the rest is NOT_RUN.
     assert_eq!(
         r.gate(GateName::Prerequisites).unwrap().status,
         Status::Pass

@@ -173,18 +173,22 @@ impl ImageDir {
 
 /// Where `images/` is: an explicit choice, then `$SHAREDOS_RIG_IMAGES`, then `./images` when it
 /// holds the image, then the source tree this binary was built from.
+/// Always absolute: the builder hands these paths to mmdebstrap's hooks, which run elsewhere.
 pub fn find_images_dir(explicit: Option<&Path>, image: &str) -> PathBuf {
-    if let Some(p) = explicit {
-        return p.to_path_buf();
-    }
-    if let Some(p) = std::env::var_os("SHAREDOS_RIG_IMAGES") {
-        return PathBuf::from(p);
-    }
-    let cwd = PathBuf::from("images");
-    if cwd.join(image).join(DEFINITION_FILE).is_file() {
-        return cwd;
-    }
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("images")
+    let found = if let Some(p) = explicit {
+        p.to_path_buf()
+    } else if let Some(p) = std::env::var_os("SHAREDOS_RIG_IMAGES") {
+        PathBuf::from(p)
+    } else if Path::new("images")
+        .join(image)
+        .join(DEFINITION_FILE)
+        .is_file()
+    {
+        PathBuf::from("images")
+    } else {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("images")
+    };
+    std::path::absolute(&found).unwrap_or(found)
 }
 
 #[cfg(test)]
@@ -195,6 +199,13 @@ mod tests {
         architecture = amd64\nvariant = apt\nkernel_flavour = cloud-amd64\npackage = criu\n\
         package = xterm\ndpkg_exclude = /usr/share/doc/*\ndpkg_include = /usr/share/doc/*/copyright\n\
         source_date_epoch = 1700000000\ndisk_size_mib = 1024\n";
+
+    #[test]
+    fn images_dir_is_absolute_even_when_given_relative() {
+        let d = find_images_dir(Some(Path::new("images")), "bookworm");
+        assert!(d.is_absolute(), "{}", d.display());
+        assert!(d.ends_with("images"));
+    }
 
     #[test]
     fn parses_lists_and_keeps_filter_order() {
