@@ -38,6 +38,9 @@ fn vm_run_args(sb: &Sandbox, gate: &Path, out: &Path, accel: &str) -> Vec<String
         p(&sb.dir.join("cache")),
         "--accel".into(),
         accel.into(),
+        // The image builder mode hosted runners need (no user namespaces), as the workflow runs it.
+        "--mode".into(),
+        "fakechroot".into(),
         "--gate-binary".into(),
         p(gate),
         "--out".into(),
@@ -131,6 +134,7 @@ fn full_run_archives_an_identified_report_that_verify_agrees_with(sb: &Sandbox, 
     assert!(!vm.accel_reason.is_empty());
     assert!(vm.qemu_version.starts_with("QEMU emulator version"));
     assert_eq!(vm.image_sha256.len(), 64);
+    assert_eq!(vm.image_builder_mode, "fakechroot");
     assert_eq!(vm.gate_binary_sha256.len(), 64);
     assert!(vm.guest_mem_used_mib.unwrap_or(0) > 0);
     let phases: Vec<&str> = vm.phases.iter().map(|p| p.name.as_str()).collect();

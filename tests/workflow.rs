@@ -35,9 +35,8 @@ const KNOWN: &[Known] = &[
         command: "sudo apt-get install -y --no-install-recommends $(grep -hv '^#' .ci/packages.txt .ci/packages-image.txt)",
         evidence: &[(".ci/run", APT_INSTALL)],
     },
-    // vm-run as an unprivileged user with --accel auto and --out (tests/vm_run.rs); --mode
-    // belongs to the image options vm-run shares with `xtask image`, whose fakechroot build
-    // tests/image.rs runs.
+    // vm-run as an unprivileged user with --mode fakechroot, --accel auto and --out
+    // (tests/vm_run.rs); --mode belongs to the image options vm-run shares with `xtask image`.
     Known {
         command: "cargo xtask vm-run --mode fakechroot --accel auto --out reports/ci || status=$?",
         evidence: &[
@@ -45,7 +44,8 @@ const KNOWN: &[Known] = &[
             ("tests/vm_run.rs", "\"--accel\""),
             ("tests/vm_run.rs", "\"auto\""),
             ("tests/vm_run.rs", "\"--out\""),
-            ("tests/image.rs", "\"--mode\", \"fakechroot\""),
+            ("tests/vm_run.rs", "\"--mode\""),
+            ("tests/vm_run.rs", "\"fakechroot\""),
             ("xtask/src/main.rs", "image: BuildOptions"),
         ],
     },
