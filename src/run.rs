@@ -397,6 +397,11 @@ static QEMU_PID: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::ne
 /// QEMU when the flag rises, which breaks the session, so the run fails over to its partial
 /// report and its cleanup at once.
 fn start_signal_watchdog() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(spawn_signal_watchdog);
+}
+
+fn spawn_signal_watchdog() {
     let _ = std::thread::Builder::new()
         .name("signal-watchdog".into())
         .spawn(|| loop {
@@ -441,6 +446,14 @@ pub fn vm_run(opts: &VmRunOptions) -> i32 {
         return RIG_FAILURE;
     }
     let report_dir = report_dir_for(opts);
+    // Never mix two runs in one directory, nor overwrite an archived report.
+    if std::fs::read_dir(&report_dir).is_ok_and(|mut d| d.next().is_some()) {
+        eprintln!(
+            "error: the report directory {} is not empty: pass --out with a new directory, or leave --out out to get reports/<time>-<id>",
+            report_dir.display()
+        );
+        return RIG_FAILURE;
+    }
     if let Err(e) = std::fs::create_dir_all(&report_dir) {
         eprintln!(
             "error: cannot create the report directory {}: {e}; pass --out DIR on a writable filesystem",
