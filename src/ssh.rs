@@ -101,6 +101,16 @@ impl Guest {
             .set_timeout(t.as_millis().min(u32::MAX as u128) as u32);
     }
 
+    fn start(&self, command: &str) -> Result<ssh2::Channel> {
+        let mut ch = self
+            .session
+            .channel_session()
+            .context("opening an SSH channel")?;
+        ch.exec(command)
+            .with_context(|| format!("starting `{command}` in the guest"))?;
+        Ok(ch)
+    }
+
     pub fn exec(&self, command: &str) -> Result<ExecResult> {
         self.exec_streaming(command, &mut |_| {})
     }
@@ -111,12 +121,7 @@ impl Guest {
         command: &str,
         on_line: &mut dyn FnMut(&str),
     ) -> Result<ExecResult> {
-        let mut ch = self
-            .session
-            .channel_session()
-            .context("opening an SSH channel")?;
-        ch.exec(command)
-            .with_context(|| format!("starting `{command}` in the guest"))?;
+        let mut ch = self.start(command)?;
         let mut stderr = String::new();
         {
             let mut r = BufReader::new(ch.stderr());
@@ -147,12 +152,7 @@ impl Guest {
 
     /// Runs `command` and returns its standard output as bytes (an archive, say).
     pub fn exec_bytes(&self, command: &str) -> Result<(i32, Vec<u8>, String)> {
-        let mut ch = self
-            .session
-            .channel_session()
-            .context("opening an SSH channel")?;
-        ch.exec(command)
-            .with_context(|| format!("starting `{command}` in the guest"))?;
+        let mut ch = self.start(command)?;
         let mut out = Vec::new();
         ch.read_to_end(&mut out)
             .with_context(|| format!("reading the output of `{command}`"))?;

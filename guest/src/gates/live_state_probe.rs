@@ -5,9 +5,7 @@ use crate::probe::{self, MarkedProcess};
 use crate::report::{Gate, GateName};
 use crate::stateapp::is_token;
 use crate::tree::XTERM_TITLE;
-use crate::wait;
 use serde_json::json;
-use std::time::Duration;
 
 fn pids(ps: &[&MarkedProcess]) -> serde_json::Value {
     json!(ps
@@ -31,15 +29,7 @@ pub fn run(ctx: &mut Ctx) -> Gate {
                 json!(first.token),
                 "32 lowercase hex digits",
             ));
-            let second = wait::until(
-                "the app's counter to advance",
-                ctx.cfg.step_timeout.min(Duration::from_secs(10)),
-                || {
-                    ctx.app(pid, "get")
-                        .ok()
-                        .filter(|s| s.counter > first.counter)
-                },
-            );
+            let second = ctx.counter_above(pid, first.counter);
             let c2 = second.as_ref().map(|s| s.counter).ok();
             g.check(check(
                 "counter_advances",

@@ -147,6 +147,15 @@ impl Ctx {
         stateapp::query(&sock, command, self.cfg.quick())
     }
 
+    /// Waits until the app of a tree reports a counter above `above`: the counter ticks on its own.
+    pub fn counter_above(&self, tree_pid: i32, above: u64) -> Result<AppState, wait::WaitError> {
+        wait::until(
+            "the app's counter to advance",
+            self.cfg.step_timeout.min(Duration::from_secs(10)),
+            || self.app(tree_pid, "get").ok().filter(|s| s.counter > above),
+        )
+    }
+
     /// Connects to a tree's X server, bounded: a frozen server must not hang the run.
     pub fn x<T: Send + 'static>(
         &self,

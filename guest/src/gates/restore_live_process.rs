@@ -3,9 +3,7 @@
 
 use super::{check, counter_bound, Ctx, GateBuilder, Observation};
 use crate::report::{Gate, GateName};
-use crate::wait;
 use serde_json::json;
-use std::time::Duration;
 
 /// Checks that a copy's app holds the dump-time state: same token, counter continuing (not
 /// restarted, not jumped) and still advancing.
@@ -30,15 +28,7 @@ pub fn check_app_state(ctx: &Ctx, g: &mut GateBuilder, pid: i32, snap: &Observat
         json!({"dump_time": snap.app.counter, "restored": first.counter, "upper_bound": bound}),
         "at least the dump-time value and no more than the ticks since allow",
     ));
-    let next = wait::until(
-        "the restored counter to advance",
-        ctx.cfg.step_timeout.min(Duration::from_secs(10)),
-        || {
-            ctx.app(pid, "get")
-                .ok()
-                .filter(|s| s.counter > first.counter)
-        },
-    );
+    let next = ctx.counter_above(pid, first.counter);
     g.check(check(
         "counter_advances",
         next.is_ok(),
