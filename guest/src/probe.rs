@@ -109,6 +109,7 @@ pub fn scan(marker: &str) -> Vec<MarkedProcess> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn stat_with_odd_comm() {
@@ -126,7 +127,16 @@ mod tests {
             .env("SHAREDOS_MARKER", &marker)
             .spawn()
             .unwrap();
-        let found = scan(&marker);
+        // Until the child has exec'd, its environ is still ours, without the marker.
+        let found = crate::wait::until(
+            "the child to show its marker",
+            Duration::from_secs(30),
+            || {
+                let f = scan(&marker);
+                (!f.is_empty()).then_some(f)
+            },
+        )
+        .unwrap_or_default();
         child.kill().unwrap();
         child.wait().unwrap();
         assert_eq!(found.len(), 1, "{found:?}");
