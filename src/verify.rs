@@ -105,8 +105,7 @@ pub fn rig_error(r: &Report) -> Option<&str> {
     r.vm.as_ref().and_then(|vm| vm.rig_error.as_deref())
 }
 
-/// vm-run's exit code when the rig itself failed; its report says so in `vm.rig_error`.
-pub const RIG_FAILURE_EXIT: i32 = 2;
+pub use crate::report::RIG_FAILURE_EXIT;
 
 /// report.json's `all_gates_pass` and `exit_code` must be what its own gates say (or, for a run
 /// whose rig failed, the rig-failure code).
@@ -176,22 +175,22 @@ pub fn evaluate_report(report: &Report, review: Option<&report::Review>) -> Outc
 /// Reads a report directory and judges it without re-hashing the artifacts (for list and diff,
 /// which must stay fast on a directory of many reports).
 pub fn load_dir(dir: &Path) -> Result<Outcome> {
-    let loaded = read_report(dir)?;
-    let state = review::assess(
-        &loaded.report,
-        Some(&loaded.sha256),
-        review::read_review(dir),
-    );
-    let mut o = evaluate(loaded.report, Some(loaded.sha256), state, Vec::new());
-    o.dir = Some(dir.to_path_buf());
-    Ok(o)
+    judge_dir(dir, false)
 }
 
 /// `sharedos-rig verify`: re-hashes every artifact, judges review.json, checks the report's own
 /// verdict. Err only when report.json itself cannot be read.
 pub fn verify_dir(dir: &Path) -> Result<Outcome> {
+    judge_dir(dir, true)
+}
+
+fn judge_dir(dir: &Path, rehash: bool) -> Result<Outcome> {
     let loaded = read_report(dir)?;
-    let mismatches = digest::verify_artifacts(dir, &loaded.report.artifacts);
+    let mismatches = if rehash {
+        digest::verify_artifacts(dir, &loaded.report.artifacts)
+    } else {
+        Vec::new()
+    };
     let state = review::assess(
         &loaded.report,
         Some(&loaded.sha256),
@@ -200,7 +199,7 @@ pub fn verify_dir(dir: &Path) -> Result<Outcome> {
     let checked = loaded.report.artifacts.len();
     let mut o = evaluate(loaded.report, Some(loaded.sha256), state, mismatches);
     o.dir = Some(dir.to_path_buf());
-    o.artifacts_checked = Some(checked);
+    o.artifacts_checked = rehash.then_some(checked);
     Ok(o)
 }
 

@@ -282,6 +282,10 @@ impl Report {
     }
 }
 
+/// The exit code, and the report's `exit_code`, of a vm-run whose rig itself failed (QEMU, boot,
+/// SSH, fetch): not a verdict of the gates.
+pub const RIG_FAILURE_EXIT: i32 = 2;
+
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum Verdict {

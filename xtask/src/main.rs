@@ -104,7 +104,7 @@ fn main() {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
-            run::RIG_FAILURE
+            run::RIG_FAILURE_EXIT
         }
     };
     std::process::exit(code);
