@@ -19,8 +19,7 @@ pub const GUEST_GATE: &str = "/usr/local/bin/sharedos-gate";
 pub const GUEST_WORK: &str = "/root/work";
 pub const GUEST_REPORT_DIR: &str = "/root/report";
 
-/// Exit code of a run whose rig failed (QEMU, boot, SSH, copy, fetch): not a verdict.
-pub const RIG_FAILURE: i32 = 2;
+pub use sharedos_gate::report::RIG_FAILURE_EXIT;
 
 #[derive(Debug, Clone)]
 pub struct VmRunOptions {
@@ -181,11 +180,19 @@ fn first_line(s: &str) -> String {
     s.lines().next().unwrap_or("").trim().to_string()
 }
 
-fn command_output(argv: &[&str]) -> String {
-    std::process::Command::new(argv[0])
-        .args(&argv[1..])
-        .output()
-        .map(|o| first_line(&String::from_utf8_lossy(&o.stdout)))
+/// `argv` through the image builder's runner (which names argv, status and stderr on failure).
+fn run_tool(argv: &[String], missing_hint: &str) -> Result<String> {
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    image::exec::capture(&argv).context(missing_hint.to_string())
+}
+
+fn cpu_model_name() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .and_then(|rest| rest.split_once(':'))
+        .map(|(_, name)| name.trim().to_string())
         .unwrap_or_default()
 }
 
@@ -254,12 +261,9 @@ pub fn parse_gate_line(line: &str) -> Option<Gate> {
 pub fn host_provenance(opts: &VmRunOptions) -> VmProvenance {
     let host = environment::capture(Vec::new());
     VmProvenance {
-        qemu_version: command_output(
-            &qemu::version_argv()
-                .iter()
-                .map(String::as_str)
-                .collect::<Vec<_>>(),
-        ),
+        qemu_version: run_tool(&qemu::version_argv(), "reading QEMU's version")
+            .map(|o| first_line(&o))
+            .unwrap_or_default(),
         machine_type: qemu::MACHINE.into(),
         memory_mib: opts.memory_mib,
         cpus: opts.cpus,
@@ -423,7 +427,7 @@ fn spawn_signal_watchdog() {
 pub fn vm_run(opts: &VmRunOptions) -> i32 {
     if let Err(e) = signals::install() {
         eprintln!("error: installing signal handlers: {e}");
-        return RIG_FAILURE;
+        return RIG_FAILURE_EXIT;
     }
     if opts.plan {
         return match plan(opts) {
@@ -433,7 +437,7 @@ pub fn vm_run(opts: &VmRunOptions) -> i32 {
             }
             Err(e) => {
                 eprintln!("error: {e:#}");
-                RIG_FAILURE
+                RIG_FAILURE_EXIT
             }
         };
     }
@@ -443,7 +447,7 @@ pub fn vm_run(opts: &VmRunOptions) -> i32 {
             opts.gate_binary.display(),
             gate_build_argv("cargo").join(" ")
         );
-        return RIG_FAILURE;
+        return RIG_FAILURE_EXIT;
     }
     let report_dir = report_dir_for(opts);
     // Never mix two runs in one directory, nor overwrite an archived report.
@@ -452,14 +456,14 @@ pub fn vm_run(opts: &VmRunOptions) -> i32 {
             "error: the report directory {} is not empty: pass --out with a new directory, or leave --out out to get reports/<time>-<id>",
             report_dir.display()
         );
-        return RIG_FAILURE;
+        return RIG_FAILURE_EXIT;
     }
     if let Err(e) = std::fs::create_dir_all(&report_dir) {
         eprintln!(
             "error: cannot create the report directory {}: {e}; pass --out DIR on a writable filesystem",
             report_dir.display()
         );
-        return RIG_FAILURE;
+        return RIG_FAILURE_EXIT;
     }
     let mut obs = Observed {
         report_dir: report_dir.clone(),
@@ -486,19 +490,19 @@ pub fn vm_run(opts: &VmRunOptions) -> i32 {
             let msg = format!("{e:#}");
             eprintln!("error: the rig failed: {msg}");
             obs.vm.rig_error = Some(msg);
-            (partial_report(&obs), RIG_FAILURE)
+            (partial_report(&obs), RIG_FAILURE_EXIT)
         }
     };
     report.vm = Some(obs.vm.clone());
     report.artifacts = collect_artifacts(&report_dir);
     report.seal();
-    if code == RIG_FAILURE {
-        report.exit_code = RIG_FAILURE;
+    if code == RIG_FAILURE_EXIT {
+        report.exit_code = RIG_FAILURE_EXIT;
     }
     let path = report_dir.join(REPORT_FILE);
     if let Err(e) = sharedos_gate::diagnose::write_report(&report, &path) {
         eprintln!("error: {e:#}");
-        return RIG_FAILURE;
+        return RIG_FAILURE_EXIT;
     }
     print_summary(&report, code);
     println!("{}", report_dir.display());
@@ -527,7 +531,7 @@ fn print_summary(r: &Report, code: i32) {
     let verdict = match code {
         0 => "PASS",
         3 => "REVIEW_REQUIRED (every gate passed; a human must review the PNGs)",
-        RIG_FAILURE => "RIG FAILURE (partial report archived)",
+        RIG_FAILURE_EXIT => "RIG FAILURE (partial report archived)",
         _ => "FAIL",
     };
     eprintln!("[vm-run] verdict: {verdict}, exit {code}");
@@ -567,7 +571,7 @@ fn partial_report(obs: &Observed) -> Report {
         schema_version: SCHEMA_VERSION,
         marker: String::new(),
         all_gates_pass: false,
-        exit_code: RIG_FAILURE,
+        exit_code: RIG_FAILURE_EXIT,
         gates,
         environment: Environment {
             kernel_release: console.kernel_release.unwrap_or_default(),
@@ -610,33 +614,19 @@ fn run_phases(opts: &VmRunOptions, obs: &mut Observed) -> Result<Report> {
     run_dir.keep = opts.keep_vm;
     let key = run_dir.path.join("id_ed25519");
     let keygen = ssh::keygen_argv(&key);
-    let out = std::process::Command::new(&keygen[0])
-        .args(&keygen[1..])
-        .output()
-        .context("running ssh-keygen: install OpenSSH's client (apt-get install openssh-client)")?;
-    if !out.status.success() {
-        bail!(
-            "{} failed: {}",
-            keygen.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
+    run_tool(
+        &keygen,
+        "making the run's SSH key (ssh-keygen comes with openssh-client)",
+    )?;
     let pubkey = std::fs::read_to_string(run_dir.path.join("id_ed25519.pub"))?;
     let append = kernel_append(&pubkey)?;
 
     let overlay = run_dir.path.join("overlay.qcow2");
     let ov = qemu::overlay_argv(&entry.disk(), &overlay);
-    let out = std::process::Command::new(&ov[0])
-        .args(&ov[1..])
-        .output()
-        .context("running qemu-img: install it (apt-get install qemu-utils)")?;
-    if !out.status.success() {
-        bail!(
-            "{} failed: {}",
-            ov.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
+    run_tool(
+        &ov,
+        "making the run's overlay (qemu-img comes with qemu-utils)",
+    )?;
 
     let t_boot = Instant::now();
     let mut attempt = 0;
@@ -842,11 +832,7 @@ pub fn bench(opts: &VmRunOptions, image_runs: usize, runs: usize) -> Result<Stri
             .unwrap_or(0),
         host.os,
         host.kernel_release,
-        command_output(&[
-            "sh",
-            "-c",
-            "grep -m1 'model name' /proc/cpuinfo | cut -d: -f2"
-        ]),
+        cpu_model_name(),
     ));
     out.push_str(&bench_image(&opts.image, image_runs)?);
     let root = opts.out.clone().unwrap_or_else(|| {
@@ -862,7 +848,7 @@ pub fn bench(opts: &VmRunOptions, image_runs: usize, runs: usize) -> Result<Stri
         let started = Instant::now();
         let code = vm_run(&o);
         let total = started.elapsed().as_secs_f64();
-        if code == RIG_FAILURE {
+        if code == RIG_FAILURE_EXIT {
             bail!(
                 "warm run {i} failed (exit 2): see {}",
                 root.join(format!("run-{i}")).display()

@@ -13,6 +13,15 @@ pub enum NetworkLock {
 }
 
 impl NetworkLock {
+    /// iptables when iptables-restore is installed, else nftables.
+    pub fn detect() -> NetworkLock {
+        if crate::gates::find_program("iptables-restore").is_some() {
+            NetworkLock::Iptables
+        } else {
+            NetworkLock::Nftables
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             NetworkLock::Iptables => "iptables",

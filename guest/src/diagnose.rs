@@ -272,11 +272,7 @@ pub fn plan(cfg: &Config) -> Vec<PlanStep> {
                 0,
                 &cfg.dump_dir(),
                 &cfg.criu_log("dump"),
-                if gates::find_program("iptables-restore").is_some() {
-                    criu::NetworkLock::Iptables
-                } else {
-                    criu::NetworkLock::Nftables
-                },
+                criu::NetworkLock::detect(),
             )
             .into_iter()
             .map(|a| if a == "0" { "PID".to_string() } else { a })

@@ -258,19 +258,11 @@ pub const TOOL_PACKAGES: &[(&str, &str)] = &[
     ("fakeroot", "fakeroot"),
 ];
 
-pub fn find_in_path(tool: &str) -> Option<std::path::PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .chain(["/usr/sbin", "/sbin"].iter().map(std::path::PathBuf::from))
-        .map(|d| d.join(tool))
-        .find(|p| p.is_file())
-}
-
 /// Names every missing tool with the package to install.
 pub fn missing_tools(tools: &[&str]) -> Vec<String> {
     tools
         .iter()
-        .filter(|t| find_in_path(t).is_none())
+        .filter(|t| sharedos_gate::gates::find_program(t).is_none())
         .map(|t| {
             let pkg = TOOL_PACKAGES
                 .iter()

@@ -217,11 +217,7 @@ pub fn run(ctx: &mut Ctx) -> Gate {
         ctx.criu = criu;
     }
 
-    ctx.lock = if find_program("iptables-restore").is_some() {
-        NetworkLock::Iptables
-    } else {
-        NetworkLock::Nftables
-    };
+    ctx.lock = NetworkLock::detect();
     g.data("criu_network_lock", json!(ctx.lock.as_str()));
     g.data("tree_checks", json!(TREE_CHECKS));
     g.finish("root; criu, Xvfb and xterm present; `criu check` succeeded; work and report directories writable; display free")
