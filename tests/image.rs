@@ -20,10 +20,12 @@ use common::{last_line, Sandbox};
 /// Returns false (after saying so loudly) when the test cannot run here.
 fn can_run(test: &str) -> bool {
     if !common::is_root() {
-        eprintln!(
-            "\n!!!!! SKIPPED {test}: it must start as root to create and switch to the \
-             unprivileged user {}; nothing was tested !!!!!\n",
-            common::USER
+        common::skip::cannot_run(
+            test,
+            &format!(
+                "it must start as root to create and switch to the unprivileged user {}",
+                common::USER
+            ),
         );
         return false;
     }

@@ -3,7 +3,8 @@
 //! is rendered from what it wrote, two runs are compared, listed, reviewed and verified, and the
 //! html page is screenshot in headless Chromium.
 //!
-//! As any user but root the tests print a loud SKIPPED line and pass: the diagnostic needs root.
+//! As any user but root the tests print a loud SKIPPED line and pass, or fail when `CI` is set:
+//! the diagnostic needs root.
 
 mod common;
 use sharedos_rig::digest;
@@ -23,9 +24,10 @@ fn skip_unless_root(test: &str) -> bool {
     if nix::unistd::geteuid().is_root() {
         return false;
     }
-    eprintln!(
-        "\n*** SKIPPED {test}: it runs the real `sharedos-gate diagnose`, which needs root \
-         (namespaces, mounts, CRIU). Run as root: `cargo test --test real_reports`. ***\n"
+    common::skip::cannot_run(
+        test,
+        "it runs the real `sharedos-gate diagnose`, which needs root (namespaces, mounts, CRIU); \
+         run as root: `cargo test --test real_reports`",
     );
     true
 }

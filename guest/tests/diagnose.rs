@@ -151,9 +151,15 @@ fn failing_criu(dir: &Path) -> PathBuf {
     p
 }
 
+#[path = "../../tests/common/skip.rs"]
+mod skip;
+
 fn skip_unless_root(test: &str) -> bool {
     if !is_root() {
-        eprintln!("SKIPPED {test}: needs root (namespaces, mounts, CRIU); run the suite as root");
+        skip::cannot_run(
+            test,
+            "it needs root (namespaces, mounts, CRIU); run the suite as root",
+        );
         return true;
     }
     false

@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod skip;
+
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -77,12 +79,15 @@ pub struct Sandbox {
 }
 
 impl Sandbox {
-    /// None, after saying so loudly, when the test cannot switch users (not root).
+    /// None, after saying so loudly, when the test cannot switch users (not root); under CI it
+    /// fails instead.
     pub fn new_or_skip(name: &str) -> Option<Sandbox> {
         if !is_root() {
-            eprintln!(
-                "\n!!!!! SKIPPED {name}: it must start as root to create and switch to the \
-                 unprivileged user {USER}; nothing was tested !!!!!\n"
+            skip::cannot_run(
+                name,
+                &format!(
+                    "it must start as root to create and switch to the unprivileged user {USER}"
+                ),
             );
             return None;
         }
