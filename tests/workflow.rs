@@ -24,16 +24,15 @@ struct Known {
     evidence: &'static [(&'static str, &'static str)],
 }
 
-const APT_INSTALL: &str = "apt-get install -y --no-install-recommends $(grep -hv '^#' .ci/packages.txt .ci/packages-image.txt)";
-
 const KNOWN: &[Known] = &[
+    // The one install step; .ci/run adds --tests, and tests/install.rs runs it bare.
     Known {
-        command: "sudo apt-get update",
-        evidence: &[(".ci/run", "\napt-get update\n")],
-    },
-    Known {
-        command: "sudo apt-get install -y --no-install-recommends $(grep -hv '^#' .ci/packages.txt .ci/packages-image.txt)",
-        evidence: &[(".ci/run", APT_INSTALL)],
+        command: "sudo .ci/install-host",
+        evidence: &[
+            (".ci/run", "\n.ci/install-host --tests\n"),
+            ("tests/install.rs", "install_host(&[])"),
+            ("README.md", "sudo .ci/install-host\n"),
+        ],
     },
     // vm-run as an unprivileged user with --mode fakechroot, --accel auto and --out
     // (tests/vm_run.rs); --mode belongs to the image options vm-run shares with `xtask image`.
@@ -50,17 +49,25 @@ const KNOWN: &[Known] = &[
         ],
     },
     Known {
-        command: "cargo run -p sharedos-rig -- show reports/ci --format junit > reports/ci/junit.xml",
+        command:
+            "cargo run -p sharedos-rig -- show reports/ci --format junit > reports/ci/junit.xml",
         evidence: &[
             ("tests/real_reports.rs", "show(&r.a, \"junit\")"),
-            ("tests/cli_reports.rs", "\"show\", \"DIR\", \"--format\", \"junit\""),
+            (
+                "tests/cli_reports.rs",
+                "\"show\", \"DIR\", \"--format\", \"junit\"",
+            ),
         ],
     },
     Known {
-        command: "cargo run -p sharedos-rig -- show reports/ci --format md >> \"$GITHUB_STEP_SUMMARY\"",
+        command:
+            "cargo run -p sharedos-rig -- show reports/ci --format md >> \"$GITHUB_STEP_SUMMARY\"",
         evidence: &[
             ("tests/real_reports.rs", "show(&r.a, \"md\")"),
-            ("tests/cli_reports.rs", "\"show\", \"DIR\", \"--format\", \"md\""),
+            (
+                "tests/cli_reports.rs",
+                "\"show\", \"DIR\", \"--format\", \"md\"",
+            ),
         ],
     },
     // Shell plumbing of the vm-run step, checked by vm_run_step_accepts_exactly_0_and_3.
@@ -157,17 +164,13 @@ fn every_workflow_command_is_one_the_project_runs_itself() {
 
 #[test]
 fn only_package_installation_uses_sudo() {
-    let ci = read(".ci/run");
     for c in run_blocks(&read(WORKFLOW)).into_iter().flatten() {
-        if !c.contains("sudo") {
-            continue;
+        if c.contains("sudo") {
+            assert_eq!(
+                c, "sudo .ci/install-host",
+                "sudo for something other than the install step"
+            );
         }
-        let rest = c
-            .strip_prefix("sudo apt-get ")
-            .unwrap_or_else(|| panic!("`{c}` uses sudo for something other than apt-get"));
-        assert!(!rest.contains("sudo"), "{c}");
-        // .ci/run runs the same apt-get line as root.
-        assert!(ci.contains(&format!("apt-get {rest}")), "{c}");
     }
 }
 
@@ -184,9 +187,11 @@ fn the_package_lists_it_installs_name_the_host_tools() {
         .split_whitespace()
         .map(str::to_string)
         .collect();
+    // QEMU is the install step's own choice, always as a pair.
+    let script = read(".ci/install-host");
+    assert!(script.contains("qemu=(qemu-system-x86 qemu-utils)"));
+    assert!(script.contains("qemu=(\"qemu-system-x86=$v\" \"qemu-utils=$v\")"));
     for p in [
-        "qemu-system-x86",
-        "qemu-utils",
         "mmdebstrap",
         "fakechroot",
         "fakeroot",
