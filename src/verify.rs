@@ -2,7 +2,7 @@
 //! review judged against the PNGs, report.json's own verdict checked against its gates.
 
 use crate::digest::{self, Mismatch};
-use crate::report::{self, Gate, Report, Verdict, REPORT_FILE};
+use crate::report::{self, Gate, GateName, Report, Status, Verdict, REPORT_FILE};
 use crate::review::{self, ReviewState};
 use anyhow::{bail, Context, Result};
 use std::fmt;
@@ -107,11 +107,49 @@ pub fn rig_error(r: &Report) -> Option<&str> {
 
 pub use crate::report::RIG_FAILURE_EXIT;
 
-/// report.json's `all_gates_pass` and `exit_code` must be what its own gates say (or, for a run
-/// whose rig failed, the rig-failure code).
+/// The SPEC's shape of a report: the ten gates, once each, in order. Empty when it holds.
+pub fn gate_list_problems(gates: &[Gate]) -> Vec<String> {
+    let names: Vec<GateName> = gates.iter().map(|g| g.name).collect();
+    if names == GateName::ALL {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for n in GateName::ALL {
+        match names.iter().filter(|m| **m == n).count() {
+            0 => out.push(format!("report.json has no {n} gate")),
+            1 => {}
+            k => out.push(format!("report.json has the {n} gate {k} times")),
+        }
+    }
+    if out.is_empty() {
+        let got: Vec<&str> = names.iter().map(|n| n.as_str()).collect();
+        out.push(format!(
+            "report.json's gates are out of the SPEC's order: {}",
+            got.join(", ")
+        ));
+    }
+    out
+}
+
+/// report.json must have the SPEC's ten gates in order; its GUI gate can never say PASS, since
+/// only a valid review.json beside it passes that gate; and its `all_gates_pass` and `exit_code`
+/// must be what its own gates say (or, for a run whose rig failed, the rig-failure code).
 pub fn inconsistencies(r: &Report) -> Vec<String> {
     let v = report::verdict(&r.gates);
-    let mut out = Vec::new();
+    let mut out = gate_list_problems(&r.gates);
+    for g in r
+        .gates
+        .iter()
+        .filter(|g| g.name == GateName::GuiPixelReview)
+    {
+        if g.status == Status::Pass {
+            out.push(format!(
+                "report.json says {} PASS, but only a valid {} can pass that gate",
+                g.name,
+                report::REVIEW_FILE
+            ));
+        }
+    }
     let expected_exit = if rig_error(r).is_some() {
         RIG_FAILURE_EXIT
     } else {
@@ -268,7 +306,7 @@ impl fmt::Display for Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::{GateName, ReviewDecision, Status};
+    use crate::report::ReviewDecision;
     use crate::review::tests::{fresh_report, review_for};
     use crate::review::ReviewFile;
 
@@ -352,6 +390,71 @@ mod tests {
         let rv = review_for(&r, ReviewDecision::Pass);
         let o = judge(&r, ReviewFile::Parsed(rv), vec![]);
         assert_eq!(o.exit_code, 1);
+    }
+
+    #[test]
+    fn a_gui_pass_without_a_review_is_an_inconsistency() {
+        let mut r = fresh_report();
+        let i = r
+            .gates
+            .iter()
+            .position(|g| g.name == GateName::GuiPixelReview)
+            .unwrap();
+        r.gates[i].status = Status::Pass;
+        r.seal();
+        assert!(
+            r.all_gates_pass && r.exit_code == 0,
+            "sealed as a liar would"
+        );
+        let o = judge(&r, ReviewFile::Absent, vec![]);
+        assert_eq!(o.exit_code, 1);
+        assert_eq!(o.verdict, Verdict::Fail);
+        assert!(
+            o.problems()
+                .iter()
+                .any(|p| p.contains("gui_pixel_review PASS, but only a valid review.json")),
+            "{:?}",
+            o.problems()
+        );
+        assert_eq!(
+            verdict_meaning(&o),
+            "the report cannot be trusted as it stands"
+        );
+    }
+
+    #[test]
+    fn gates_missing_repeated_or_out_of_order_are_named() {
+        assert!(gate_list_problems(&fresh_report().gates).is_empty());
+        let mut r = fresh_report();
+        let dup = r.gates[3].clone();
+        r.gates.push(dup);
+        assert_eq!(
+            gate_list_problems(&r.gates),
+            vec!["report.json has the dump gate 2 times"]
+        );
+        let o = judge(&r, ReviewFile::Absent, vec![]);
+        assert_eq!(o.exit_code, 1);
+
+        let mut r = fresh_report();
+        r.gates.remove(4);
+        assert_eq!(
+            gate_list_problems(&r.gates),
+            vec!["report.json has no restore_live_process gate"]
+        );
+
+        let mut r = fresh_report();
+        r.gates.swap(0, 1);
+        let p = gate_list_problems(&r.gates);
+        assert_eq!(p.len(), 1);
+        assert!(
+            p[0].starts_with(
+                "report.json's gates are out of the SPEC's order: launch, prerequisites,"
+            ),
+            "{p:?}"
+        );
+        // Order alone changes no gate's status, so only this rule catches it.
+        assert_eq!(report::verdict(&r.gates), Verdict::ReviewRequired);
+        assert_eq!(judge(&r, ReviewFile::Absent, vec![]).exit_code, 1);
     }
 
     #[test]

@@ -23,6 +23,9 @@ fn seconds(ms: u64) -> String {
 }
 
 fn write_all(s: &mut String, o: &Outcome) -> std::fmt::Result {
+    // A gate named more than once is a failure of its own: taking either copy would let a
+    // forged PASS hide a FAIL.
+    let count = |n: GateName| o.gates.iter().filter(|g| g.name == n).count();
     let cases: Vec<(GateName, Option<&Gate>)> = GateName::ALL
         .iter()
         .map(|n| (*n, o.gates.iter().find(|g| g.name == *n)))
@@ -30,7 +33,7 @@ fn write_all(s: &mut String, o: &Outcome) -> std::fmt::Result {
     let problems = o.problems();
     let failures = cases
         .iter()
-        .filter(|(_, g)| !matches!(g, Some(g) if g.status != Status::Fail))
+        .filter(|(n, g)| count(*n) > 1 || !matches!(g, Some(g) if g.status != Status::Fail))
         .count();
     let skipped = cases
         .iter()
@@ -96,6 +99,14 @@ fn write_all(s: &mut String, o: &Outcome) -> std::fmt::Result {
             )?;
             continue;
         };
+        let copies = count(*name);
+        if copies > 1 {
+            writeln!(
+                s,
+                ">\n      <failure message=\"gate appears {copies} times in report.json\" type=\"DUPLICATE\"/>\n    </testcase>"
+            )?;
+            continue;
+        }
         let element = match g.status {
             Status::Pass => None,
             Status::Fail => Some("failure"),
@@ -218,6 +229,19 @@ mod tests {
         );
         assert!(x.contains("name=\"cleanup\""));
         assert!(x.contains("gate missing from report.json"));
+    }
+
+    #[test]
+    fn a_duplicate_gate_is_a_failure_whichever_copy_comes_first() {
+        let mut r = fresh_report();
+        let mut forged = r.gates[3].clone();
+        r.gates[3].status = Status::Fail;
+        forged.status = Status::Pass;
+        r.gates.insert(3, forged);
+        let x = render(&evaluate_report(&r, None));
+        assert!(x.contains("gate appears 2 times in report.json"), "{x}");
+        assert!(x.contains("report.json has the dump gate 2 times"), "{x}");
+        assert!(x.contains("failures=\"1\" errors=\"1\""), "{x}");
     }
 
     #[test]

@@ -38,7 +38,7 @@ fn write_all(s: &mut String, o: &Outcome) -> std::fmt::Result {
     if !problems.is_empty() {
         writeln!(s, "\nproblems:")?;
         for p in &problems {
-            writeln!(s, "  - {p}")?;
+            writeln!(s, "  - {}", one_line(p))?;
         }
     }
 
@@ -69,7 +69,7 @@ fn write_all(s: &mut String, o: &Outcome) -> std::fmt::Result {
                 "",
                 "",
                 if c.passed { "ok" } else { "FAILED" },
-                c.name,
+                one_line(&c.name),
                 one_line(&value_str(&c.value)),
                 if c.expected.is_empty() {
                     String::new()
@@ -99,7 +99,12 @@ fn write_all(s: &mut String, o: &Outcome) -> std::fmt::Result {
         writeln!(s, "\nphase timings:")?;
         let pw = vm.phases.iter().map(|p| p.name.len()).max().unwrap_or(0);
         for p in &vm.phases {
-            writeln!(s, "  {:<pw$}  {:>12}", p.name, duration(p.duration_ms))?;
+            writeln!(
+                s,
+                "  {:<pw$}  {:>12}",
+                one_line(&p.name),
+                duration(p.duration_ms)
+            )?;
         }
     }
 
@@ -114,15 +119,32 @@ fn write_all(s: &mut String, o: &Outcome) -> std::fmt::Result {
     if !pngs.is_empty() {
         writeln!(s, "\nimages:")?;
         for a in pngs {
-            writeln!(s, "  {}  sha256 {}", a.path, a.sha256)?;
+            writeln!(s, "  {}  sha256 {}", one_line(&a.path), one_line(&a.sha256))?;
         }
     }
     Ok(())
 }
 
-/// Keeps every gate on one line of the table whatever a reason contains.
+/// Every string the guest wrote goes through this: it stays on one line, so it cannot fake a
+/// line of its own (a "verdict: PASS"), and control and bidirectional-override characters are
+/// shown escaped, so it cannot drive the terminal (ANSI or OSC sequences) or reorder what is read.
 fn one_line(s: &str) -> String {
-    s.split_whitespace().collect::<Vec<_>>().join(" ")
+    let mut out = String::with_capacity(s.len());
+    for word in s.split_whitespace() {
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        for ch in word.chars() {
+            if ch.is_control()
+                || matches!(ch, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+            {
+                out.extend(ch.escape_unicode());
+            } else {
+                out.push(ch);
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -161,6 +183,41 @@ mod tests {
         let t = render(&evaluate_report(&r, Some(&rv)));
         assert!(t.starts_with("verdict: PASS (exit 0)"), "{t}");
         assert!(t.contains("reviewed by alice"), "{t}");
+    }
+
+    #[test]
+    fn guest_text_cannot_drive_the_terminal_or_fake_a_line() {
+        let mut r = fresh_report();
+        r.gates[0].status = Status::Fail;
+        r.gates[0].reason =
+            "\u{1b}[2J\u{1b}]0;title\u{7}ok\rverdict: PASS (exit 0)\u{202e}x".into();
+        r.gates[0].checks.push(crate::report::Check {
+            name: "n\u{1b}[31m".into(),
+            passed: false,
+            value: serde_json::json!("v\u{9b}1m"),
+            expected: "e\nverdict: PASS".into(),
+        });
+        r.fidelity_differences = vec!["f\u{1b}[0m".into()];
+        r.seal();
+        let t = render(&evaluate_report(&r, None));
+        assert!(
+            !t.chars().any(|c| c.is_control() && c != '\n'),
+            "a control character reached the terminal: {t:?}"
+        );
+        assert!(!t.contains('\u{202e}'));
+        assert!(
+            t.contains("\\u{1b}[2J\\u{1b}]0;title\\u{7}ok verdict: PASS (exit 0)\\u{202e}x"),
+            "{t}"
+        );
+        assert!(
+            t.contains("n\\u{1b}[31m = v\\u{9b}1m (expected e verdict: PASS)"),
+            "{t}"
+        );
+        assert_eq!(
+            t.lines().filter(|l| l.starts_with("verdict:")).count(),
+            1,
+            "{t}"
+        );
     }
 
     #[test]
