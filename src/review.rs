@@ -13,6 +13,9 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::Path;
 
+/// More than any real review: it cites a handful of PNGs.
+const MAX_REVIEW_BYTES: u64 = 1 << 20;
+
 /// What `review.json` beside a report amounts to.
 #[derive(Clone, Debug, PartialEq)]
 pub enum ReviewState {
@@ -87,10 +90,13 @@ pub enum ReviewFile {
 /// verify can report it as a rejected review.
 pub fn read_review(dir: &Path) -> ReviewFile {
     let path = dir.join(REVIEW_FILE);
-    let bytes = match std::fs::read(&path) {
-        Ok(b) => b,
+    match std::fs::symlink_metadata(&path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return ReviewFile::Absent,
-        Err(e) => return ReviewFile::Broken(format!("cannot read {}: {e}", path.display())),
+        _ => {}
+    }
+    let bytes = match digest::read_in_report(dir, REVIEW_FILE, MAX_REVIEW_BYTES) {
+        Ok(b) => b,
+        Err(e) => return ReviewFile::Broken(format!("cannot read {}: {e:#}", path.display())),
     };
     match serde_json::from_slice::<Review>(&bytes) {
         Ok(r) => ReviewFile::Parsed(r),
@@ -335,10 +341,7 @@ pub fn record(dir: &Path, req: &Request, out: &mut dyn Write) -> Result<Review> 
     let mut text = serde_json::to_string_pretty(&review).context("serializing the review")?;
     text.push('\n');
     // Write then rename so a crash never leaves half a review that verify would reject.
-    let tmp = dir.join(format!(".{REVIEW_FILE}.tmp"));
-    std::fs::write(&tmp, text).with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, &review_path)
-        .with_context(|| format!("renaming {} to {}", tmp.display(), review_path.display()))?;
+    digest::replace_in_report(dir, REVIEW_FILE, text.as_bytes())?;
     if replacing {
         writeln!(out, "--force: the earlier review.json was replaced")?;
     }

@@ -8,6 +8,9 @@ use anyhow::{bail, Context, Result};
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+/// Far above any real report.json (tens of KiB); a larger one is refused, not read.
+pub const MAX_REPORT_BYTES: u64 = 16 << 20;
+
 /// report.json as read from a report directory.
 #[derive(Clone, Debug)]
 pub struct LoadedReport {
@@ -26,7 +29,7 @@ pub fn read_report(dir: &Path) -> Result<LoadedReport> {
             dir.display()
         );
     }
-    let bytes = std::fs::read(&path).with_context(|| {
+    let bytes = digest::read_in_report(dir, REPORT_FILE, MAX_REPORT_BYTES).with_context(|| {
         format!(
             "reading {}; is {} a report directory written by sharedos-gate diagnose or vm-run?",
             path.display(),

@@ -497,3 +497,90 @@ fn another_schema_version_is_refused_clearly() {
     let v = rig_in(&dir, &["verify", "DIR"]);
     assert_eq!(code(&v), 2);
 }
+
+/// The attacks issue 9 tried by hand: a PNG replaced by a link to a host file with its hash made
+/// to match, a FIFO in place of a log, report.json itself a link. Nothing is followed, nothing
+/// blocks, and verify fails naming the file.
+#[test]
+fn links_and_fifos_in_a_report_are_refused_not_followed() {
+    use std::os::unix::fs::symlink;
+    let s = Scratch::new("hostile");
+    let dir = s.0.join("r");
+    let secret = s.0.join("id_ed25519");
+    std::fs::write(&secret, b"-----BEGIN OPENSSH PRIVATE KEY----- not really").unwrap();
+    let (secret_sha, secret_len) = digest::sha256_file(&secret).unwrap();
+    write_report(&dir, "2026-11-30T20:15:00.000Z", |r| {
+        r.artifacts[0].sha256 = secret_sha.clone();
+        r.artifacts[0].bytes = secret_len;
+    });
+    std::fs::remove_file(dir.join("png/live.png")).unwrap();
+    symlink(&secret, dir.join("png/live.png")).unwrap();
+    std::fs::remove_file(dir.join("logs/dump.log")).unwrap();
+    nix::unistd::mkfifo(&dir.join("logs/dump.log"), nix::sys::stat::Mode::S_IRUSR).unwrap();
+
+    let started = std::time::Instant::now();
+    let o = rig_in(&dir, &["verify", "DIR"]);
+    assert_eq!(code(&o), 1, "{}{}", stdout(&o), stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("png/live.png is a symbolic link"), "{out}");
+    assert!(
+        out.contains("logs/dump.log is a FIFO, not a regular file"),
+        "{out}"
+    );
+
+    let html = stdout(&rig_in(&dir, &["show", "DIR", "--format", "html"]));
+    let leaked = digest::base64(&std::fs::read(&secret).unwrap(), true);
+    assert!(!html.contains(&leaked), "the page embedded the host file");
+    assert!(html.contains("png/live.png is a symbolic link"), "{html}");
+    // A blocked open() on the FIFO would have hung until the harness gave up.
+    assert!(started.elapsed() < std::time::Duration::from_secs(60));
+
+    let review = review_pass(&dir);
+    assert_ne!(
+        code(&review),
+        0,
+        "a review of a tampered report must be refused"
+    );
+
+    // report.json a link to a file outside: refused, and never written through.
+    let other = s.0.join("other");
+    write_report(&other, "2026-11-30T20:15:00.000Z", |_| {});
+    let linked = s.0.join("linked");
+    std::fs::create_dir_all(&linked).unwrap();
+    symlink(
+        other.join(report::REPORT_FILE),
+        linked.join(report::REPORT_FILE),
+    )
+    .unwrap();
+    let o = rig_in(&linked, &["verify", "DIR"]);
+    assert_eq!(code(&o), 2, "{}{}", stdout(&o), stderr(&o));
+    assert!(
+        stderr(&o).contains("report.json is a symbolic link"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn a_report_claiming_the_gui_gate_passed_fails_verify() {
+    let s = Scratch::new("guipass");
+    let dir = s.0.join("r");
+    write_report(&dir, "2026-11-30T20:15:00.000Z", |r| {
+        for g in &mut r.gates {
+            g.status = Status::Pass;
+        }
+    });
+    let r = read_report(&dir);
+    assert!(
+        r.all_gates_pass && r.exit_code == 0,
+        "sealed as a lying guest would"
+    );
+    let o = rig_in(&dir, &["verify", "DIR"]);
+    assert_eq!(code(&o), 1, "{}", stdout(&o));
+    assert!(
+        stdout(&o)
+            .contains("gui_pixel_review PASS, but only a valid review.json can pass that gate"),
+        "{}",
+        stdout(&o)
+    );
+}

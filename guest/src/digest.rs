@@ -41,8 +41,107 @@ pub fn base64(bytes: &[u8], pad: bool) -> String {
 
 /// Streams the file, so multi-megabyte CRIU images cost no memory.
 pub fn sha256_file(path: &Path) -> Result<(String, u64)> {
-    let mut f =
-        File::open(path).with_context(|| format!("opening {} to hash it", path.display()))?;
+    let f = File::open(path).with_context(|| format!("opening {} to hash it", path.display()))?;
+    sha256_reader(f, path)
+}
+
+/// The names inside a report that the report may cite: relative, no `.`/`..`/empty components.
+pub fn relative_name_ok(rel: &str) -> bool {
+    !rel.is_empty()
+        && !rel.starts_with('/')
+        && rel
+            .split('/')
+            .all(|c| !c.is_empty() && c != "." && c != "..")
+}
+
+/// Opens `dir/rel` for reading without following a link at any component below `dir`, and only
+/// if it is a regular file. Everything in a report came from the guest, which could have put a
+/// symlink to a host file (a key, ~/.bashrc) or a FIFO (which would block a plain open) there.
+pub fn open_in_report(dir: &Path, rel: &str) -> Result<File> {
+    use nix::fcntl::{open, openat, OFlag};
+    use nix::sys::stat::{fstat, Mode, SFlag};
+    if !relative_name_ok(rel) {
+        anyhow::bail!("{rel:?} is not a plain relative path inside the report directory");
+    }
+    let dir_flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+    let mut at = open(dir, dir_flags, Mode::empty())
+        .with_context(|| format!("opening the report directory {}", dir.display()))?;
+    let parts: Vec<&str> = rel.split('/').collect();
+    let (last, parents) = parts.split_last().context("an empty artifact path")?;
+    for p in parents {
+        at = openat(&at, *p, dir_flags | OFlag::O_NOFOLLOW, Mode::empty()).with_context(|| {
+            format!("{rel}: {p} is not a directory inside the report (a link is never followed)")
+        })?;
+    }
+    // O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused just below.
+    let fd = openat(
+        &at,
+        *last,
+        OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| match e {
+        nix::errno::Errno::ELOOP => anyhow::anyhow!("{rel} is a symbolic link, not a file"),
+        e => anyhow::anyhow!("opening {rel} in {}: {e}", dir.display()),
+    })?;
+    let st = fstat(&fd).with_context(|| format!("stat of {rel}"))?;
+    let kind = SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT;
+    if kind != SFlag::S_IFREG {
+        let what = match kind {
+            SFlag::S_IFIFO => "a FIFO",
+            SFlag::S_IFCHR => "a character device",
+            SFlag::S_IFBLK => "a block device",
+            SFlag::S_IFSOCK => "a socket",
+            SFlag::S_IFDIR => "a directory",
+            _ => "not a regular file",
+        };
+        anyhow::bail!("{rel} is {what}, not a regular file");
+    }
+    Ok(File::from(fd))
+}
+
+/// Reads a whole file of the report (see `open_in_report`), refusing one over `cap` bytes.
+pub fn read_in_report(dir: &Path, rel: &str, cap: u64) -> Result<Vec<u8>> {
+    let f = open_in_report(dir, rel)?;
+    let mut out = Vec::new();
+    f.take(cap + 1)
+        .read_to_end(&mut out)
+        .with_context(|| format!("reading {rel} in {}", dir.display()))?;
+    if out.len() as u64 > cap {
+        anyhow::bail!("{rel} is larger than the {cap} bytes this rig reads of it");
+    }
+    Ok(out)
+}
+
+/// Writes `dir/name` whole or not at all: a temporary file created fresh (never through a link
+/// someone left at its name), then renamed over the old one, which replaces a link rather than
+/// writing through it.
+pub fn replace_in_report(dir: &Path, name: &str, bytes: &[u8]) -> Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let dst = dir.join(name);
+    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
+    match std::fs::remove_file(&tmp) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(e).with_context(|| format!("removing a stale {}", tmp.display()))
+        }
+        _ => {}
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_CLOEXEC)
+        .open(&tmp)
+        .with_context(|| format!("creating {}", tmp.display()))?;
+    f.write_all(bytes)
+        .and_then(|()| f.sync_all())
+        .with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, &dst)
+        .with_context(|| format!("renaming {} to {}", tmp.display(), dst.display()))
+}
+
+fn sha256_reader(mut f: File, path: &Path) -> Result<(String, u64)> {
     let mut h = Sha256::new();
     let mut buf = vec![0u8; 1 << 16];
     let mut total = 0u64;
@@ -81,14 +180,16 @@ pub struct Mismatch {
 pub fn verify_artifacts(dir: &Path, artifacts: &[Artifact]) -> Vec<Mismatch> {
     let mut out = Vec::new();
     for a in artifacts {
-        if a.path.starts_with('/') || a.path.split('/').any(|c| c == "..") {
+        if !relative_name_ok(&a.path) {
             out.push(Mismatch {
                 path: a.path.clone(),
                 problem: "path leaves the report directory".into(),
             });
             continue;
         }
-        match sha256_file(&dir.join(&a.path)) {
+        let hashed =
+            open_in_report(dir, &a.path).and_then(|f| sha256_reader(f, &dir.join(&a.path)));
+        match hashed {
             Ok((h, _)) if h == a.sha256 => {}
             Ok((h, _)) => out.push(Mismatch {
                 path: a.path.clone(),
@@ -151,5 +252,62 @@ mod tests {
         let bad = verify_artifacts(&dir, &list);
         assert_eq!(bad.len(), 3);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn report_files_are_opened_without_following_links_and_only_if_regular() {
+        use std::os::unix::fs::symlink;
+        let dir = std::env::temp_dir().join(format!("digest-nofollow-{}", std::process::id()));
+        let outside = std::env::temp_dir().join(format!("digest-outside-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("png")).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(outside.join("secret"), b"host key").unwrap();
+        std::fs::write(dir.join("png/ok.png"), b"png").unwrap();
+        symlink(outside.join("secret"), dir.join("png/link.png")).unwrap();
+        symlink(&outside, dir.join("linkdir")).unwrap();
+        nix::unistd::mkfifo(&dir.join("fifo.log"), nix::sys::stat::Mode::S_IRUSR).unwrap();
+
+        assert_eq!(read_in_report(&dir, "png/ok.png", 3).unwrap(), b"png");
+        let err = |rel: &str| format!("{:#}", read_in_report(&dir, rel, 1 << 20).unwrap_err());
+        assert!(
+            err("png/link.png").contains("is a symbolic link"),
+            "{}",
+            err("png/link.png")
+        );
+        assert!(err("linkdir/secret").contains("linkdir is not a directory inside the report"));
+        // Would block forever in a plain open().
+        assert!(err("fifo.log").contains("fifo.log is a FIFO, not a regular file"));
+        assert!(err("png").contains("is a directory"));
+        assert!(err("../x").contains("not a plain relative path"));
+        assert!(err("png//ok.png").contains("not a plain relative path"));
+        let big = format!("{:#}", read_in_report(&dir, "png/ok.png", 2).unwrap_err());
+        assert!(big.contains("larger than the 2 bytes"), "{big}");
+
+        // Replacing a file that is a link replaces the link, and the target is untouched.
+        symlink(outside.join("secret"), dir.join("report.json")).unwrap();
+        replace_in_report(&dir, "report.json", b"{}").unwrap();
+        assert_eq!(std::fs::read(outside.join("secret")).unwrap(), b"host key");
+        assert_eq!(read_in_report(&dir, "report.json", 2).unwrap(), b"{}");
+        symlink(
+            outside.join("secret"),
+            dir.join(format!(".r.tmp-{}", std::process::id())),
+        )
+        .unwrap();
+        replace_in_report(&dir, "r", b"x").unwrap();
+        assert_eq!(std::fs::read(outside.join("secret")).unwrap(), b"host key");
+
+        let (sha, _) = sha256_file(&outside.join("secret")).unwrap();
+        let list = [Artifact {
+            path: "png/link.png".into(),
+            sha256: sha,
+            bytes: 8,
+            kind: "png".into(),
+        }];
+        let bad = verify_artifacts(&dir, &list);
+        assert_eq!(bad.len(), 1, "a link with a matching hash must not verify");
+        assert!(bad[0].problem.contains("symbolic link"));
+        std::fs::remove_dir_all(&dir).unwrap();
+        std::fs::remove_dir_all(&outside).unwrap();
     }
 }

@@ -11,6 +11,9 @@ use crate::verify::{verdict_meaning, Outcome};
 use std::fmt::Write;
 use std::path::Path;
 
+/// A framebuffer PNG of a few MiB at most; a larger "PNG" is not embedded.
+const MAX_EMBEDDED_PNG_BYTES: u64 = 32 << 20;
+
 const STYLE: &str = "\
 body{font-family:system-ui,sans-serif;margin:2em auto;max-width:72em;padding:0 1em;color:#1b1b1b;background:#fff}
 h1 .verdict{padding:.1em .4em;border-radius:.2em;color:#fff}
@@ -214,11 +217,10 @@ fn write_image(s: &mut String, dir: Option<&Path>, a: &Artifact) -> std::fmt::Re
 /// digest::verify_artifacts does.
 fn read_artifact(dir: Option<&Path>, rel: &str) -> Result<Vec<u8>, String> {
     let dir = dir.ok_or_else(|| "the report was not read from a directory".to_string())?;
-    if rel.starts_with('/') || rel.split('/').any(|c| c == "..") {
+    if !digest::relative_name_ok(rel) {
         return Err("its path leaves the report directory".to_string());
     }
-    let p = dir.join(rel);
-    std::fs::read(&p).map_err(|e| format!("cannot read {}: {e}", p.display()))
+    digest::read_in_report(dir, rel, MAX_EMBEDDED_PNG_BYTES).map_err(|e| format!("{e:#}"))
 }
 
 fn write_gate_detail(s: &mut String, g: &Gate) -> std::fmt::Result {
