@@ -176,17 +176,14 @@ fn short_id() -> String {
     sharedos_gate::stateapp::random_hex(3).unwrap_or_else(|_| format!("{:06x}", std::process::id()))
 }
 
-fn first_line(s: &str) -> String {
-    s.lines().next().unwrap_or("").trim().to_string()
-}
-
 /// `argv` through the image builder's runner (which names argv, status and stderr on failure).
 fn run_tool(argv: &[String], missing_hint: &str) -> Result<String> {
     let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
     image::exec::capture(&argv).context(missing_hint.to_string())
 }
 
-fn cpu_model_name() -> String {
+/// The host CPU's model name from /proc/cpuinfo; empty where it has none.
+pub fn cpu_model_name() -> String {
     std::fs::read_to_string("/proc/cpuinfo")
         .unwrap_or_default()
         .lines()
@@ -261,9 +258,7 @@ pub fn parse_gate_line(line: &str) -> Option<Gate> {
 pub fn host_provenance(opts: &VmRunOptions) -> VmProvenance {
     let host = environment::capture(Vec::new());
     VmProvenance {
-        qemu_version: run_tool(&qemu::version_argv(), "reading QEMU's version")
-            .map(|o| first_line(&o))
-            .unwrap_or_default(),
+        qemu_version: vm::qemu_version().unwrap_or_default(),
         machine_type: qemu::MACHINE.into(),
         memory_mib: opts.memory_mib,
         cpus: opts.cpus,
@@ -794,109 +789,6 @@ fn run_phases(opts: &VmRunOptions, obs: &mut Observed) -> Result<Report> {
     Ok(guest_report)
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    match v.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
-}
-
-/// Targets the benchmark reports against (issue 4): under TCG on 2 cores.
-pub const TARGET_BOOT_TO_SSH_S: f64 = 8.0;
-pub const TARGET_WARM_RUN_S: f64 = 30.0;
-
-/// The cached image no-op, timed `runs` times: median, min and max.
-pub fn bench_image(opts: &BuildOptions, runs: usize) -> Result<String> {
-    let t = image::bench_cached_image(opts, runs)?;
-    let ms: Vec<f64> = t.iter().map(|d| d.as_secs_f64() * 1000.0).collect();
-    Ok(format!(
-        "cached image no-op: median {:.1} ms over {} runs (min {:.1}, max {:.1})\n",
-        median(ms.clone()),
-        ms.len(),
-        ms.iter().cloned().fold(f64::INFINITY, f64::min),
-        ms.iter().cloned().fold(0.0, f64::max)
-    ))
-}
-
-/// `cargo xtask bench`: the cached image no-op, then `runs` warm vm-runs timed phase by phase.
-/// Reports medians and ratios to the targets; asserts nothing.
-pub fn bench(opts: &VmRunOptions, image_runs: usize, runs: usize) -> Result<String> {
-    let mut out = String::new();
-    let host = environment::capture(Vec::new());
-    out.push_str(&format!(
-        "machine: {} cores, {}, kernel {}, {}\n",
-        std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(0),
-        host.os,
-        host.kernel_release,
-        cpu_model_name(),
-    ));
-    out.push_str(&bench_image(&opts.image, image_runs)?);
-    let root = opts.out.clone().unwrap_or_else(|| {
-        opts.reports_root
-            .join(format!("bench-{}", clock::compact_utc_now()))
-    });
-    let mut phases: std::collections::BTreeMap<String, Vec<f64>> = Default::default();
-    let mut totals = Vec::new();
-    let mut accels = Vec::new();
-    for i in 0..runs {
-        let mut o = opts.clone();
-        o.out = Some(root.join(format!("run-{i}")));
-        let started = Instant::now();
-        let code = vm_run(&o);
-        let total = started.elapsed().as_secs_f64();
-        if code == RIG_FAILURE_EXIT {
-            bail!(
-                "warm run {i} failed (exit 2): see {}",
-                root.join(format!("run-{i}")).display()
-            );
-        }
-        let text = std::fs::read_to_string(root.join(format!("run-{i}")).join(REPORT_FILE))?;
-        let r: Report = serde_json::from_str(&text)?;
-        if let Some(vm) = r.vm {
-            for p in vm.phases {
-                phases
-                    .entry(p.name)
-                    .or_default()
-                    .push(p.duration_ms as f64 / 1000.0);
-            }
-            accels.push(vm.accel);
-        }
-        totals.push(total);
-    }
-    accels.dedup();
-    out.push_str(&format!(
-        "warm vm-run ({} runs, accelerator {}), medians:\n",
-        runs,
-        accels.join("/")
-    ));
-    for name in ["image", "boot_to_ssh", "copy", "gates", "fetch"] {
-        if let Some(v) = phases.get(name) {
-            let m = median(v.clone());
-            let target = if name == "boot_to_ssh" {
-                format!(
-                    "  (target <= {TARGET_BOOT_TO_SSH_S} s: ratio {:.2})",
-                    m / TARGET_BOOT_TO_SSH_S
-                )
-            } else {
-                String::new()
-            };
-            out.push_str(&format!("  {name:<12} {m:>7.2} s{target}\n"));
-        }
-    }
-    let m = median(totals);
-    out.push_str(&format!(
-        "  {:<12} {m:>7.2} s  (target <= {TARGET_WARM_RUN_S} s: ratio {:.2})\n",
-        "end_to_end",
-        m / TARGET_WARM_RUN_S
-    ));
-    out.push_str(&format!("reports: {}\n", root.display()));
-    Ok(out)
-}
-
 /// The guest side of the fetch: the report directory as a tar stream on stdout.
 pub fn fetch_argv() -> Vec<String> {
     vec![
@@ -1012,12 +904,6 @@ mod tests {
         let me = std::fs::read(std::env::current_exe().unwrap()).unwrap();
         assert!(has_interpreter(&me).unwrap());
         assert!(has_interpreter(b"#!/bin/sh\n").is_err());
-    }
-
-    #[test]
-    fn medians() {
-        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median(vec![4.0, 1.0, 2.0, 3.0]), 2.5);
     }
 
     #[test]

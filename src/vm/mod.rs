@@ -1,10 +1,11 @@
 //! Booting the guest: the accelerator probe, QEMU's lifetime, and the serial console protocol.
 
+pub mod floor;
 pub mod process;
 pub mod qemu;
 pub mod serial;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use process::QemuProcess;
 use qemu::{Accel, QemuSpec};
 use std::path::Path;
@@ -38,6 +39,15 @@ pub fn kvm_openable() -> Result<(), String> {
         })
 }
 
+/// The first line of `qemu-system-x86_64 --version`.
+pub fn qemu_version() -> Result<String> {
+    let argv = qemu::version_argv();
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let out = crate::image::exec::capture(&argv)
+        .context("reading QEMU's version (Debian/Ubuntu: apt-get install qemu-system-x86)")?;
+    Ok(out.lines().next().unwrap_or("").trim().to_string())
+}
+
 /// A booted (or booting) guest with the accelerator that is running it.
 pub struct Booted {
     pub qemu: QemuProcess,
@@ -47,10 +57,14 @@ pub struct Booted {
     pub argv: Vec<String>,
 }
 
-fn start(spec: &QemuSpec, qemu_log: &Path, keep: bool) -> Result<(QemuProcess, Vec<String>)> {
+fn start(
+    argv: Vec<String>,
+    serial_log: &Path,
+    qemu_log: &Path,
+    keep: bool,
+) -> Result<(QemuProcess, Vec<String>)> {
     // A fresh console log per attempt: the probe reads only this boot's lines.
-    let _ = std::fs::remove_file(&spec.serial_log);
-    let argv = qemu::qemu_argv(spec);
+    let _ = std::fs::remove_file(serial_log);
     Ok((QemuProcess::spawn(&argv, qemu_log, keep)?, argv))
 }
 
@@ -63,13 +77,29 @@ pub fn boot(
     keep: bool,
     say: &mut dyn FnMut(&str),
 ) -> Result<Booted> {
+    let argv_for = |accel| {
+        qemu::qemu_argv(&QemuSpec {
+            accel,
+            ..spec.clone()
+        })
+    };
+    boot_argv(choice, &argv_for, &spec.serial_log, qemu_log, keep, say)
+}
+
+/// `boot` for any QEMU command line: `argv_for` builds it for an accelerator, and its serial
+/// console must go to `serial_log`. The floor boots through here so that it runs under the
+/// accelerator a vm-run would get.
+pub fn boot_argv(
+    choice: AccelChoice,
+    argv_for: &dyn Fn(Accel) -> Vec<String>,
+    serial_log: &Path,
+    qemu_log: &Path,
+    keep: bool,
+    say: &mut dyn FnMut(&str),
+) -> Result<Booted> {
     let tcg = |reason: String, say: &mut dyn FnMut(&str)| -> Result<Booted> {
         say(&format!("accelerator: tcg ({reason})"));
-        let spec = QemuSpec {
-            accel: Accel::Tcg,
-            ..spec.clone()
-        };
-        let (qemu, argv) = start(&spec, qemu_log, keep)?;
+        let (qemu, argv) = start(argv_for(Accel::Tcg), serial_log, qemu_log, keep)?;
         Ok(Booted {
             qemu,
             accel: Accel::Tcg,
@@ -83,11 +113,7 @@ pub fn boot(
             if let Err(why) = kvm_openable() {
                 bail!("--accel kvm: {why}; use --accel tcg or --accel auto");
             }
-            let spec = QemuSpec {
-                accel: Accel::Kvm,
-                ..spec.clone()
-            };
-            let (qemu, argv) = start(&spec, qemu_log, keep)?;
+            let (qemu, argv) = start(argv_for(Accel::Kvm), serial_log, qemu_log, keep)?;
             say("accelerator: kvm (forced with --accel kvm)");
             Ok(Booted {
                 qemu,
@@ -100,14 +126,10 @@ pub fn boot(
             if let Err(why) = kvm_openable() {
                 return tcg(format!("auto: {why}"), say);
             }
-            let kspec = QemuSpec {
-                accel: Accel::Kvm,
-                ..spec.clone()
-            };
-            let (mut qemu, argv) = start(&kspec, qemu_log, keep)?;
+            let (mut qemu, argv) = start(argv_for(Accel::Kvm), serial_log, qemu_log, keep)?;
             let started = Instant::now();
             loop {
-                if serial::read(&kspec.serial_log).kernel_started {
+                if serial::read(serial_log).kernel_started {
                     let reason = format!(
                         "auto: /dev/kvm opened read-write and the kernel banner appeared after {:.1} s",
                         started.elapsed().as_secs_f64()
@@ -131,16 +153,17 @@ pub fn boot(
                 }
                 if started.elapsed() >= KVM_PROBE {
                     qemu.stop();
+                    // Read before the rename below moves the log away.
+                    let last = serial::tail(serial_log, 1);
                     // Kept as evidence of why KVM was abandoned.
                     let _ = std::fs::rename(
-                        &kspec.serial_log,
-                        kspec.serial_log.with_file_name("serial-kvm-probe.log"),
+                        serial_log,
+                        serial_log.with_file_name("serial-kvm-probe.log"),
                     );
                     return tcg(
                         format!(
-                            "auto: under KVM the kernel showed no boot progress on the serial console within {} s (last: {:?}); killed that QEMU and fell back",
+                            "auto: under KVM the kernel showed no boot progress on the serial console within {} s (last: {last:?}); killed that QEMU and fell back",
                             KVM_PROBE.as_secs(),
-                            serial::tail(&kspec.serial_log, 1)
                         ),
                         say,
                     );

@@ -5,11 +5,13 @@ use anyhow::{Context, Result};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 pub struct QemuProcess {
     child: Option<Child>,
     pub pid: u32,
+    /// Taken just before the spawn, so a measured lifetime includes QEMU's own start-up.
+    pub started: Instant,
     /// `--keep-vm`: leave it running when the run ends.
     pub keep: bool,
 }
@@ -36,6 +38,7 @@ impl QemuProcess {
                 });
             }
         }
+        let started = Instant::now();
         let child = cmd.spawn().with_context(|| {
             format!(
                 "starting {}: is QEMU installed? (Debian/Ubuntu: apt-get install qemu-system-x86)",
@@ -45,8 +48,29 @@ impl QemuProcess {
         Ok(QemuProcess {
             pid: child.id(),
             child: Some(child),
+            started,
             keep,
         })
+    }
+
+    /// Waits for QEMU to exit on its own, up to `timeout` after its spawn; returns how it ended
+    /// and its lifetime from spawn to the first poll that saw it gone, or None on timeout (QEMU
+    /// is then still running, and Drop ends it). The poll is short because the lifetime is a
+    /// benchmark figure: each poll can add up to one interval to it.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Result<Option<(String, Duration)>> {
+        const POLL: Duration = Duration::from_millis(2);
+        loop {
+            if let Some(how) = self.exited() {
+                return Ok(Some((how, self.started.elapsed())));
+            }
+            if self.started.elapsed() >= timeout {
+                return Ok(None);
+            }
+            if let Some(sig) = sharedos_gate::signals::interrupted() {
+                anyhow::bail!("interrupted by {sig} while waiting for QEMU to exit");
+            }
+            std::thread::sleep(POLL);
+        }
     }
 
     /// None while running, else how it ended.
@@ -64,6 +88,10 @@ impl QemuProcess {
         let Some(mut child) = self.child.take() else {
             return;
         };
+        // Already reaped: its pid may belong to another process by now.
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
         let pid = nix::unistd::Pid::from_raw(child.id() as i32);
         let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
         let gone = sharedos_gate::wait::until("QEMU to exit", Duration::from_secs(5), || {

@@ -57,23 +57,26 @@ fn p(path: &Path) -> String {
     path.display().to_string()
 }
 
-/// The guest's network is QEMU's user network with `restrict=on`: the guest reaches nothing,
-/// and the host reaches its sshd only through the one forwarded loopback port.
-pub fn qemu_argv(s: &QemuSpec) -> Vec<String> {
+/// `-machine`, the accelerator with its CPU model, memory and CPU count.
+pub fn machine_args(accel: Accel, memory_mib: u64, cpus: u32) -> Vec<String> {
     vec![
-        QEMU.into(),
-        "-name".into(),
-        s.name.clone(),
         "-machine".into(),
         MACHINE.into(),
         "-accel".into(),
-        s.accel.as_str().into(),
+        accel.as_str().into(),
         "-cpu".into(),
-        s.accel.cpu_model().into(),
+        accel.cpu_model().into(),
         "-m".into(),
-        s.memory_mib.to_string(),
+        memory_mib.to_string(),
         "-smp".into(),
-        s.cpus.to_string(),
+        cpus.to_string(),
+    ]
+}
+
+/// No default devices, no host config, no display or monitor; the serial console goes to a
+/// file. `-no-reboot` turns a guest reset (a `panic=-1` panic included) into QEMU's exit.
+pub fn console_args(serial_log: &Path) -> Vec<String> {
+    vec![
         "-nodefaults".into(),
         "-no-user-config".into(),
         "-display".into(),
@@ -82,23 +85,69 @@ pub fn qemu_argv(s: &QemuSpec) -> Vec<String> {
         "none".into(),
         "-no-reboot".into(),
         "-serial".into(),
-        format!("file:{}", p(&s.serial_log)),
-        "-kernel".into(),
-        p(&s.kernel),
-        "-initrd".into(),
-        p(&s.initrd),
-        "-append".into(),
-        s.append.clone(),
+        format!("file:{}", p(serial_log)),
+    ]
+}
+
+/// Direct kernel boot.
+pub fn kernel_args(kernel: &Path, initrd: Option<&Path>, append: &str) -> Vec<String> {
+    let mut v = vec!["-kernel".into(), p(kernel)];
+    if let Some(initrd) = initrd {
+        v.extend(["-initrd".into(), p(initrd)]);
+    }
+    v.extend(["-append".into(), append.to_string()]);
+    v
+}
+
+/// The run's overlay as a virtio disk.
+pub fn drive_args(overlay: &Path) -> Vec<String> {
+    vec![
         "-drive".into(),
-        format!("file={},if=virtio,format=qcow2,cache=unsafe", p(&s.overlay)),
+        format!("file={},if=virtio,format=qcow2,cache=unsafe", p(overlay)),
+    ]
+}
+
+/// QEMU's user network with `restrict=on`: the guest reaches nothing, and the host reaches its
+/// sshd only through the one forwarded loopback port.
+pub fn net_args(ssh_port: u16) -> Vec<String> {
+    vec![
         "-netdev".into(),
-        format!(
-            "user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:{}-:22",
-            s.ssh_port
-        ),
+        format!("user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:{ssh_port}-:22"),
         "-device".into(),
         "virtio-net-pci,netdev=n0".into(),
     ]
+}
+
+/// The vm-run's QEMU.
+pub fn qemu_argv(s: &QemuSpec) -> Vec<String> {
+    let mut v = vec![QEMU.into(), "-name".into(), s.name.clone()];
+    v.extend(machine_args(s.accel, s.memory_mib, s.cpus));
+    v.extend(console_args(&s.serial_log));
+    v.extend(kernel_args(&s.kernel, Some(&s.initrd), &s.append));
+    v.extend(drive_args(&s.overlay));
+    v.extend(net_args(s.ssh_port));
+    v
+}
+
+/// The floor's kernel command line: with no initrd and no disk the kernel cannot mount a root
+/// filesystem and panics; `panic=-1` resets at once, which `-no-reboot` turns into QEMU's exit.
+pub const FLOOR_APPEND: &str = "console=ttyS0 panic=-1";
+
+/// The benchmark's floor: the same machine and console as a vm-run, the image's kernel booted
+/// bare (no initrd, no drive, no network) to its no-root panic. Whatever a vm-run's boot costs
+/// beyond this is the rig's and the guest's own.
+pub fn floor_argv(
+    accel: Accel,
+    memory_mib: u64,
+    cpus: u32,
+    kernel: &Path,
+    serial_log: &Path,
+) -> Vec<String> {
+    let mut v = vec![QEMU.into()];
+    v.extend(machine_args(accel, memory_mib, cpus));
+    v.extend(console_args(serial_log));
+    v.extend(kernel_args(kernel, None, FLOOR_APPEND));
+    v
 }
 
 /// A copy-on-write overlay: the cached image is only ever read.
@@ -163,6 +212,48 @@ mod tests {
     }
 
     #[test]
+    fn vm_run_line_is_unchanged() {
+        let a = qemu_argv(&spec(Accel::Tcg));
+        let want = [
+            "qemu-system-x86_64",
+            "-name",
+            "sharedos-rig-ab12",
+            "-machine",
+            "pc",
+            "-accel",
+            "tcg",
+            "-cpu",
+            "max",
+            "-m",
+            "1024",
+            "-smp",
+            "2",
+            "-nodefaults",
+            "-no-user-config",
+            "-display",
+            "none",
+            "-monitor",
+            "none",
+            "-no-reboot",
+            "-serial",
+            "file:/r/serial.log",
+            "-kernel",
+            "/c/vmlinuz",
+            "-initrd",
+            "/c/initrd.img",
+            "-append",
+            "console=ttyS0 root=/dev/vda",
+            "-drive",
+            "file=/r/overlay.qcow2,if=virtio,format=qcow2,cache=unsafe",
+            "-netdev",
+            "user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:40022-:22",
+            "-device",
+            "virtio-net-pci,netdev=n0",
+        ];
+        assert_eq!(a, want);
+    }
+
+    #[test]
     fn network_is_restricted_to_one_loopback_forward() {
         let a = qemu_argv(&spec(Accel::Kvm));
         assert_eq!(
@@ -171,6 +262,86 @@ mod tests {
         );
         assert_eq!(after(&a, "-accel"), "kvm");
         assert_eq!(after(&a, "-cpu"), "host");
+    }
+
+    #[test]
+    fn machine_follows_the_accelerator() {
+        assert_eq!(
+            machine_args(Accel::Tcg, 512, 1).join(" "),
+            "-machine pc -accel tcg -cpu max -m 512 -smp 1"
+        );
+        assert_eq!(
+            machine_args(Accel::Kvm, 2048, 4).join(" "),
+            "-machine pc -accel kvm -cpu host -m 2048 -smp 4"
+        );
+    }
+
+    #[test]
+    fn console_goes_to_the_file_and_never_reboots() {
+        assert_eq!(
+            console_args(Path::new("/r/serial.log")).join(" "),
+            "-nodefaults -no-user-config -display none -monitor none -no-reboot -serial file:/r/serial.log"
+        );
+    }
+
+    #[test]
+    fn kernel_with_and_without_initrd() {
+        let with = kernel_args(
+            Path::new("/c/vmlinuz"),
+            Some(Path::new("/c/initrd.img")),
+            "console=ttyS0 root=/dev/vda",
+        );
+        assert_eq!(
+            with,
+            [
+                "-kernel",
+                "/c/vmlinuz",
+                "-initrd",
+                "/c/initrd.img",
+                "-append",
+                "console=ttyS0 root=/dev/vda"
+            ]
+        );
+        let bare = kernel_args(Path::new("/c/vmlinuz"), None, "console=ttyS0");
+        assert_eq!(bare, ["-kernel", "/c/vmlinuz", "-append", "console=ttyS0"]);
+    }
+
+    #[test]
+    fn drive_and_net() {
+        assert_eq!(
+            drive_args(Path::new("/r/o.qcow2")),
+            [
+                "-drive",
+                "file=/r/o.qcow2,if=virtio,format=qcow2,cache=unsafe"
+            ]
+        );
+        assert_eq!(
+            net_args(2222).join(" "),
+            "-netdev user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:2222-:22 -device virtio-net-pci,netdev=n0"
+        );
+    }
+
+    #[test]
+    fn floor_is_the_same_machine_booted_bare() {
+        let f = floor_argv(
+            Accel::Tcg,
+            1024,
+            2,
+            Path::new("/c/vmlinuz"),
+            Path::new("/r/serial.log"),
+        );
+        assert_eq!(
+            f.join(" "),
+            "qemu-system-x86_64 -machine pc -accel tcg -cpu max -m 1024 -smp 2 \
+             -nodefaults -no-user-config -display none -monitor none -no-reboot -serial file:/r/serial.log \
+             -kernel /c/vmlinuz -append console=ttyS0 panic=-1"
+        );
+        for absent in ["-initrd", "-drive", "-netdev", "-device"] {
+            assert!(!f.iter().any(|a| a == absent), "{absent} in the floor");
+        }
+        // The same machine and console as the vm-run it is the floor of.
+        let run = qemu_argv(&spec(Accel::Tcg));
+        assert_eq!(f[1..22], run[3..24]);
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! Thin front end for the project's tasks, following the cargo-xtask convention:
 //! `cargo xtask image`, `cargo xtask vm-run`, `cargo xtask bench`. Everything real lives in the
-//! sharedos-rig library.
+//! sharedos-rig library; each subcommand that needs more than a call has its own module.
+
+mod bench;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -57,13 +59,18 @@ enum Command {
         #[arg(long, default_value_t = 10)]
         iterations: usize,
     },
-    /// Benchmarks: the cached image no-op, and warm vm-runs phase by phase (medians).
+    /// Benchmarks: the cached image no-op, then the floor (the image's kernel booted bare to
+    /// its no-root panic) and warm vm-runs in turn; medians, and each phase as a multiple of the
+    /// floor.
     Bench {
         #[command(flatten)]
         vm: VmArgs,
         /// Warm vm-runs to time.
         #[arg(long, default_value_t = 3)]
         runs: usize,
+        /// Bare kernel boots to time [default: as many as --runs, at least 3].
+        #[arg(long)]
+        floor_runs: Option<usize>,
         /// Cached image no-ops to time.
         #[arg(long, default_value_t = 10)]
         image_runs: usize,
@@ -115,17 +122,22 @@ fn run_cli(cli: Cli) -> Result<i32> {
         Command::Image(opts) => image::cli_main_image(&opts).map(|()| 0),
         Command::VmRun(a) => Ok(run::vm_run(&vm_options(a)?)),
         Command::BenchImage { opts, iterations } => {
-            print!("{}", run::bench_image(&opts, iterations.max(1))?);
+            print!("{}", bench::bench_image(&opts, iterations.max(1))?);
             Ok(0)
         }
         Command::Bench {
             vm,
             runs,
+            floor_runs,
             image_runs,
         } => {
-            let opts = vm_options(vm)?;
-            let text = run::bench(&opts, image_runs.max(1), runs.max(1))?;
-            print!("{text}");
+            let runs = runs.max(1);
+            let counts = bench::Counts {
+                image_runs: image_runs.max(1),
+                runs,
+                floor_runs: floor_runs.unwrap_or(runs.max(3)).max(1),
+            };
+            print!("{}", bench::bench(&vm_options(vm)?, counts)?);
             Ok(0)
         }
     }

@@ -1,0 +1,299 @@
+//! `cargo xtask bench` and `cargo xtask bench-image`: the cached image no-op, then the floor (the
+//! image's kernel booted bare to its no-root panic) and warm vm-runs, interleaved so that a change
+//! in the machine's load hits both. Each phase is reported as a median and as a multiple of the
+//! floor's median, because absolute seconds differ between machines and between sittings on one
+//! machine. Reports; asserts nothing.
+
+use anyhow::{bail, Context, Result};
+use sharedos_rig::image::{self, BuildOptions};
+use sharedos_rig::run::{self, VmRunOptions, RIG_FAILURE_EXIT};
+use sharedos_rig::vm::{self, floor};
+use sharedos_rig::{clock, environment, signals, verify};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Instant;
+
+/// Targets the benchmark reports against: under TCG on 2 cores.
+pub const TARGET_BOOT_TO_SSH_S: f64 = 8.0;
+pub const TARGET_WARM_RUN_S: f64 = 30.0;
+
+/// The phases of a vm-run's report, in the order they run, then the run as a whole.
+const PHASES: [&str; 5] = ["image", "boot_to_ssh", "copy", "gates", "fetch"];
+const END_TO_END: &str = "end_to_end";
+
+pub fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+fn min(v: &[f64]) -> f64 {
+    v.iter().copied().fold(f64::INFINITY, f64::min)
+}
+
+fn max(v: &[f64]) -> f64 {
+    v.iter().copied().fold(f64::NEG_INFINITY, f64::max)
+}
+
+/// The cached image no-op, timed `runs` times: median, min and max.
+pub fn bench_image(opts: &BuildOptions, runs: usize) -> Result<String> {
+    let t = image::bench_cached_image(opts, runs)?;
+    let ms: Vec<f64> = t.iter().map(|d| d.as_secs_f64() * 1000.0).collect();
+    Ok(format!(
+        "cached image no-op: median {:.1} ms over {} runs (min {:.1}, max {:.1})\n",
+        median(ms.clone()),
+        ms.len(),
+        min(&ms),
+        max(&ms)
+    ))
+}
+
+/// How many of each to time.
+#[derive(Debug, Clone, Copy)]
+pub struct Counts {
+    pub image_runs: usize,
+    pub runs: usize,
+    pub floor_runs: usize,
+}
+
+/// Everything the summary prints, as measured.
+#[derive(Debug, Clone, Default)]
+pub struct Measured {
+    pub machine: String,
+    pub qemu_version: String,
+    /// The accelerator of each floor boot and each warm run, with the first one's reason.
+    pub floor_accels: Vec<String>,
+    pub run_accels: Vec<String>,
+    pub accel_reason: String,
+    /// The cached image no-op's line.
+    pub image_line: String,
+    /// Seconds from QEMU's spawn to its exit, one per floor boot.
+    pub floor: Vec<f64>,
+    /// Seconds per phase name, one per warm run; `end_to_end` is the whole vm-run.
+    pub phases: BTreeMap<String, Vec<f64>>,
+    pub reports: PathBuf,
+}
+
+fn distinct(v: &[String]) -> Vec<String> {
+    let mut d: Vec<String> = Vec::new();
+    for a in v {
+        if !d.contains(a) {
+            d.push(a.clone());
+        }
+    }
+    d
+}
+
+/// The benchmark's text. Pure, so its layout is tested with fixed numbers.
+pub fn summary(m: &Measured) -> String {
+    let mut out = String::new();
+    out.push_str(&format!("machine: {}\n", m.machine));
+    out.push_str(&format!("qemu: {}\n", m.qemu_version));
+    let (fa, ra) = (distinct(&m.floor_accels), distinct(&m.run_accels));
+    if fa == ra && fa.len() == 1 {
+        out.push_str(&format!("accelerator: {} ({})\n", fa[0], m.accel_reason));
+    } else {
+        out.push_str(&format!(
+            "accelerator: floor {}, runs {} (they differ, so the ratios compare unlike boots; pass --accel tcg or --accel kvm)\n",
+            fa.join("/"),
+            ra.join("/")
+        ));
+    }
+    out.push_str(&m.image_line);
+    let floor = median(m.floor.clone());
+    out.push_str(&format!(
+        "floor (bare kernel, spawn to exit after its no-root panic): median {floor:.2} s, min {:.2}, max {:.2}, n {}\n",
+        min(&m.floor),
+        max(&m.floor),
+        m.floor.len()
+    ));
+    let runs = m.phases.get(END_TO_END).map_or(0, Vec::len);
+    out.push_str(&format!(
+        "warm vm-run ({runs} runs, interleaved with the floor boots), medians:\n"
+    ));
+    for name in PHASES.iter().chain([END_TO_END].iter()) {
+        let Some(v) = m.phases.get(*name) else {
+            continue;
+        };
+        let med = median(v.clone());
+        let target = match *name {
+            "boot_to_ssh" => Some(TARGET_BOOT_TO_SSH_S),
+            END_TO_END => Some(TARGET_WARM_RUN_S),
+            _ => None,
+        }
+        .map(|t| format!("  (target <= {t} s: ratio {:.2})", med / t))
+        .unwrap_or_default();
+        out.push_str(&format!(
+            "  {name:<12} {med:>7.2} s {:>7.2}x floor{target}\n",
+            med / floor
+        ));
+    }
+    out.push_str(&format!("reports: {}\n", m.reports.display()));
+    out
+}
+
+fn machine_line() -> String {
+    let host = environment::capture(Vec::new());
+    format!(
+        "{} cores, {}, kernel {}, {}",
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(0),
+        host.os,
+        host.kernel_release,
+        run::cpu_model_name(),
+    )
+}
+
+/// `cargo xtask bench`: the cached image no-op, then floor boots and warm vm-runs in turn.
+pub fn bench(opts: &VmRunOptions, n: Counts) -> Result<String> {
+    signals::install().context("installing signal handlers")?;
+    let mut m = Measured {
+        machine: machine_line(),
+        qemu_version: vm::qemu_version()?,
+        image_line: bench_image(&opts.image, n.image_runs)?,
+        ..Measured::default()
+    };
+    let entry = image::ensure_image(&opts.image).context("finding the cached guest image")?;
+    let kernel = entry.kernel();
+    let root = opts.out.clone().unwrap_or_else(|| {
+        opts.reports_root
+            .join(format!("bench-{}", clock::compact_utc_now()))
+    });
+    m.reports = root.clone();
+    for i in 0..n.floor_runs.max(n.runs) {
+        if i < n.floor_runs {
+            let dir = root.join(format!("floor-{i}"));
+            let f = floor::boot_bare(
+                opts.accel,
+                opts.memory_mib,
+                opts.cpus,
+                &kernel,
+                &dir,
+                &mut |s| eprintln!("[bench] floor {}/{}: {s}", i + 1, n.floor_runs),
+            )
+            .with_context(|| {
+                format!(
+                    "floor boot {} (console and QEMU log in {})",
+                    i + 1,
+                    dir.display()
+                )
+            })?;
+            eprintln!(
+                "[bench] floor {}/{}: {:.2} s under {}: {}",
+                i + 1,
+                n.floor_runs,
+                f.elapsed.as_secs_f64(),
+                f.accel.as_str(),
+                f.panic
+            );
+            if m.accel_reason.is_empty() {
+                m.accel_reason = f.accel_reason.clone();
+            }
+            m.floor_accels.push(f.accel.as_str().into());
+            m.floor.push(f.elapsed.as_secs_f64());
+        }
+        if i < n.runs {
+            let dir = root.join(format!("run-{i}"));
+            let mut o = opts.clone();
+            o.out = Some(dir.clone());
+            eprintln!("[bench] warm run {}/{} -> {}", i + 1, n.runs, dir.display());
+            let started = Instant::now();
+            let code = run::vm_run(&o);
+            let total = started.elapsed().as_secs_f64();
+            if code == RIG_FAILURE_EXIT {
+                bail!("warm run {} failed (exit 2): see {}", i + 1, dir.display());
+            }
+            let r = verify::read_report(&dir)?.report;
+            let Some(vmp) = r.vm else {
+                bail!(
+                    "warm run {}'s report has no vm section: see {}",
+                    i + 1,
+                    dir.display()
+                );
+            };
+            for p in vmp.phases {
+                m.phases
+                    .entry(p.name)
+                    .or_default()
+                    .push(p.duration_ms as f64 / 1000.0);
+            }
+            m.phases.entry(END_TO_END.into()).or_default().push(total);
+            m.run_accels.push(vmp.accel);
+        }
+    }
+    Ok(summary(&m))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn medians() {
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(vec![4.0, 1.0, 2.0, 3.0]), 2.5);
+    }
+
+    fn measured() -> Measured {
+        let mut phases = BTreeMap::new();
+        for (name, v) in [
+            ("image", vec![0.0, 0.0, 0.0]),
+            ("boot_to_ssh", vec![9.0, 10.0, 9.5]),
+            ("copy", vec![5.0, 4.0, 4.5]),
+            ("gates", vec![30.0, 31.0, 29.0]),
+            ("fetch", vec![0.5, 0.6, 0.4]),
+            ("end_to_end", vec![46.0, 47.0, 45.0]),
+        ] {
+            phases.insert(name.to_string(), v);
+        }
+        Measured {
+            machine: "2 cores, Debian GNU/Linux 12 (bookworm), kernel 6.18.0, AMD EPYC".into(),
+            qemu_version: "QEMU emulator version 7.2.22".into(),
+            floor_accels: vec!["tcg".into(); 3],
+            run_accels: vec!["tcg".into(); 3],
+            accel_reason: "forced with --accel tcg".into(),
+            image_line: "cached image no-op: median 1.2 ms over 10 runs (min 1.0, max 1.5)\n"
+                .into(),
+            floor: vec![2.5, 2.0, 3.0],
+            phases,
+            reports: "reports/bench-x".into(),
+        }
+    }
+
+    #[test]
+    fn summary_layout() {
+        assert_eq!(
+            summary(&measured()),
+            "\
+machine: 2 cores, Debian GNU/Linux 12 (bookworm), kernel 6.18.0, AMD EPYC
+qemu: QEMU emulator version 7.2.22
+accelerator: tcg (forced with --accel tcg)
+cached image no-op: median 1.2 ms over 10 runs (min 1.0, max 1.5)
+floor (bare kernel, spawn to exit after its no-root panic): median 2.50 s, min 2.00, max 3.00, n 3
+warm vm-run (3 runs, interleaved with the floor boots), medians:
+  image           0.00 s    0.00x floor
+  boot_to_ssh     9.50 s    3.80x floor  (target <= 8 s: ratio 1.19)
+  copy            4.50 s    1.80x floor
+  gates          30.00 s   12.00x floor
+  fetch           0.50 s    0.20x floor
+  end_to_end     46.00 s   18.40x floor  (target <= 30 s: ratio 1.53)
+reports: reports/bench-x
+"
+        );
+    }
+
+    #[test]
+    fn summary_says_when_accelerators_differ() {
+        let mut m = measured();
+        m.run_accels[1] = "kvm".into();
+        let s = summary(&m);
+        assert!(
+            s.contains("accelerator: floor tcg, runs tcg/kvm (they differ"),
+            "{s}"
+        );
+    }
+}
