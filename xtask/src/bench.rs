@@ -72,8 +72,10 @@ pub struct Measured {
     pub image_line: String,
     /// Seconds from QEMU's spawn to its exit, one per floor boot.
     pub floor: Vec<f64>,
-    /// Seconds per phase name, one per warm run; `end_to_end` is the whole vm-run.
+    /// Seconds per phase name, one per counted warm run; `end_to_end` is the whole vm-run.
     pub phases: BTreeMap<String, Vec<f64>>,
+    /// Warm runs left out of the medians, and why.
+    pub excluded: Vec<String>,
     pub reports: PathBuf,
 }
 
@@ -114,6 +116,9 @@ pub fn summary(m: &Measured) -> String {
     out.push_str(&format!(
         "warm vm-run ({runs} runs, interleaved with the floor boots), medians:\n"
     ));
+    for e in &m.excluded {
+        out.push_str(&format!("  not counted: {e}\n"));
+    }
     for name in PHASES.iter().chain([END_TO_END].iter()) {
         let Some(v) = m.phases.get(*name) else {
             continue;
@@ -207,6 +212,16 @@ pub fn bench(opts: &VmRunOptions, n: Counts) -> Result<String> {
             if code == RIG_FAILURE_EXIT {
                 bail!("warm run {} failed (exit 2): see {}", i + 1, dir.display());
             }
+            // Exit 1 means a gate failed, and the gates that depend on it did not run: that
+            // run timed a shorter job, so its figures would drag the medians down.
+            if !matches!(code, 0 | 3) {
+                m.excluded.push(format!(
+                    "run {} (exit {code}: a gate failed, so gates after it may not have run; see {})",
+                    i + 1,
+                    dir.display()
+                ));
+                continue;
+            }
             let r = verify::read_report(&dir)?.report;
             let Some(vmp) = r.vm else {
                 bail!(
@@ -224,6 +239,12 @@ pub fn bench(opts: &VmRunOptions, n: Counts) -> Result<String> {
             m.phases.entry(END_TO_END.into()).or_default().push(total);
             m.run_accels.push(vmp.accel);
         }
+    }
+    if m.phases.is_empty() {
+        bail!(
+            "no warm run passed its gates, so there is nothing to time: {}",
+            m.excluded.join("; ")
+        );
     }
     Ok(summary(&m))
 }
@@ -260,6 +281,7 @@ mod tests {
                 .into(),
             floor: vec![2.5, 2.0, 3.0],
             phases,
+            excluded: Vec::new(),
             reports: "reports/bench-x".into(),
         }
     }
@@ -283,6 +305,21 @@ warm vm-run (3 runs, interleaved with the floor boots), medians:
   end_to_end     46.00 s   18.40x floor  (target <= 30 s: ratio 1.53)
 reports: reports/bench-x
 "
+        );
+    }
+
+    #[test]
+    fn summary_names_the_runs_it_left_out() {
+        let mut m = measured();
+        m.excluded.push(
+            "run 2 (exit 1: a gate failed, so gates after it may not have run; see x)".into(),
+        );
+        let s = summary(&m);
+        assert!(
+            s.contains(
+                "medians:\n  not counted: run 2 (exit 1: a gate failed, so gates after it may not have run; see x)\n  image "
+            ),
+            "{s}"
         );
     }
 
