@@ -4,6 +4,7 @@
 pub use sharedos_gate::{clock, digest, environment, report, signals};
 
 pub mod diff;
+pub mod gate_binary;
 pub mod image;
 pub mod list;
 pub mod render;

@@ -3,8 +3,8 @@
 
 use anyhow::{bail, Context, Result};
 use sharedos_gate::digest::base64;
-use ssh2::{HashType, Session};
-use std::io::{BufRead, BufReader, Read, Write};
+use ssh2::{ExtendedData, HashType, Session};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -38,8 +38,8 @@ pub struct Guest {
 
 pub struct ExecResult {
     pub status: i32,
-    pub stdout: String,
-    pub stderr: String,
+    /// Standard output and error, merged as the guest wrote them.
+    pub output: String,
 }
 
 impl Guest {
@@ -101,83 +101,199 @@ impl Guest {
             .set_timeout(t.as_millis().min(u32::MAX as u128) as u32);
     }
 
-    fn start(&self, command: &str) -> Result<ssh2::Channel> {
+    fn start(&self, command: &str, stderr: ExtendedData) -> Result<ssh2::Channel> {
         let mut ch = self
             .session
             .channel_session()
             .context("opening an SSH channel")?;
+        ch.handle_extended_data(stderr)
+            .context("setting how the channel treats standard error")?;
         ch.exec(command)
             .with_context(|| format!("starting `{command}` in the guest"))?;
         Ok(ch)
     }
 
-    pub fn exec(&self, command: &str) -> Result<ExecResult> {
-        self.exec_streaming(command, &mut |_| {})
+    fn finish(mut ch: ssh2::Channel, command: &str) -> Result<i32> {
+        ch.wait_close()
+            .with_context(|| format!("closing the channel of `{command}`"))?;
+        ch.exit_status()
+            .with_context(|| format!("reading the exit status of `{command}`"))
     }
 
-    /// Runs `command`, handing each line of its standard error to `on_line` as it arrives.
-    pub fn exec_streaming(
-        &self,
-        command: &str,
-        on_line: &mut dyn FnMut(&str),
-    ) -> Result<ExecResult> {
-        let mut ch = self.start(command)?;
-        let mut stderr = String::new();
-        {
-            let mut r = BufReader::new(ch.stderr());
-            let mut line = String::new();
-            loop {
-                line.clear();
-                let n = r
-                    .read_line(&mut line)
-                    .with_context(|| format!("reading the output of `{command}`"))?;
-                if n == 0 {
-                    break;
-                }
-                on_line(line.trim_end());
-                stderr.push_str(&line);
-            }
-        }
-        let mut stdout = String::new();
-        ch.read_to_string(&mut stdout)
+    /// Runs a short command; its output (standard error merged in, so no stream can fill while
+    /// the other is read) is kept up to `MAX_SHORT_OUTPUT` bytes.
+    pub fn exec(&self, command: &str) -> Result<ExecResult> {
+        let mut ch = self.start(command, ExtendedData::Merge)?;
+        let mut out = Vec::new();
+        (&mut ch)
+            .take(MAX_SHORT_OUTPUT)
+            .read_to_end(&mut out)
             .with_context(|| format!("reading the output of `{command}`"))?;
-        ch.wait_close().context("closing the channel")?;
-        let status = ch.exit_status().context("reading the exit status")?;
+        // Whatever is past the cap is drained unread, so the channel can close.
+        std::io::copy(&mut ch, &mut std::io::sink())
+            .with_context(|| format!("reading the output of `{command}`"))?;
+        let status = Self::finish(ch, command)?;
         Ok(ExecResult {
             status,
-            stdout,
-            stderr,
+            output: String::from_utf8_lossy(&out).into_owned(),
         })
     }
 
-    /// Runs `command` and returns its standard output as bytes (an archive, say).
-    pub fn exec_bytes(&self, command: &str) -> Result<(i32, Vec<u8>, String)> {
-        let mut ch = self.start(command)?;
-        let mut out = Vec::new();
-        ch.read_to_end(&mut out)
-            .with_context(|| format!("reading the output of `{command}`"))?;
-        let mut err = String::new();
-        ch.stderr()
-            .read_to_string(&mut err)
-            .with_context(|| format!("reading the errors of `{command}`"))?;
-        ch.wait_close().context("closing the channel")?;
-        let status = ch.exit_status().context("reading the exit status")?;
-        Ok((status, out, err))
+    /// Runs `command` and hands each line of its output (standard error merged in) to
+    /// `on_line` as it arrives. A line longer than `max_line` bytes is cut there and marked.
+    /// Fails once `deadline` passes, whatever the guest is still printing.
+    pub fn exec_lines(
+        &self,
+        command: &str,
+        deadline: Instant,
+        max_line: usize,
+        on_line: &mut dyn FnMut(&str),
+    ) -> Result<i32> {
+        let mut ch = self.start(command, ExtendedData::Merge)?;
+        let mut lines = LineSplitter::new(max_line);
+        let mut buf = [0u8; 8192];
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                bail!("`{command}` was still running at its deadline");
+            }
+            self.set_timeout(left.max(Duration::from_millis(1)));
+            let n = ch.read(&mut buf).map_err(|e| {
+                if Instant::now() >= deadline {
+                    anyhow::anyhow!("`{command}` was still running at its deadline")
+                } else {
+                    anyhow::Error::from(e).context(format!("reading the output of `{command}`"))
+                }
+            })?;
+            if n == 0 {
+                break;
+            }
+            lines.push(&buf[..n], on_line);
+        }
+        lines.finish(on_line);
+        Self::finish(ch, command)
     }
 
-    pub fn upload(&self, local: &Path, remote: &str, mode: i32) -> Result<()> {
+    /// Starts `command` and returns its standard output to read as a stream (standard error is
+    /// dropped: only the stream's bytes matter, and an unread stderr must not stall it). Read it
+    /// to its end, then call `Stream::status`.
+    pub fn exec_stream(&self, command: &str) -> Result<Stream> {
+        Ok(Stream {
+            ch: self.start(command, ExtendedData::Ignore)?,
+            command: command.to_string(),
+        })
+    }
+
+    /// Writes `local` to `remote` with `mode` through `cat` on the guest, which every Debian
+    /// has (no scp or sftp-server needed there). It lands under a temporary name and is renamed,
+    /// so a broken copy never sits at `remote`.
+    pub fn upload(&self, local: &Path, remote: &str, mode: u32) -> Result<()> {
         let bytes = std::fs::read(local).with_context(|| format!("reading {}", local.display()))?;
-        let mut ch = self
-            .session
-            .scp_send(Path::new(remote), mode, bytes.len() as u64, None)
-            .with_context(|| format!("starting the copy to {remote}"))?;
+        let command = upload_command(remote, mode);
+        let mut ch = self.start(&command, ExtendedData::Merge)?;
         ch.write_all(&bytes)
             .with_context(|| format!("copying {} to {remote}", local.display()))?;
-        ch.send_eof()?;
-        ch.wait_eof()?;
-        ch.close()?;
-        ch.wait_close()?;
+        ch.send_eof().context("ending the copy")?;
+        let mut said = Vec::new();
+        (&mut ch)
+            .take(MAX_SHORT_OUTPUT)
+            .read_to_end(&mut said)
+            .with_context(|| format!("reading the output of `{command}`"))?;
+        let status = Self::finish(ch, &command)?;
+        if status != 0 {
+            bail!(
+                "`{command}` exited {status}: {}",
+                String::from_utf8_lossy(&said).trim()
+            );
+        }
         Ok(())
+    }
+}
+
+/// What a short guest command may print that the rig keeps.
+pub const MAX_SHORT_OUTPUT: u64 = 1 << 20;
+
+/// The guest side of `Guest::upload`.
+pub fn upload_command(remote: &str, mode: u32) -> String {
+    format!("cat > {remote}.part && chmod {mode:o} {remote}.part && mv -f {remote}.part {remote}")
+}
+
+/// A guest command's standard output, read as it arrives.
+pub struct Stream {
+    ch: ssh2::Channel,
+    command: String,
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.ch.read(buf)
+    }
+}
+
+impl Stream {
+    /// The command's exit status, once its output was read to the end.
+    pub fn status(self) -> Result<i32> {
+        Guest::finish(self.ch, &self.command)
+    }
+}
+
+/// Cuts a byte stream into lines, none longer than `max` bytes: a longer one is handed on cut,
+/// marked, and the rest of it skipped.
+pub struct LineSplitter {
+    max: usize,
+    pending: Vec<u8>,
+    skipping: bool,
+}
+
+impl LineSplitter {
+    pub fn new(max: usize) -> LineSplitter {
+        LineSplitter {
+            max,
+            pending: Vec::new(),
+            skipping: false,
+        }
+    }
+
+    pub fn push(&mut self, mut bytes: &[u8], on_line: &mut dyn FnMut(&str)) {
+        while !bytes.is_empty() {
+            let nl = bytes.iter().position(|b| *b == b'\n');
+            let (chunk, rest) = match nl {
+                Some(i) => (&bytes[..i], &bytes[i + 1..]),
+                None => (bytes, &[][..]),
+            };
+            if !self.skipping {
+                let room = self.max - self.pending.len();
+                self.pending
+                    .extend_from_slice(&chunk[..chunk.len().min(room)]);
+                if chunk.len() > room {
+                    let cut = format!(
+                        "{} [line cut at {} bytes]",
+                        String::from_utf8_lossy(&self.pending).trim_end(),
+                        self.max
+                    );
+                    on_line(&cut);
+                    self.pending.clear();
+                    self.skipping = true;
+                }
+            }
+            if nl.is_some() {
+                if !self.skipping {
+                    on_line(String::from_utf8_lossy(&self.pending).trim_end());
+                }
+                self.pending.clear();
+                self.skipping = false;
+            }
+            bytes = rest;
+        }
+    }
+
+    /// Hands on a last line that had no newline.
+    pub fn finish(&mut self, on_line: &mut dyn FnMut(&str)) {
+        if !self.skipping && !self.pending.is_empty() {
+            on_line(String::from_utf8_lossy(&self.pending).trim_end());
+        }
+        self.pending.clear();
+        self.skipping = false;
     }
 }
 
@@ -195,6 +311,45 @@ mod tests {
         assert_eq!(
             fingerprint(&bytes),
             "SHA256:47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU"
+        );
+    }
+
+    fn split(max: usize, chunks: &[&[u8]]) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut s = LineSplitter::new(max);
+        for c in chunks {
+            s.push(c, &mut |l| out.push(l.to_string()));
+        }
+        s.finish(&mut |l| out.push(l.to_string()));
+        out
+    }
+
+    #[test]
+    fn lines_are_split_across_chunks_and_cut_at_the_cap() {
+        assert_eq!(
+            split(10, &[b"gate 1", b"/10\nga", b"te 2\n"]),
+            ["gate 1/10", "gate 2"]
+        );
+        assert_eq!(
+            split(4, &[b"abcdefgh", b"ij\nok\n"]),
+            ["abcd [line cut at 4 bytes]", "ok"]
+        );
+        assert_eq!(split(4, &[b"last"]), ["last"]);
+        // A never-ending line costs no memory past the cap.
+        let mut s = LineSplitter::new(8);
+        let mut n = 0;
+        for _ in 0..10_000 {
+            s.push(&[b'x'; 1000], &mut |_| n += 1);
+            assert!(s.pending.len() <= 8);
+        }
+        assert_eq!(n, 1);
+    }
+
+    #[test]
+    fn upload_lands_under_a_temporary_name_first() {
+        assert_eq!(
+            upload_command("/usr/local/bin/sharedos-gate", 0o755),
+            "cat > /usr/local/bin/sharedos-gate.part && chmod 755 /usr/local/bin/sharedos-gate.part && mv -f /usr/local/bin/sharedos-gate.part /usr/local/bin/sharedos-gate"
         );
     }
 

@@ -225,6 +225,33 @@ pub fn verify_dir(dir: &Path) -> Result<Outcome> {
     judge_dir(dir, true)
 }
 
+/// What vm-run archived of the guest's own report: its verdict fields must be what its gates
+/// give, and its gates must be the archived report's. Nothing when there is no guest/ (a report
+/// written by diagnose directly).
+pub fn guest_report_problems(dir: &Path, top: &Report) -> Vec<String> {
+    let guest = dir.join(report::GUEST_DIR);
+    let rel = format!("{}/{REPORT_FILE}", report::GUEST_DIR);
+    if std::fs::symlink_metadata(guest.join(REPORT_FILE)).is_err() {
+        return Vec::new();
+    }
+    let g = match digest::read_in_report(&guest, REPORT_FILE, MAX_REPORT_BYTES)
+        .and_then(|b| parse_report(&b))
+    {
+        Ok(g) => g,
+        Err(e) => return vec![format!("{rel} cannot be read: {e:#}")],
+    };
+    let mut out: Vec<String> = inconsistencies(&g)
+        .into_iter()
+        .map(|p| format!("{rel}, as the guest wrote it: {p}"))
+        .collect();
+    if g.gates != top.gates {
+        out.push(format!(
+            "{REPORT_FILE}'s gates are not the ones the guest reported in {rel}"
+        ));
+    }
+    out
+}
+
 fn judge_dir(dir: &Path, rehash: bool) -> Result<Outcome> {
     let loaded = read_report(dir)?;
     let mismatches = if rehash {
@@ -238,7 +265,13 @@ fn judge_dir(dir: &Path, rehash: bool) -> Result<Outcome> {
         review::read_review(dir),
     );
     let checked = loaded.report.artifacts.len();
+    let from_guest = guest_report_problems(dir, &loaded.report);
     let mut o = evaluate(loaded.report, Some(loaded.sha256), state, mismatches);
+    if !from_guest.is_empty() {
+        o.inconsistencies.extend(from_guest);
+        o.verdict = Verdict::Fail;
+        o.exit_code = Verdict::Fail.exit_code();
+    }
     o.dir = Some(dir.to_path_buf());
     o.artifacts_checked = rehash.then_some(checked);
     Ok(o)

@@ -584,3 +584,48 @@ fn a_report_claiming_the_gui_gate_passed_fails_verify() {
         stdout(&o)
     );
 }
+
+/// vm-run keeps the guest's own report.json under guest/; a guest that wrote exit 0 beside a
+/// failing gate is caught there even though the host's report.json has its own, true fields.
+#[test]
+fn a_guest_report_claiming_exit_0_beside_a_failing_gate_fails_verify() {
+    let s = Scratch::new("guestlie");
+    let dir = s.0.join("r");
+    write_report(&dir, "2026-11-30T20:15:00.000Z", |r| {
+        r.gates[3].status = Status::Fail;
+    });
+    let mut guest = read_report(&dir);
+    guest.exit_code = 0;
+    guest.all_gates_pass = true;
+    std::fs::create_dir_all(dir.join(report::GUEST_DIR)).unwrap();
+    std::fs::write(
+        dir.join(report::GUEST_DIR).join(report::REPORT_FILE),
+        serde_json::to_vec_pretty(&guest).unwrap(),
+    )
+    .unwrap();
+    let o = rig_in(&dir, &["verify", "DIR"]);
+    assert_eq!(code(&o), 1, "{}", stdout(&o));
+    let out = stdout(&o);
+    assert!(
+        out.contains("guest/report.json, as the guest wrote it: report.json says exit_code=0, but its gates give FAIL (exit 1)"),
+        "{out}"
+    );
+
+    // Gates that differ between the two files are named as well.
+    guest.exit_code = 1;
+    guest.all_gates_pass = false;
+    guest.gates[3].status = Status::Pass;
+    guest.seal();
+    std::fs::write(
+        dir.join(report::GUEST_DIR).join(report::REPORT_FILE),
+        serde_json::to_vec_pretty(&guest).unwrap(),
+    )
+    .unwrap();
+    let out = stdout(&rig_in(&dir, &["verify", "DIR"]));
+    assert!(
+        out.contains(
+            "report.json's gates are not the ones the guest reported in guest/report.json"
+        ),
+        "{out}"
+    );
+}

@@ -15,7 +15,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 fn gate_binary() -> PathBuf {
-    sharedos_rig::run::build_gate_binary(Path::new(env!("CARGO_MANIFEST_DIR")))
+    sharedos_rig::gate_binary::build_gate_binary(Path::new(env!("CARGO_MANIFEST_DIR")))
         .expect("building the static gate binary")
 }
 
@@ -71,6 +71,35 @@ fn processes_mentioning(needle: &str) -> Vec<(i32, String)> {
         }
     }
     out
+}
+
+/// The `[qemu ACCEL]` line of a plan, split back into its words (shell_words quotes with ').
+fn planned_qemu(plan: &str, accel: &str) -> Vec<String> {
+    let mut lines = plan.lines();
+    lines
+        .find(|l| l.starts_with(&format!("[qemu {accel}]")))
+        .unwrap_or_else(|| panic!("no [qemu {accel}] in the plan:\n{plan}"));
+    let line = lines.next().expect("the QEMU line").trim();
+    let (mut words, mut cur, mut quoted, mut any) = (Vec::new(), String::new(), false, false);
+    for c in line.chars() {
+        match c {
+            '\'' => {
+                quoted = !quoted;
+                any = true;
+            }
+            ' ' if !quoted => {
+                if any || !cur.is_empty() {
+                    words.push(std::mem::take(&mut cur));
+                }
+                any = false;
+            }
+            c => cur.push(c),
+        }
+    }
+    if any || !cur.is_empty() {
+        words.push(cur);
+    }
+    words
 }
 
 /// Both runs share one sandbox, so the image is built once, in the first run's image phase.
@@ -156,7 +185,12 @@ fn full_run_archives_an_identified_report_that_verify_agrees_with(sb: &Sandbox, 
 
     // Every artifact verifies, the serial console log among them.
     assert!(sharedos_rig::digest::verify_artifacts(&out_dir, &r.artifacts).is_empty());
-    for want in ["serial.log", "png/live.png", "criu/dump.log"] {
+    for want in [
+        "serial.log",
+        "guest/report.json",
+        "guest/png/live.png",
+        "guest/criu/dump.log",
+    ] {
         assert!(
             r.artifacts.iter().any(|a| a.path == want),
             "{want} not archived"
@@ -164,6 +198,26 @@ fn full_run_archives_an_identified_report_that_verify_agrees_with(sb: &Sandbox, 
     }
     let serial = std::fs::read_to_string(out_dir.join("serial.log")).unwrap();
     assert!(serial.contains("SHAREDOS-READY"));
+
+    // The plan prints the QEMU line the run started, from the same builder: token for token,
+    // but for the values that exist only once a run is under way.
+    let mut plan_args = args.clone();
+    plan_args.push("--plan".into());
+    let plan = sb.run_as_user(&sb.xtask, &strs(&plan_args));
+    assert!(plan.status.success());
+    let planned = planned_qemu(&String::from_utf8_lossy(&plan.stdout), &vm.accel);
+    assert_eq!(
+        planned.len(),
+        vm.qemu_argv.len(),
+        "plan {planned:?}\nrun {:?}",
+        vm.qemu_argv
+    );
+    for (p, r) in planned.iter().zip(&vm.qemu_argv) {
+        assert!(
+            p == r || p.contains('<') || p.contains("hostfwd=tcp:127.0.0.1:0-:22"),
+            "the plan says {p:?} where the run had {r:?}"
+        );
+    }
 
     // `sharedos-rig verify` agrees with the run's exit code.
     let verify = Command::new(env!("CARGO_BIN_EXE_sharedos-rig"))

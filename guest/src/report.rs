@@ -12,6 +12,10 @@ pub const SCHEMA_VERSION: u32 = 1;
 /// File name of the report inside a report directory.
 pub const REPORT_FILE: &str = "report.json";
 
+/// In a report archived by vm-run, the directory holding exactly what the guest sent, its own
+/// report.json included; the host's report.json and evidence sit beside it.
+pub const GUEST_DIR: &str = "guest";
+
 #[derive(Serialize, Deserialize, Clone, Copy, PartialEq, Eq, Debug, Hash)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum Status {

@@ -128,7 +128,7 @@ fn write_all(s: &mut String, o: &Outcome) -> std::fmt::Result {
 /// Every string the guest wrote goes through this: it stays on one line, so it cannot fake a
 /// line of its own (a "verdict: PASS"), and control and bidirectional-override characters are
 /// shown escaped, so it cannot drive the terminal (ANSI or OSC sequences) or reorder what is read.
-fn one_line(s: &str) -> String {
+pub fn one_line(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for word in s.split_whitespace() {
         if !out.is_empty() {

@@ -40,6 +40,21 @@ pub fn kvm_openable() -> Result<(), String> {
 }
 
 /// The first line of `qemu-system-x86_64 --version`.
+/// Whether this QEMU was built with its seccomp sandbox: `-sandbox` is then a known option, and
+/// `-version` after it exits 0 without starting a machine.
+pub fn sandbox_available() -> bool {
+    let mut argv = vec![qemu::QEMU.to_string()];
+    argv.extend(qemu::sandbox_args(true));
+    argv.push("-version".into());
+    std::process::Command::new(&argv[0])
+        .args(&argv[1..])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
 pub fn qemu_version() -> Result<String> {
     let argv = qemu::version_argv();
     let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
@@ -61,11 +76,11 @@ fn start(
     argv: Vec<String>,
     serial_log: &Path,
     qemu_log: &Path,
-    keep: bool,
+    may_outlive: bool,
 ) -> Result<(QemuProcess, Vec<String>)> {
     // A fresh console log per attempt: the probe reads only this boot's lines.
     let _ = std::fs::remove_file(serial_log);
-    Ok((QemuProcess::spawn(&argv, qemu_log, keep)?, argv))
+    Ok((QemuProcess::spawn(&argv, qemu_log, may_outlive)?, argv))
 }
 
 /// Starts QEMU under the chosen accelerator. `auto` tries KVM and watches the console for the
@@ -74,7 +89,7 @@ pub fn boot(
     choice: AccelChoice,
     spec: &QemuSpec,
     qemu_log: &Path,
-    keep: bool,
+    may_outlive: bool,
     say: &mut dyn FnMut(&str),
 ) -> Result<Booted> {
     let argv_for = |accel| {
@@ -83,7 +98,14 @@ pub fn boot(
             ..spec.clone()
         })
     };
-    boot_argv(choice, &argv_for, &spec.serial_log, qemu_log, keep, say)
+    boot_argv(
+        choice,
+        &argv_for,
+        &spec.serial_log,
+        qemu_log,
+        may_outlive,
+        say,
+    )
 }
 
 /// `boot` for any QEMU command line: `argv_for` builds it for an accelerator, and its serial
@@ -94,12 +116,12 @@ pub fn boot_argv(
     argv_for: &dyn Fn(Accel) -> Vec<String>,
     serial_log: &Path,
     qemu_log: &Path,
-    keep: bool,
+    may_outlive: bool,
     say: &mut dyn FnMut(&str),
 ) -> Result<Booted> {
     let tcg = |reason: String, say: &mut dyn FnMut(&str)| -> Result<Booted> {
         say(&format!("accelerator: tcg ({reason})"));
-        let (qemu, argv) = start(argv_for(Accel::Tcg), serial_log, qemu_log, keep)?;
+        let (qemu, argv) = start(argv_for(Accel::Tcg), serial_log, qemu_log, may_outlive)?;
         Ok(Booted {
             qemu,
             accel: Accel::Tcg,
@@ -113,7 +135,7 @@ pub fn boot_argv(
             if let Err(why) = kvm_openable() {
                 bail!("--accel kvm: {why}; use --accel tcg or --accel auto");
             }
-            let (qemu, argv) = start(argv_for(Accel::Kvm), serial_log, qemu_log, keep)?;
+            let (qemu, argv) = start(argv_for(Accel::Kvm), serial_log, qemu_log, may_outlive)?;
             say("accelerator: kvm (forced with --accel kvm)");
             Ok(Booted {
                 qemu,
@@ -126,7 +148,7 @@ pub fn boot_argv(
             if let Err(why) = kvm_openable() {
                 return tcg(format!("auto: {why}"), say);
             }
-            let (mut qemu, argv) = start(argv_for(Accel::Kvm), serial_log, qemu_log, keep)?;
+            let (mut qemu, argv) = start(argv_for(Accel::Kvm), serial_log, qemu_log, may_outlive)?;
             let started = Instant::now();
             loop {
                 if serial::read(serial_log).kernel_started {

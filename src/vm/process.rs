@@ -12,12 +12,15 @@ pub struct QemuProcess {
     pub pid: u32,
     /// Taken just before the spawn, so a measured lifetime includes QEMU's own start-up.
     pub started: Instant,
-    /// `--keep-vm`: leave it running when the run ends.
+    /// `--keep-vm`, set only once the run reached its end: leave it running. Until then every
+    /// path, a failure or a signal, ends it.
     pub keep: bool,
 }
 
 impl QemuProcess {
-    pub fn spawn(argv: &[String], log: &Path, keep: bool) -> Result<QemuProcess> {
+    /// `may_outlive`: `--keep-vm` asked for QEMU to survive the rig, so it is not tied to the
+    /// rig's death; Drop still ends it unless `keep` is set.
+    pub fn spawn(argv: &[String], log: &Path, may_outlive: bool) -> Result<QemuProcess> {
         let out =
             std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
         let err = out.try_clone()?;
@@ -28,7 +31,7 @@ impl QemuProcess {
             .stderr(err)
             // Ctrl-C at the terminal reaches only the rig, which then ends QEMU itself.
             .process_group(0);
-        if !keep {
+        if !may_outlive {
             // SAFETY: prctl is async-signal-safe. If the rig dies, even by SIGKILL, QEMU dies
             // too.
             unsafe {
@@ -49,7 +52,7 @@ impl QemuProcess {
             pid: child.id(),
             child: Some(child),
             started,
-            keep,
+            keep: false,
         })
     }
 

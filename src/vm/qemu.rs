@@ -51,6 +51,8 @@ pub struct QemuSpec {
     pub append: String,
     pub serial_log: PathBuf,
     pub ssh_port: u16,
+    /// QEMU's seccomp filter, where this QEMU was built with it (`vm::sandbox_available`).
+    pub sandbox: bool,
 }
 
 fn p(path: &Path) -> String {
@@ -118,6 +120,18 @@ pub fn net_args(ssh_port: u16) -> Vec<String> {
     ]
 }
 
+/// QEMU's own seccomp filter: no obsolete system calls, no privilege changes, no new processes,
+/// no scheduler or affinity changes. A guest that broke out of the emulator would meet it.
+pub fn sandbox_args(on: bool) -> Vec<String> {
+    if !on {
+        return Vec::new();
+    }
+    vec![
+        "-sandbox".into(),
+        "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny".into(),
+    ]
+}
+
 /// The vm-run's QEMU.
 pub fn qemu_argv(s: &QemuSpec) -> Vec<String> {
     let mut v = vec![QEMU.into(), "-name".into(), s.name.clone()];
@@ -126,6 +140,7 @@ pub fn qemu_argv(s: &QemuSpec) -> Vec<String> {
     v.extend(kernel_args(&s.kernel, Some(&s.initrd), &s.append));
     v.extend(drive_args(&s.overlay));
     v.extend(net_args(s.ssh_port));
+    v.extend(sandbox_args(s.sandbox));
     v
 }
 
@@ -186,6 +201,7 @@ mod tests {
             append: "console=ttyS0 root=/dev/vda".into(),
             serial_log: "/r/serial.log".into(),
             ssh_port: 40022,
+            sandbox: false,
         }
     }
 
@@ -342,6 +358,25 @@ mod tests {
         // The same machine and console as the vm-run it is the floor of.
         let run = qemu_argv(&spec(Accel::Tcg));
         assert_eq!(f[1..22], run[3..24]);
+    }
+
+    #[test]
+    fn sandbox_is_appended_only_when_available() {
+        let off = qemu_argv(&spec(Accel::Tcg));
+        assert!(!off.iter().any(|a| a == "-sandbox"));
+        let on = qemu_argv(&QemuSpec {
+            sandbox: true,
+            ..spec(Accel::Tcg)
+        });
+        assert_eq!(
+            after(&on, "-sandbox"),
+            "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny"
+        );
+        assert_eq!(
+            &on[..off.len()],
+            &off[..],
+            "the sandbox only adds to the line"
+        );
     }
 
     #[test]

@@ -149,7 +149,7 @@ fn machine_line() -> String {
             .unwrap_or(0),
         host.os,
         host.kernel_release,
-        run::cpu_model_name(),
+        run::provenance::cpu_model_name(),
     )
 }
 

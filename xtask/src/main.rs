@@ -6,6 +6,7 @@ mod bench;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
+use sharedos_rig::gate_binary;
 use sharedos_rig::image::{self, BuildOptions};
 use sharedos_rig::run::{self, VmRunOptions};
 use sharedos_rig::vm::AccelChoice;
@@ -87,8 +88,8 @@ fn workspace() -> PathBuf {
 fn vm_options(a: VmArgs) -> Result<VmRunOptions> {
     let gate_binary = match a.gate_binary {
         Some(p) => p,
-        None if a.image.plan => run::default_gate_binary(&workspace()),
-        None => run::build_gate_binary(&workspace())?,
+        None if a.image.plan => gate_binary::default_gate_binary(&workspace()),
+        None => gate_binary::build_gate_binary(&workspace())?,
     };
     Ok(VmRunOptions {
         plan: a.image.plan,

@@ -1,0 +1,110 @@
+//! The static `sharedos-gate` that vm-run copies into the guest: how cargo builds it, and the
+//! check that it names no dynamic loader. A developer's step before a run, not a phase of one.
+
+use anyhow::{bail, Context, Result};
+use std::path::{Path, PathBuf};
+
+/// The cargo invocation that builds the gate binary statically, so it runs in any x86_64 guest.
+/// RUSTFLAGS reach only the target given with --target, never build scripts or proc macros.
+pub fn gate_build_argv(cargo: &str) -> Vec<String> {
+    [
+        cargo,
+        "build",
+        "--release",
+        "--package",
+        "sharedos-gate",
+        "--target",
+        "x86_64-unknown-linux-gnu",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+pub const GATE_RUSTFLAGS: &str = "-C target-feature=+crt-static";
+
+/// Builds `sharedos-gate` statically and returns its path.
+pub fn build_gate_binary(workspace: &Path) -> Result<PathBuf> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let argv = gate_build_argv(&cargo);
+    eprintln!(
+        "[vm-run] building the gate binary: RUSTFLAGS='{GATE_RUSTFLAGS}' {}",
+        argv.join(" ")
+    );
+    let status = std::process::Command::new(&argv[0])
+        .args(&argv[1..])
+        .current_dir(workspace)
+        .env("RUSTFLAGS", GATE_RUSTFLAGS)
+        .status()
+        .with_context(|| format!("running {}", argv.join(" ")))?;
+    if !status.success() {
+        bail!(
+            "building the static gate binary failed ({status}): {}",
+            argv.join(" ")
+        );
+    }
+    let bin = default_gate_binary(workspace);
+    let bytes = std::fs::read(&bin)
+        .with_context(|| format!("cargo succeeded but {} is unreadable", bin.display()))?;
+    if has_interpreter(&bytes)? {
+        bail!(
+            "{} is dynamically linked (it names an ELF interpreter): it would not run in a guest with another libc",
+            bin.display()
+        );
+    }
+    Ok(bin)
+}
+
+/// Whether an x86_64 ELF file asks for a dynamic loader (a PT_INTERP program header). A
+/// static-pie binary has none.
+pub fn has_interpreter(elf: &[u8]) -> Result<bool> {
+    const PT_INTERP: u32 = 3;
+    if elf.len() < 64 || &elf[..4] != b"\x7fELF" || elf[4] != 2 || elf[5] != 1 {
+        bail!("not a little-endian 64-bit ELF file");
+    }
+    let u16_at = |o: usize| u16::from_le_bytes([elf[o], elf[o + 1]]) as usize;
+    let mut off_bytes = [0u8; 8];
+    off_bytes.copy_from_slice(&elf[32..40]);
+    let phoff = u64::from_le_bytes(off_bytes) as usize;
+    let (phentsize, phnum) = (u16_at(54), u16_at(56));
+    for i in 0..phnum {
+        let at = phoff + i * phentsize;
+        let Some(t) = elf.get(at..at + 4) else {
+            bail!("truncated program header table");
+        };
+        if u32::from_le_bytes([t[0], t[1], t[2], t[3]]) == PT_INTERP {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// Where `build_gate_binary` puts the static binary.
+pub fn default_gate_binary(workspace: &Path) -> PathBuf {
+    std::env::var("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| workspace.join("target"))
+        .join("x86_64-unknown-linux-gnu/release/sharedos-gate")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gate_build_is_static_and_release() {
+        assert_eq!(
+            gate_build_argv("cargo").join(" "),
+            "cargo build --release --package sharedos-gate --target x86_64-unknown-linux-gnu"
+        );
+        assert!(GATE_RUSTFLAGS.contains("+crt-static"));
+    }
+
+    #[test]
+    fn interpreter_detection() {
+        // This test binary is linked dynamically by cargo's default settings.
+        let me = std::fs::read(std::env::current_exe().unwrap()).unwrap();
+        assert!(has_interpreter(&me).unwrap());
+        assert!(has_interpreter(b"#!/bin/sh\n").is_err());
+    }
+}

@@ -1,0 +1,292 @@
+//! Archive: the report directory, the report written into it whole or not at all, and the exit
+//! code, which is verify's judgement of what was archived. The guest's own verdict fields are
+//! never taken: verify compares them with the gates, and a difference fails the run.
+
+use super::fetch::GUEST_DIR;
+use super::{boot, Observed, VmRunOptions};
+use crate::render::text::one_line;
+use crate::verify;
+use anyhow::{bail, Result};
+use sharedos_gate::diagnose::artifact_kind;
+use sharedos_gate::report::{
+    Artifact, Environment, Gate, GateName, Report, Status, REPORT_FILE, REVIEW_FILE,
+    RIG_FAILURE_EXIT, SCHEMA_VERSION,
+};
+use sharedos_gate::{clock, digest, signals};
+use std::path::{Path, PathBuf};
+
+pub fn report_dir_for(opts: &VmRunOptions) -> PathBuf {
+    match &opts.out {
+        Some(d) => d.clone(),
+        None => {
+            opts.reports_root
+                .join(format!("{}-{}", clock::compact_utc_now(), boot::short_id()))
+        }
+    }
+}
+
+/// A new or empty directory: two runs never mix, and an archived report is never overwritten.
+pub fn create_report_dir(opts: &VmRunOptions) -> Result<PathBuf> {
+    let dir = report_dir_for(opts);
+    if std::fs::read_dir(&dir).is_ok_and(|mut d| d.next().is_some()) {
+        bail!(
+            "the report directory {} is not empty: pass --out with a new directory, or leave --out out to get reports/<time>-<id>",
+            dir.display()
+        );
+    }
+    if let Err(e) = std::fs::create_dir_all(&dir) {
+        bail!(
+            "cannot create the report directory {}: {e}; pass --out DIR on a writable filesystem",
+            dir.display()
+        );
+    }
+    Ok(dir)
+}
+
+/// Writes the report (the guest's gates with the host's provenance, or a partial one after a
+/// rig failure), prints the summary and the directory, and returns the exit code.
+pub fn finish(mut obs: Observed, result: Result<Report>) -> i32 {
+    let result = match (result, signals::interrupted()) {
+        (Err(e), Some(sig)) => Err(e.context(format!("interrupted by {sig}"))),
+        (r, _) => r,
+    };
+    obs.vm.finished_at = clock::now_rfc3339();
+    let mut report = match result {
+        Ok(report) => report,
+        Err(e) => {
+            let msg = format!("{e:#}");
+            eprintln!("error: the rig failed: {}", one_line(&msg));
+            obs.vm.rig_error = Some(msg);
+            partial_report(&obs)
+        }
+    };
+    let rig_failed = obs.vm.rig_error.is_some();
+    report.vm = Some(obs.vm.clone());
+    report.artifacts = artifacts(&obs.report_dir);
+    // The host's verdict fields, from the gates; the guest's stay in guest/report.json, where
+    // verify holds them against the same gates.
+    report.seal();
+    if rig_failed {
+        report.exit_code = RIG_FAILURE_EXIT;
+    }
+    let written = serde_json::to_string_pretty(&report)
+        .map_err(anyhow::Error::from)
+        .and_then(|text| {
+            digest::replace_in_report(&obs.report_dir, REPORT_FILE, (text + "\n").as_bytes())
+        });
+    if let Err(e) = written {
+        eprintln!("error: writing the report: {e:#}");
+        return RIG_FAILURE_EXIT;
+    }
+    let code = if rig_failed {
+        RIG_FAILURE_EXIT
+    } else {
+        judge(&obs.report_dir)
+    };
+    print_summary(&report, code);
+    println!("{}", obs.report_dir.display());
+    code
+}
+
+/// verify's exit code for the archived report, its problems printed.
+fn judge(dir: &Path) -> i32 {
+    match verify::verify_dir(dir) {
+        Ok(o) => {
+            for p in o.problems() {
+                eprintln!("[vm-run] problem: {}", one_line(&p));
+            }
+            o.exit_code
+        }
+        Err(e) => {
+            eprintln!("error: the archived report does not read back: {e:#}");
+            RIG_FAILURE_EXIT
+        }
+    }
+}
+
+/// Every regular file in the report directory but report.json and review.json, hashed. The
+/// guest's files keep the kind their own name gives them.
+pub fn artifacts(dir: &Path) -> Vec<Artifact> {
+    let mut files = Vec::new();
+    walk(dir, "", &mut files);
+    files.sort();
+    files
+        .into_iter()
+        .filter(|rel| rel != REPORT_FILE && rel != REVIEW_FILE)
+        .filter_map(|rel| {
+            let own = rel
+                .strip_prefix(&format!("{GUEST_DIR}/"))
+                .unwrap_or(&rel)
+                .to_string();
+            digest::artifact(dir, &rel, artifact_kind(&own)).ok()
+        })
+        .collect()
+}
+
+/// Regular files only, and no link followed: the report holds nothing else, by construction.
+fn walk(base: &Path, rel: &str, out: &mut Vec<String>) {
+    let Ok(rd) = std::fs::read_dir(base.join(rel)) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let r = if rel.is_empty() {
+            name
+        } else {
+            format!("{rel}/{name}")
+        };
+        match e.file_type() {
+            Ok(t) if t.is_dir() => walk(base, &r, out),
+            Ok(t) if t.is_file() => out.push(r),
+            _ => {}
+        }
+    }
+}
+
+fn print_summary(r: &Report, code: i32) {
+    let vm = r.vm.as_ref();
+    eprintln!(
+        "[vm-run] guest kernel {} on {} (boot id {}), accelerator {}, image {}",
+        one_line(&r.environment.kernel_release),
+        one_line(&r.environment.hostname),
+        one_line(&r.environment.boot_id),
+        vm.map(|v| v.accel.as_str()).unwrap_or("?"),
+        vm.map(|v| v.image_sha256.get(..16).unwrap_or(""))
+            .unwrap_or("?"),
+    );
+    if let Some(v) = vm {
+        let phases: Vec<String> = v
+            .phases
+            .iter()
+            .map(|p| format!("{} {:.1} s", p.name, p.duration_ms as f64 / 1000.0))
+            .collect();
+        eprintln!("[vm-run] phases: {}", phases.join(", "));
+    }
+    let verdict = match code {
+        0 => "PASS",
+        3 => "REVIEW_REQUIRED (every gate passed; a human must review the PNGs)",
+        RIG_FAILURE_EXIT => "RIG FAILURE (partial report archived)",
+        _ => "FAIL",
+    };
+    eprintln!("[vm-run] verdict: {verdict}, exit {code}");
+}
+
+/// One line per gate from the guest's progress output: `gate 3/10 live_state_probe PASS 123ms: ...`.
+pub fn parse_gate_line(line: &str) -> Option<Gate> {
+    let rest = line.strip_prefix("gate ")?;
+    let mut it = rest.splitn(4, ' ');
+    let _n = it.next()?;
+    let name: GateName =
+        serde_json::from_value(serde_json::Value::String(it.next()?.into())).ok()?;
+    let status: Status =
+        serde_json::from_value(serde_json::Value::String(it.next()?.into())).ok()?;
+    let tail = it.next()?;
+    let (ms, reason) = tail.split_once(": ").unwrap_or((tail, ""));
+    let mut g = Gate::new(name, status, reason);
+    g.duration_ms = ms.trim_end_matches("ms").parse().ok()?;
+    Some(g)
+}
+
+/// A report for a run whose rig failed: the guest's report if it arrived, else what the
+/// diagnostic said as it went, the rest NOT_RUN.
+fn partial_report(obs: &Observed) -> Report {
+    if let Some(r) = &obs.guest_report {
+        return r.clone();
+    }
+    let error = obs.vm.rig_error.clone().unwrap_or_default();
+    let seen: Vec<Gate> = obs
+        .transcript
+        .iter()
+        .filter_map(|l| parse_gate_line(l))
+        .collect();
+    let gates = GateName::ALL
+        .iter()
+        .map(|n| match seen.iter().find(|g| g.name == *n) {
+            Some(g) => {
+                let mut g = g.clone();
+                g.reason = format!(
+                    "{} (from the guest's progress line; its full report was not retrieved: see {})",
+                    g.reason,
+                    super::session::TRANSCRIPT_FILE
+                );
+                g
+            }
+            None => Gate::new(
+                *n,
+                Status::NotRun,
+                format!("the rig failed before this gate reported: {error}"),
+            ),
+        })
+        .collect();
+    let console = crate::vm::serial::read(&obs.report_dir.join("serial.log"));
+    Report {
+        schema_version: SCHEMA_VERSION,
+        marker: String::new(),
+        all_gates_pass: false,
+        exit_code: RIG_FAILURE_EXIT,
+        gates,
+        environment: Environment {
+            kernel_release: console.kernel_release.unwrap_or_default(),
+            started_at: obs.started_at.clone(),
+            finished_at: clock::now_rfc3339(),
+            ..Environment::default()
+        },
+        artifacts: Vec::new(),
+        fidelity_differences: Vec::new(),
+        vm: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gate_lines_parse() {
+        let g =
+            parse_gate_line("gate 3/10 live_state_probe PASS 123ms: all 8 live-state checks hold")
+                .unwrap();
+        assert_eq!(g.name, GateName::LiveStateProbe);
+        assert_eq!(g.status, Status::Pass);
+        assert_eq!(g.duration_ms, 123);
+        assert_eq!(g.reason, "all 8 live-state checks hold");
+        let g = parse_gate_line("gate 4/10 dump NOT_RUN 0ms: CRIU is not usable: x").unwrap();
+        assert_eq!(g.status, Status::NotRun);
+        assert_eq!(g.reason, "CRIU is not usable: x");
+        assert!(parse_gate_line("sharedos-gate: marker x").is_none());
+        assert!(parse_gate_line("gate 1/10 bogus PASS 1ms: x").is_none());
+    }
+
+    #[test]
+    fn artifacts_list_regular_files_with_the_guests_own_kinds() {
+        let d = std::env::temp_dir().join(format!("archive-artifacts-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(d.join("guest/criu")).unwrap();
+        std::fs::create_dir_all(d.join("guest/png")).unwrap();
+        for f in [
+            "report.json",
+            "serial.log",
+            "guest/report.json",
+            "guest/criu/dump.log",
+            "guest/png/live.png",
+        ] {
+            std::fs::write(d.join(f), b"x").unwrap();
+        }
+        std::os::unix::fs::symlink("/etc/passwd", d.join("guest/link.log")).unwrap();
+        let a: Vec<(String, String)> = artifacts(&d)
+            .into_iter()
+            .map(|a| (a.path, a.kind))
+            .collect();
+        let want: Vec<(String, String)> = [
+            ("guest/criu/dump.log", "criu-log"),
+            ("guest/png/live.png", "png"),
+            ("guest/report.json", "file"),
+            ("serial.log", "log"),
+        ]
+        .iter()
+        .map(|(p, k)| (p.to_string(), k.to_string()))
+        .collect();
+        assert_eq!(a, want);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+}

@@ -1,0 +1,177 @@
+//! `vm-run`: the phases in order, one module each. The image comes from `crate::image`; then
+//! `boot` (keys, overlay, QEMU, the console's ready line), `session` (SSH, copy, gates), `fetch`
+//! (the guest's report as one tar stream), `archive` (the report directory, the verdict, the exit
+//! code), with `provenance` recording where it all ran. `plan` prints the steps those modules
+//! build, from the same builders. A failure of the rig itself exits 2 and still archives
+//! everything observed so far.
+
+pub mod archive;
+pub mod boot;
+pub mod fetch;
+pub mod plan;
+pub mod provenance;
+pub mod session;
+
+use crate::image::{self, BuildOptions, ImageEntry};
+use crate::vm::{qemu, AccelChoice};
+use anyhow::{Context, Result};
+use sharedos_gate::report::{Phase, Report, VmProvenance};
+use sharedos_gate::{clock, signals};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// Where the gate binary, its work and its report live inside the guest.
+pub const GUEST_GATE: &str = "/usr/local/bin/sharedos-gate";
+pub const GUEST_WORK: &str = "/root/work";
+pub const GUEST_REPORT_DIR: &str = "/root/report";
+
+pub use sharedos_gate::report::RIG_FAILURE_EXIT;
+
+#[derive(Debug, Clone)]
+pub struct VmRunOptions {
+    pub image: BuildOptions,
+    pub accel: AccelChoice,
+    /// Report directory; default `<reports_root>/<UTC stamp>-<id>`.
+    pub out: Option<PathBuf>,
+    pub reports_root: PathBuf,
+    pub keep_vm: bool,
+    pub plan: bool,
+    pub memory_mib: u64,
+    pub cpus: u32,
+    /// The static `sharedos-gate` to copy in.
+    pub gate_binary: PathBuf,
+    /// Extra arguments for `sharedos-gate diagnose`.
+    pub diagnose_args: Vec<String>,
+    pub command_line: Vec<String>,
+}
+
+/// Bounds that scale with the accelerator.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Bounds {
+    pub boot: Duration,
+    pub ssh: Duration,
+    /// Passed to the guest as `--step-timeout`.
+    pub guest_step: Duration,
+    /// The whole gate phase, however the guest paces its output.
+    pub gates: Duration,
+    /// The whole fetch.
+    pub fetch: Duration,
+}
+
+pub fn bounds(accel: qemu::Accel) -> Bounds {
+    let k = u64::from(accel.slowdown());
+    Bounds {
+        boot: Duration::from_secs(45 * k),
+        ssh: Duration::from_secs(15 * k),
+        guest_step: Duration::from_secs(45 * k),
+        // Ten gates of a few steps each; a real run takes a tenth of this.
+        gates: Duration::from_secs(450 * k),
+        fetch: Duration::from_secs(60 * k),
+    }
+}
+
+/// What the run has observed so far; on a rig failure it becomes the partial report.
+pub struct Observed {
+    pub report_dir: PathBuf,
+    pub started_at: String,
+    pub vm: VmProvenance,
+    /// Lines the diagnostic printed as it went (gate by gate), bounded.
+    pub transcript: Vec<String>,
+    pub guest_report: Option<Report>,
+    /// What the fetch refused to unpack (links, FIFOs, devices, odd names): a rig error.
+    pub refused: Vec<String>,
+}
+
+impl Observed {
+    pub fn phase(&mut self, name: &str, since: Instant) {
+        self.vm.phases.push(Phase {
+            name: name.to_string(),
+            duration_ms: since.elapsed().as_millis() as u64,
+        });
+    }
+}
+
+/// Runs the whole job; returns the exit code (0, 3, 1 as verify judges the archived report; 2
+/// for the rig).
+pub fn vm_run(opts: &VmRunOptions) -> i32 {
+    match start(opts) {
+        Ok(Some(mut obs)) => {
+            boot::start_signal_watchdog();
+            let result = run_phases(opts, &mut obs);
+            archive::finish(obs, result)
+        }
+        Ok(None) => 0,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            RIG_FAILURE_EXIT
+        }
+    }
+}
+
+/// Everything before the first phase: signals, `--plan`, the gate binary, the report directory.
+/// None when only the plan was asked for.
+fn start(opts: &VmRunOptions) -> Result<Option<Observed>> {
+    signals::install().context("installing signal handlers")?;
+    if opts.plan {
+        print!("{}", plan::plan(opts)?);
+        return Ok(None);
+    }
+    if !opts.gate_binary.is_file() {
+        anyhow::bail!(
+            "the gate binary {} does not exist: build it with `cargo xtask vm-run` (which builds it) or `RUSTFLAGS='{}' {}`",
+            opts.gate_binary.display(),
+            crate::gate_binary::GATE_RUSTFLAGS,
+            crate::gate_binary::gate_build_argv("cargo").join(" ")
+        );
+    }
+    let report_dir = archive::create_report_dir(opts)?;
+    let started_at = clock::now_rfc3339();
+    let mut vm = provenance::host(opts);
+    vm.started_at = started_at.clone();
+    Ok(Some(Observed {
+        report_dir,
+        started_at,
+        vm,
+        transcript: Vec::new(),
+        guest_report: None,
+        refused: Vec::new(),
+    }))
+}
+
+fn run_phases(opts: &VmRunOptions, obs: &mut Observed) -> Result<Report> {
+    let entry = image_phase(opts, obs)?;
+    let mut vm = boot::boot(opts, &entry, obs)?;
+    let guest = session::connect(&vm, obs)?;
+    session::copy(&guest, opts, obs)?;
+    session::gates(&guest, opts, vm.bounds(), obs)?;
+    let report = fetch::fetch(&guest, vm.bounds(), obs)?;
+    boot::end(&mut vm, opts.keep_vm);
+    Ok(report)
+}
+
+fn image_phase(opts: &VmRunOptions, obs: &mut Observed) -> Result<ImageEntry> {
+    let t = Instant::now();
+    eprintln!("[vm-run] image {} ...", opts.image.image);
+    let entry = image::ensure_image(&opts.image);
+    obs.phase("image", t);
+    let entry = entry.context("ensuring the guest image")?;
+    provenance::image(&mut obs.vm, &entry);
+    eprintln!(
+        "[vm-run] image {} ({})",
+        entry.dir.display(),
+        &entry.manifest.image_sha256
+    );
+    Ok(entry)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tcg_bounds_are_wider() {
+        let (k, t) = (bounds(qemu::Accel::Kvm), bounds(qemu::Accel::Tcg));
+        assert!(t.boot > k.boot && t.ssh > k.ssh && t.guest_step > k.guest_step);
+        assert!(t.gates > k.gates && t.fetch > k.fetch);
+    }
+}

@@ -1,0 +1,161 @@
+//! Session: one SSH login pinned to the host key the console announced, the gate binary copied in
+//! and checked, the guest clock set, then the gates, their progress shown line by line within one
+//! deadline.
+
+use super::boot::Vm;
+use super::{provenance, Bounds, Observed, VmRunOptions, GUEST_GATE, GUEST_REPORT_DIR, GUEST_WORK};
+use crate::render::text::one_line;
+use crate::ssh::Guest;
+use anyhow::{bail, Context, Result};
+use sharedos_gate::diagnose::shell_words;
+use sharedos_gate::digest;
+use sharedos_gate::report::REPORT_FILE;
+use std::time::{Duration, Instant};
+
+/// The longest line of the guest's output the rig keeps; a longer one is cut there.
+pub const MAX_LINE: usize = 64 << 10;
+/// How much of the guest's output the transcript keeps.
+pub const MAX_TRANSCRIPT: usize = 8 << 20;
+pub const MEMINFO: &str = "cat /proc/meminfo";
+pub const TRANSCRIPT_FILE: &str = "diagnose-transcript.log";
+
+/// The guest's command line for the diagnostic.
+pub fn diagnose_argv(step: Duration, extra: &[String]) -> Vec<String> {
+    let mut v: Vec<String> = vec![
+        GUEST_GATE.into(),
+        "diagnose".into(),
+        "--work".into(),
+        GUEST_WORK.into(),
+        "--out".into(),
+        format!("{GUEST_REPORT_DIR}/{REPORT_FILE}"),
+        "--step-timeout".into(),
+        step.as_secs().to_string(),
+    ];
+    v.extend(extra.iter().cloned());
+    v
+}
+
+/// One round trip (each costs a second or so under TCG): check the binary that arrived, and
+/// stamp the guest clock from the host so the report's timestamps are true (the guest has only
+/// the emulated RTC).
+pub fn prep_command(epoch_seconds: &str) -> String {
+    format!("sha256sum {GUEST_GATE} && date -u -s @{epoch_seconds} >/dev/null")
+}
+
+pub fn connect(vm: &Vm, obs: &mut Observed) -> Result<Guest> {
+    eprintln!("[vm-run] guest ready; host key {}; connecting", vm.host_key);
+    let guest = Guest::connect(vm.port, &vm.host_key, &vm.key, vm.bounds().ssh);
+    obs.phase("boot_to_ssh", vm.started);
+    guest.context("opening the SSH session to the guest")
+}
+
+/// Copies the gate binary in and checks its sha256 there; sets the guest clock.
+pub fn copy(guest: &Guest, opts: &VmRunOptions, obs: &mut Observed) -> Result<()> {
+    let t = Instant::now();
+    let (gate_sha, _) = digest::sha256_file(&opts.gate_binary)
+        .with_context(|| format!("hashing {}", opts.gate_binary.display()))?;
+    obs.vm.gate_binary_sha256 = gate_sha.clone();
+    guest.set_timeout(Duration::from_secs(60 * 4));
+    guest
+        .upload(&opts.gate_binary, GUEST_GATE, 0o755)
+        .context("copying the gate binary into the guest")?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs();
+    let prep = guest.exec(&prep_command(&now.to_string()))?;
+    let in_guest = prep.output.split_whitespace().next().unwrap_or("");
+    if in_guest != gate_sha {
+        bail!(
+            "the gate binary arrived corrupted: sha256 on the host {gate_sha}, in the guest {:?}",
+            one_line(&sharedos_gate::exec::tail(&prep.output, 3, 500))
+        );
+    }
+    if prep.status != 0 {
+        bail!(
+            "setting the guest clock failed: {}",
+            one_line(&sharedos_gate::exec::tail(&prep.output, 3, 500))
+        );
+    }
+    obs.phase("copy", t);
+    Ok(())
+}
+
+/// Runs the diagnostic, shows each gate as it ends, keeps a bounded transcript, and reads the
+/// guest's memory afterwards.
+pub fn gates(guest: &Guest, opts: &VmRunOptions, b: Bounds, obs: &mut Observed) -> Result<()> {
+    let t = Instant::now();
+    let argv = diagnose_argv(b.guest_step, &opts.diagnose_args);
+    eprintln!("[vm-run] gates: {}", shell_words(&argv));
+    let mut kept = 0usize;
+    let mut dropped = 0usize;
+    let transcript = &mut obs.transcript;
+    let ran = guest.exec_lines(&shell_words(&argv), t + b.gates, MAX_LINE, &mut |line| {
+        if line.starts_with("gate ") {
+            eprintln!("[vm-run]   {}", one_line(line));
+        }
+        if kept + line.len() < MAX_TRANSCRIPT {
+            kept += line.len() + 1;
+            transcript.push(line.to_string());
+        } else {
+            dropped += 1;
+        }
+    });
+    obs.phase("gates", t);
+    if dropped > 0 {
+        obs.transcript.push(format!(
+            "[sharedos-rig: {dropped} more lines dropped; the transcript keeps {MAX_TRANSCRIPT} bytes]"
+        ));
+    }
+    digest::replace_in_report(
+        &obs.report_dir,
+        TRANSCRIPT_FILE,
+        (obs.transcript.join("\n") + "\n").as_bytes(),
+    )?;
+    let status = ran.with_context(|| {
+        format!(
+            "running the gates in the guest (bound: {} s under {})",
+            b.gates.as_secs(),
+            obs.vm.accel
+        )
+    })?;
+    if ![0, 1, 3].contains(&status) {
+        bail!(
+            "the diagnostic exited {status} (not a verdict): {}",
+            one_line(&sharedos_gate::exec::tail(
+                &obs.transcript.join("\n"),
+                8,
+                2000
+            ))
+        );
+    }
+    guest.set_timeout(b.ssh);
+    let meminfo = guest.exec(MEMINFO)?;
+    provenance::guest_memory(&mut obs.vm, &meminfo.output);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn diagnose_line() {
+        let a = diagnose_argv(
+            Duration::from_secs(180),
+            &["--display".into(), ":171".into()],
+        );
+        assert_eq!(
+            a.join(" "),
+            "/usr/local/bin/sharedos-gate diagnose --work /root/work --out /root/report/report.json --step-timeout 180 --display :171"
+        );
+    }
+
+    #[test]
+    fn prep_checks_the_binary_then_sets_the_clock() {
+        assert_eq!(
+            prep_command("1764547200"),
+            "sha256sum /usr/local/bin/sharedos-gate && date -u -s @1764547200 >/dev/null"
+        );
+    }
+}
