@@ -4,15 +4,19 @@
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 
-/// The cargo invocation that builds the gate binary statically, so it runs in any x86_64 guest.
-/// RUSTFLAGS reach only the target given with --target, never build scripts or proc macros.
-pub fn gate_build_argv(cargo: &str) -> Vec<String> {
+/// The package vm-run copies into the guest.
+pub const GATE_PACKAGE: &str = "sharedos-gate";
+
+/// The cargo invocation that builds a package's binary statically, so it runs in any x86_64
+/// guest. RUSTFLAGS reach only the target given with --target, never build scripts or proc
+/// macros.
+pub fn static_build_argv(cargo: &str, package: &str) -> Vec<String> {
     [
         cargo,
         "build",
         "--release",
         "--package",
-        "sharedos-gate",
+        package,
         "--target",
         "x86_64-unknown-linux-gnu",
     ]
@@ -21,14 +25,24 @@ pub fn gate_build_argv(cargo: &str) -> Vec<String> {
     .collect()
 }
 
+/// The gate binary's build.
+pub fn gate_build_argv(cargo: &str) -> Vec<String> {
+    static_build_argv(cargo, GATE_PACKAGE)
+}
+
 pub const GATE_RUSTFLAGS: &str = "-C target-feature=+crt-static";
 
 /// Builds `sharedos-gate` statically and returns its path.
 pub fn build_gate_binary(workspace: &Path) -> Result<PathBuf> {
+    build_static(workspace, GATE_PACKAGE)
+}
+
+/// Builds `package`'s binary (named as the package) statically and returns its path.
+pub fn build_static(workspace: &Path, package: &str) -> Result<PathBuf> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let argv = gate_build_argv(&cargo);
+    let argv = static_build_argv(&cargo, package);
     eprintln!(
-        "[vm-run] building the gate binary: RUSTFLAGS='{GATE_RUSTFLAGS}' {}",
+        "[vm-run] building {package}: RUSTFLAGS='{GATE_RUSTFLAGS}' {}",
         argv.join(" ")
     );
     let status = std::process::Command::new(&argv[0])
@@ -39,11 +53,11 @@ pub fn build_gate_binary(workspace: &Path) -> Result<PathBuf> {
         .with_context(|| format!("running {}", argv.join(" ")))?;
     if !status.success() {
         bail!(
-            "building the static gate binary failed ({status}): {}",
+            "building the static {package} failed ({status}): {}",
             argv.join(" ")
         );
     }
-    let bin = default_gate_binary(workspace);
+    let bin = static_binary_path(workspace, package);
     let bytes = std::fs::read(&bin)
         .with_context(|| format!("cargo succeeded but {} is unreadable", bin.display()))?;
     if has_interpreter(&bytes)? {
@@ -81,10 +95,15 @@ pub fn has_interpreter(elf: &[u8]) -> Result<bool> {
 
 /// Where `build_gate_binary` puts the static binary.
 pub fn default_gate_binary(workspace: &Path) -> PathBuf {
+    static_binary_path(workspace, GATE_PACKAGE)
+}
+
+fn static_binary_path(workspace: &Path, package: &str) -> PathBuf {
     std::env::var("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|_| workspace.join("target"))
-        .join("x86_64-unknown-linux-gnu/release/sharedos-gate")
+        .join("x86_64-unknown-linux-gnu/release")
+        .join(package)
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{last_line, Sandbox};
+use common::{last_line, processes_mentioning, vm_run_args, Sandbox};
 use sharedos_rig::report::{GateName, Report, Status};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -25,52 +25,8 @@ fn read_report(dir: &Path) -> Report {
     serde_json::from_str(&text).unwrap()
 }
 
-/// `xtask vm-run` with the sandbox's images and cache, and the given gate binary.
-fn vm_run_args(sb: &Sandbox, gate: &Path, out: &Path, accel: &str) -> Vec<String> {
-    let p = |p: &Path| p.display().to_string();
-    vec![
-        "vm-run".into(),
-        // Relative on purpose, as `cargo xtask vm-run` run from a checkout finds `images/`: the
-        // builder must hand mmdebstrap absolute paths.
-        "--images-dir".into(),
-        "images".into(),
-        "--cache-dir".into(),
-        p(&sb.dir.join("cache")),
-        "--accel".into(),
-        accel.into(),
-        // The image builder mode hosted runners need (no user namespaces), as the workflow runs it.
-        "--mode".into(),
-        "fakechroot".into(),
-        "--gate-binary".into(),
-        p(gate),
-        "--out".into(),
-        p(out),
-    ]
-}
-
 fn strs(v: &[String]) -> Vec<&str> {
     v.iter().map(String::as_str).collect()
-}
-
-/// Every process whose command line mentions `needle` (QEMU's names the run's files).
-fn processes_mentioning(needle: &str) -> Vec<(i32, String)> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
-            continue;
-        };
-        if pid == std::process::id() as i32 {
-            continue;
-        }
-        let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
-            continue;
-        };
-        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
-        if cmd.contains(needle) {
-            out.push((pid, cmd));
-        }
-    }
-    out
 }
 
 /// The `[qemu ACCEL]` line of a plan, split back into its words (shell_words quotes with ').

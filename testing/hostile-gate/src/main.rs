@@ -1,0 +1,137 @@
+//! Test support, never shipped: stands in for `sharedos-gate diagnose` in the guest and acts out
+//! one attack on the host through its report directory, named by `--attack NAME`. Everything
+//! else it writes is a well-formed report, so that the attack alone decides what the rig does.
+//! tests/hostile_guest.rs runs it through the real vm-run.
+
+use sharedos_gate::digest;
+use sharedos_gate::report::{Environment, Gate, GateName, Report, Status, SCHEMA_VERSION};
+use std::path::{Path, PathBuf};
+
+fn arg(args: &[String], flag: &str) -> Option<String> {
+    let i = args.iter().position(|a| a == flag)?;
+    args.get(i + 1).cloned()
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let out =
+        PathBuf::from(arg(&args, "--out").unwrap_or_else(|| "/root/report/report.json".into()));
+    let attack = arg(&args, "--attack").unwrap_or_default();
+    let dir = out
+        .parent()
+        .unwrap_or(Path::new("/root/report"))
+        .to_path_buf();
+    if let Err(e) = run(&dir, &attack) {
+        eprintln!("hostile-gate: {e}");
+        std::process::exit(99);
+    }
+    std::process::exit(3);
+}
+
+fn report(dir: &Path, tweak: impl FnOnce(&mut Report)) -> Report {
+    let gates = GateName::ALL
+        .iter()
+        .map(|n| {
+            let s = if *n == GateName::GuiPixelReview {
+                Status::ReviewRequired
+            } else {
+                Status::Pass
+            };
+            Gate::new(*n, s, "acted by hostile-gate")
+        })
+        .collect();
+    let mut r = Report {
+        schema_version: SCHEMA_VERSION,
+        marker: "hostile".into(),
+        all_gates_pass: false,
+        exit_code: 3,
+        gates,
+        environment: Environment {
+            hostname: "sharedos-guest".into(),
+            started_at: "2026-12-01T00:00:00.000Z".into(),
+            finished_at: "2026-12-01T00:00:01.000Z".into(),
+            ..Environment::default()
+        },
+        artifacts: vec![digest::artifact(dir, "png/live.png", "png").expect("png/live.png")],
+        fidelity_differences: Vec::new(),
+        vm: None,
+    };
+    r.seal();
+    tweak(&mut r);
+    r
+}
+
+fn write(dir: &Path, r: &Report) -> std::io::Result<()> {
+    let text = serde_json::to_string_pretty(r).map_err(std::io::Error::other)?;
+    std::fs::write(dir.join("report.json"), text)
+}
+
+fn run(dir: &Path, attack: &str) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir.join("png"))?;
+    std::fs::create_dir_all(dir.join("logs"))?;
+    std::fs::write(dir.join("png/live.png"), b"not really a png")?;
+    let plain = report(dir, |_| {});
+    match attack {
+        // A link out of the report, to a file the host has, as a PNG it would hash and embed.
+        "symlink-out" => {
+            std::os::unix::fs::symlink("/etc/passwd", dir.join("png/x.png"))?;
+            write(dir, &plain)
+        }
+        // A link into the report itself: still a link, still refused.
+        "symlink-in" => {
+            std::os::unix::fs::symlink("live.png", dir.join("png/same.png"))?;
+            write(dir, &plain)
+        }
+        "fifo" => {
+            nix::unistd::mkfifo(&dir.join("logs/criu.log"), nix::sys::stat::Mode::S_IRUSR)
+                .map_err(std::io::Error::from)?;
+            write(dir, &plain)
+        }
+        "device" => {
+            nix::sys::stat::mknod(
+                &dir.join("logs/null"),
+                nix::sys::stat::SFlag::S_IFCHR,
+                nix::sys::stat::Mode::S_IRUSR,
+                nix::sys::stat::makedev(1, 3),
+            )
+            .map_err(std::io::Error::from)?;
+            write(dir, &plain)
+        }
+        // Sparse, so the guest makes it at once; the rig must refuse it from its tar header.
+        "huge-file" => {
+            let f = std::fs::File::create(dir.join("logs/huge.log"))?;
+            f.set_len(300 << 20)?;
+            write(dir, &plain)
+        }
+        // 64 MiB on one line, no newline until the end.
+        "endless-line" => {
+            use std::io::Write;
+            let chunk = vec![b'x'; 1 << 20];
+            let mut err = std::io::stderr().lock();
+            for _ in 0..64 {
+                err.write_all(&chunk)?;
+            }
+            err.write_all(b"\n")?;
+            write(dir, &plain)
+        }
+        "exit-0-beside-a-failing-gate" => {
+            let r = report(dir, |r| {
+                r.gates[3].status = Status::Fail;
+                r.gates[3].reason = "criu dump failed".into();
+                r.all_gates_pass = true;
+                r.exit_code = 0;
+            });
+            write(dir, &r)
+        }
+        "duplicate-gate" => {
+            let r = report(dir, |r| {
+                let mut forged = r.gates[3].clone();
+                r.gates[3].status = Status::Fail;
+                forged.status = Status::Pass;
+                r.gates.insert(3, forged);
+            });
+            write(dir, &r)
+        }
+        other => Err(std::io::Error::other(format!("unknown --attack {other:?}"))),
+    }
+}

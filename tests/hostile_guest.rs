@@ -1,0 +1,203 @@
+//! A hostile guest on the real vm-run path: the gate binary copied in is testing/hostile-gate,
+//! built statically, which acts out one attack per run in a real VM (links out of and into the
+//! report, a FIFO, a device node, a huge file, a never-ending line, a report claiming exit 0
+//! beside a failing gate, a duplicated gate). For each one: nothing outside the report directory
+//! changed, nothing hung, the exit code fits, and the rig's words name the cause.
+//!
+//! Minutes, so `#[ignore]`d in a plain `cargo test`; the README's test command runs it.
+
+mod common;
+
+use common::{last_line, processes_mentioning, vm_run_args, Sandbox};
+use sharedos_rig::digest::sha256_file;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// Every entry under `dir` that is neither a regular file nor a directory.
+fn odd_entries(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for e in rd.flatten() {
+        let t = e.file_type().unwrap();
+        if t.is_dir() {
+            out.extend(odd_entries(&e.path()));
+        } else if !t.is_file() {
+            out.push(e.path());
+        }
+    }
+    out
+}
+
+/// (path, sha256) of every regular file under `dir` but `skip`, to show nothing else changed.
+fn snapshot(dir: &Path, skip: &Path) -> Vec<(PathBuf, String)> {
+    let mut out = Vec::new();
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for e in rd.flatten() {
+        let p = e.path();
+        if p.starts_with(skip) {
+            continue;
+        }
+        let t = e.file_type().unwrap();
+        if t.is_dir() {
+            out.extend(snapshot(&p, skip));
+        } else if t.is_file() {
+            out.push((
+                p.clone(),
+                sha256_file(&p).map(|(h, _)| h).unwrap_or_default(),
+            ));
+        }
+    }
+    out.sort();
+    out
+}
+
+struct Attack {
+    name: &'static str,
+    exit: i32,
+    /// What the rig's stderr or the verify problems must say.
+    says: &'static str,
+}
+
+const ATTACKS: &[Attack] = &[
+    Attack {
+        name: "symlink-out",
+        exit: 2,
+        says: "png/x.png: a symbolic link",
+    },
+    Attack {
+        name: "symlink-in",
+        exit: 2,
+        says: "png/same.png: a symbolic link",
+    },
+    Attack {
+        name: "fifo",
+        exit: 2,
+        says: "logs/criu.log: a FIFO",
+    },
+    Attack {
+        name: "device",
+        exit: 2,
+        says: "logs/null: a character device",
+    },
+    Attack {
+        name: "huge-file",
+        exit: 2,
+        says: "the guest sent logs/huge.log of 314572800 bytes, over the",
+    },
+    Attack {
+        name: "endless-line",
+        exit: 3,
+        says: "[line cut at 65536 bytes]",
+    },
+    Attack {
+        name: "exit-0-beside-a-failing-gate",
+        exit: 1,
+        says: "guest/report.json, as the guest wrote it: report.json says exit_code=0, but its gates give FAIL",
+    },
+    Attack {
+        name: "duplicate-gate",
+        exit: 1,
+        says: "report.json has the dump gate 2 times",
+    },
+];
+
+#[test]
+#[ignore = "boots VMs: minutes; run with --include-ignored"]
+fn a_hostile_guest_cannot_touch_the_host_or_the_verdict() {
+    let Some(sb) = Sandbox::new_or_skip("hostile") else {
+        return;
+    };
+    let built = sharedos_rig::gate_binary::build_static(
+        Path::new(env!("CARGO_MANIFEST_DIR")),
+        "hostile-gate",
+    )
+    .expect("building the static hostile-gate");
+    let gate = sb.copy_in(&built, "hostile-gate");
+    let reports = sb.dir.join("reports");
+    let passwd = sha256_file(Path::new("/etc/passwd")).unwrap();
+    let mut failures = Vec::new();
+    for a in ATTACKS {
+        let out_dir = reports.join(a.name);
+        // The image cache fills on the first run; nothing else outside the report may change.
+        let before = snapshot(&sb.dir, &sb.dir.join("cache"));
+        let mut args = vm_run_args(&sb, &gate, &out_dir, "tcg");
+        args.extend(["--".into(), "--attack".into(), a.name.into()]);
+        let started = Instant::now();
+        let out = sb.run_as_user(
+            Path::new("timeout"),
+            &[
+                &["900", sb.xtask.to_str().unwrap()][..],
+                &common_strs(&args)[..],
+            ]
+            .concat(),
+        );
+        let took = started.elapsed();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        let code = out.status.code().unwrap_or(-1);
+        let verify = std::process::Command::new(env!("CARGO_BIN_EXE_sharedos-rig"))
+            .arg("verify")
+            .arg(&out_dir)
+            .output()
+            .unwrap();
+        let verify_out = String::from_utf8_lossy(&verify.stdout).into_owned();
+        let transcript =
+            std::fs::read_to_string(out_dir.join("diagnose-transcript.log")).unwrap_or_default();
+        let said = format!("{stderr}\n{verify_out}\n{transcript}");
+        let mut after = snapshot(&sb.dir, &sb.dir.join("cache"));
+        after.retain(|(p, _)| !p.starts_with(&out_dir));
+        let mut problems = Vec::new();
+        if code == 124 || took > Duration::from_secs(900) {
+            problems.push(format!("hung ({took:?})"));
+        }
+        if code != a.exit {
+            problems.push(format!("exit {code}, wanted {}", a.exit));
+        }
+        if !said.contains(a.says) {
+            problems.push(format!("nothing says {:?}", a.says));
+        }
+        if Path::new(&last_line(&out)) != out_dir {
+            problems.push("the last line is not the report directory".into());
+        }
+        let odd = odd_entries(&out_dir);
+        if !odd.is_empty() {
+            problems.push(format!("the report holds non-regular entries: {odd:?}"));
+        }
+        if after != before {
+            problems.push("files outside the report directory changed".into());
+        }
+        if sha256_file(Path::new("/etc/passwd")).unwrap() != passwd {
+            problems.push("/etc/passwd changed".into());
+        }
+        if transcript.lines().any(|l| l.len() > 70_000) {
+            problems.push("a transcript line passed the cap".into());
+        }
+        if !processes_mentioning(out_dir.to_str().unwrap()).is_empty() {
+            problems.push("a process outlived the run".into());
+        }
+        if !problems.is_empty() {
+            failures.push(format!(
+                "{}: {}\n--- stderr tail:\n{}\n--- verify:\n{verify_out}",
+                a.name,
+                problems.join("; "),
+                stderr
+                    .lines()
+                    .rev()
+                    .take(15)
+                    .collect::<Vec<_>>()
+                    .into_iter()
+                    .rev()
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+fn common_strs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
