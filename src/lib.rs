@@ -10,6 +10,7 @@ pub mod list;
 pub mod render;
 pub mod review;
 pub mod run;
+pub mod sign;
 pub mod ssh;
 pub mod verify;
 pub mod vm;

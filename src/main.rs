@@ -5,8 +5,8 @@
 
 use anyhow::Result;
 use clap::{Parser, Subcommand, ValueEnum};
-use sharedos_rig::report::ReviewDecision;
-use sharedos_rig::{diff, list, render, review, verify};
+use sharedos_rig::report::{self, ReviewDecision};
+use sharedos_rig::{diff, list, render, review, sign, verify};
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -38,10 +38,19 @@ enum Command {
         /// Replace an existing review.json.
         #[arg(long)]
         force: bool,
+        /// Sign review.json with this OpenSSH private key (writes review.json.sig).
+        #[arg(long, value_name = "KEY")]
+        sign_key: Option<PathBuf>,
     },
     /// Re-hash every artifact, judge the review and print the final verdict.
     /// Exits 0 all gates pass (review included), 3 only the review is outstanding, 1 otherwise.
-    Verify { report_dir: PathBuf },
+    Verify {
+        report_dir: PathBuf,
+        /// Require report.json (and review.json, if any) to be signed by a key in this OpenSSH
+        /// allowed_signers file.
+        #[arg(long, value_name = "FILE")]
+        allowed_signers: Option<PathBuf>,
+    },
     /// Render a report (taking review.json into account).
     Show {
         report_dir: PathBuf,
@@ -83,6 +92,7 @@ fn run(cmd: Command) -> Result<u8> {
             reviewer,
             note,
             force,
+            sign_key,
         } => {
             let req = review::Request {
                 decision: decision.into(),
@@ -91,10 +101,22 @@ fn run(cmd: Command) -> Result<u8> {
                 force,
             };
             review::record(&report_dir, &req, &mut std::io::stdout().lock())?;
+            if let Some(key) = sign_key {
+                let fp = sign::sign(&report_dir, report::REVIEW_FILE, &key)?;
+                emit(&format!("signed review.json.sig with {fp}\n"))?;
+            }
             Ok(0)
         }
-        Command::Verify { report_dir } => {
-            let o = verify::verify_dir(&report_dir)?;
+        Command::Verify {
+            report_dir,
+            allowed_signers,
+        } => {
+            let o = match allowed_signers {
+                Some(f) => {
+                    verify::verify_dir_signed(&report_dir, &sign::read_allowed_signers(&f)?)?
+                }
+                None => verify::verify_dir(&report_dir)?,
+            };
             emit(&format!("{o}\n"))?;
             Ok(exit_byte(o.exit_code))
         }

@@ -342,6 +342,11 @@ pub fn record(dir: &Path, req: &Request, out: &mut dyn Write) -> Result<Review> 
     text.push('\n');
     // Write then rename so a crash never leaves half a review that verify would reject.
     digest::replace_in_report(dir, REVIEW_FILE, text.as_bytes())?;
+    // A signature of the review this one replaces would now be a false one.
+    let stale = dir.join(crate::sign::sig_name(REVIEW_FILE));
+    if std::fs::symlink_metadata(&stale).is_ok() {
+        std::fs::remove_file(&stale).with_context(|| format!("removing {}", stale.display()))?;
+    }
     if replacing {
         writeln!(out, "--force: the earlier review.json was replaced")?;
     }

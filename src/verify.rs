@@ -4,6 +4,7 @@
 use crate::digest::{self, Mismatch};
 use crate::report::{self, Gate, GateName, Report, Status, Verdict, REPORT_FILE};
 use crate::review::{self, ReviewState};
+use crate::sign::{self, AllowedSigner, SigState, Signature};
 use anyhow::{bail, Context, Result};
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -77,6 +78,11 @@ pub struct Outcome {
     pub mismatches: Vec<Mismatch>,
     /// report.json fields that contradict its own gates.
     pub inconsistencies: Vec<String>,
+    /// report.json's signature, and review.json's when there is one.
+    pub signatures: Vec<Signature>,
+    /// Whether the signatures were checked against an allowed signers file (a missing or
+    /// rejected one is then a problem).
+    pub signatures_required: bool,
     /// The final verdict: FAIL whenever anything above is wrong.
     pub verdict: Verdict,
     /// 0 all gates pass, review included; 3 only the review is outstanding; 1 anything else.
@@ -99,7 +105,37 @@ impl Outcome {
             p.extend(problems.iter().map(|s| format!("review rejected: {s}")));
         }
         p.extend(self.inconsistencies.iter().cloned());
+        if self.signatures_required {
+            p.extend(
+                self.signatures
+                    .iter()
+                    .filter(|s| !matches!(s.state, SigState::Valid { .. }))
+                    .map(|s| s.to_string()),
+            );
+        }
         p
+    }
+
+    /// What the verdict line adds about report.json's signature.
+    pub fn signature_note(&self) -> &'static str {
+        match self
+            .signatures
+            .iter()
+            .find(|s| s.file == REPORT_FILE)
+            .map(|s| &s.state)
+        {
+            Some(SigState::Valid { .. }) => ", signed",
+            Some(SigState::NotChecked) => " (signed, signature not checked)",
+            Some(SigState::Invalid(_)) => " (signature rejected)",
+            Some(SigState::Unsigned) | None => " (unsigned)",
+        }
+    }
+
+    /// Whether report.json carries a signature that was checked and holds.
+    pub fn signed(&self) -> bool {
+        self.signatures
+            .iter()
+            .any(|s| s.file == REPORT_FILE && matches!(s.state, SigState::Valid { .. }))
     }
 }
 
@@ -198,6 +234,8 @@ pub fn evaluate(
         artifacts_checked: None,
         mismatches,
         inconsistencies,
+        signatures: Vec::new(),
+        signatures_required: false,
         verdict,
         exit_code: verdict.exit_code(),
     }
@@ -216,13 +254,19 @@ pub fn evaluate_report(report: &Report, review: Option<&report::Review>) -> Outc
 /// Reads a report directory and judges it without re-hashing the artifacts (for list and diff,
 /// which must stay fast on a directory of many reports).
 pub fn load_dir(dir: &Path) -> Result<Outcome> {
-    judge_dir(dir, false)
+    judge_dir(dir, false, None)
 }
 
 /// `sharedos-rig verify`: re-hashes every artifact, judges review.json, checks the report's own
 /// verdict. Err only when report.json itself cannot be read.
 pub fn verify_dir(dir: &Path) -> Result<Outcome> {
-    judge_dir(dir, true)
+    judge_dir(dir, true, None)
+}
+
+/// `verify_dir`, and report.json (and review.json, when present) must carry a signature by one
+/// of `signers`.
+pub fn verify_dir_signed(dir: &Path, signers: &[AllowedSigner]) -> Result<Outcome> {
+    judge_dir(dir, true, Some(signers))
 }
 
 /// What vm-run archived of the guest's own report: its verdict fields must be what its gates
@@ -252,7 +296,7 @@ pub fn guest_report_problems(dir: &Path, top: &Report) -> Vec<String> {
     out
 }
 
-fn judge_dir(dir: &Path, rehash: bool) -> Result<Outcome> {
+fn judge_dir(dir: &Path, rehash: bool, signers: Option<&[AllowedSigner]>) -> Result<Outcome> {
     let loaded = read_report(dir)?;
     let mismatches = if rehash {
         digest::verify_artifacts(dir, &loaded.report.artifacts)
@@ -267,7 +311,17 @@ fn judge_dir(dir: &Path, rehash: bool) -> Result<Outcome> {
     let checked = loaded.report.artifacts.len();
     let from_guest = guest_report_problems(dir, &loaded.report);
     let mut o = evaluate(loaded.report, Some(loaded.sha256), state, mismatches);
-    if !from_guest.is_empty() {
+    o.signatures = vec![sign::check(dir, REPORT_FILE, signers)];
+    if std::fs::symlink_metadata(dir.join(report::REVIEW_FILE)).is_ok() {
+        o.signatures
+            .push(sign::check(dir, report::REVIEW_FILE, signers));
+    }
+    o.signatures_required = signers.is_some();
+    let unsigned = o.signatures_required
+        && o.signatures
+            .iter()
+            .any(|s| !matches!(s.state, SigState::Valid { .. }));
+    if !from_guest.is_empty() || unsigned {
         o.inconsistencies.extend(from_guest);
         o.verdict = Verdict::Fail;
         o.exit_code = Verdict::Fail.exit_code();
@@ -308,6 +362,9 @@ impl fmt::Display for Outcome {
             None => writeln!(f, "artifacts: not re-hashed")?,
         }
         writeln!(f, "review:    {}", self.review.describe())?;
+        for s in &self.signatures {
+            writeln!(f, "signature: {s}")?;
+        }
         for g in &self.gates {
             writeln!(f, "  {:<16} {}", g.status.as_str(), g.name)?;
         }
@@ -331,10 +388,11 @@ impl fmt::Display for Outcome {
         }
         write!(
             f,
-            "verdict:   {} (exit {}): {}",
+            "verdict:   {} (exit {}): {}{}",
             self.verdict,
             self.exit_code,
-            verdict_meaning(self)
+            verdict_meaning(self),
+            self.signature_note()
         )
     }
 }

@@ -629,3 +629,71 @@ fn a_guest_report_claiming_exit_0_beside_a_failing_gate_fails_verify() {
         "{out}"
     );
 }
+
+/// A signed report verifies against the allowed signers, and a single changed byte of
+/// report.json fails it; a signed review verifies too; without the flag the verdict says
+/// whether there is a signature.
+#[test]
+fn a_signed_report_verifies_and_fails_after_one_changed_byte() {
+    let s = Scratch::new("signed");
+    let dir = s.0.join("r");
+    write_report(&dir, "2026-11-30T20:15:00.000Z", |_| {});
+    let key = s.0.join("key");
+    let st = Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-C", "ci", "-f"])
+        .arg(&key)
+        .status()
+        .expect("ssh-keygen (openssh-client)");
+    assert!(st.success());
+    let public = std::fs::read_to_string(key.with_extension("pub")).unwrap();
+    let allowed = s.0.join("allowed_signers");
+    std::fs::write(&allowed, format!("ci@example {public}")).unwrap();
+    let allowed = allowed.to_str().unwrap();
+
+    let unsigned = rig_in(&dir, &["verify", "DIR"]);
+    assert_eq!(code(&unsigned), 3);
+    assert!(
+        stdout(&unsigned).trim_end().ends_with("(unsigned)"),
+        "{}",
+        stdout(&unsigned)
+    );
+    let required = rig_in(&dir, &["verify", "DIR", "--allowed-signers", allowed]);
+    assert_eq!(code(&required), 1, "{}", stdout(&required));
+    assert!(stdout(&required).contains("report.json: unsigned"));
+
+    sharedos_rig::sign::sign(&dir, report::REPORT_FILE, &key).unwrap();
+    let o = rig_in(&dir, &["verify", "DIR", "--allowed-signers", allowed]);
+    assert_eq!(code(&o), 3, "{}", stdout(&o));
+    assert!(stdout(&o).contains("signature: report.json: signed by ci@example (SHA256:"));
+
+    let o = rig_in(
+        &dir,
+        &[
+            "review",
+            "DIR",
+            "--decision",
+            "pass",
+            "--reviewer",
+            "alice",
+            "--sign-key",
+            key.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = rig_in(&dir, &["verify", "DIR", "--allowed-signers", allowed]);
+    assert_eq!(code(&o), 0, "{}", stdout(&o));
+    assert!(stdout(&o).contains("signature: review.json: signed by ci@example"));
+
+    // One byte: a space added at the end of report.json.
+    let mut bytes = std::fs::read(dir.join(report::REPORT_FILE)).unwrap();
+    bytes.push(b' ');
+    std::fs::write(dir.join(report::REPORT_FILE), bytes).unwrap();
+    let o = rig_in(&dir, &["verify", "DIR", "--allowed-signers", allowed]);
+    assert_eq!(code(&o), 1, "{}", stdout(&o));
+    assert!(
+        stdout(&o)
+            .contains("report.json: signature rejected: report.json changed after it was signed"),
+        "{}",
+        stdout(&o)
+    );
+}

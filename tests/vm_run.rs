@@ -77,6 +77,11 @@ fn vm_run_end_to_end_as_an_unprivileged_user() {
         &gate,
         Interrupt::SigtermTheRig,
     );
+    interrupted_during_the_gates_exits_2_with_a_partial_report_and_nothing_left(
+        &sb,
+        &gate,
+        Interrupt::SigtermTheRigKeepingTheVm,
+    );
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -85,11 +90,31 @@ enum Interrupt {
     KillQemu,
     /// The user stops the run.
     SigtermTheRig,
+    /// The same under `--keep-vm`: a run that did not reach its end keeps nothing.
+    SigtermTheRigKeepingTheVm,
 }
 
 fn full_run_archives_an_identified_report_that_verify_agrees_with(sb: &Sandbox, gate: &Path) {
     let out_dir = sb.dir.join("reports/run");
-    let args = vm_run_args(sb, gate, &out_dir, "auto");
+    let mut args = vm_run_args(sb, gate, &out_dir, "auto");
+    // The run signs its report with the user's own key.
+    let key = sb.dir.join("home/signing-key");
+    let made = sb.run_as_user(
+        Path::new("ssh-keygen"),
+        &[
+            "-q",
+            "-t",
+            "ed25519",
+            "-N",
+            "",
+            "-C",
+            "ci",
+            "-f",
+            key.to_str().unwrap(),
+        ],
+    );
+    assert!(made.status.success());
+    args.extend(["--sign-key".into(), key.display().to_string()]);
     let out = sb.run_as_user(&sb.xtask, &strs(&args));
     let stderr = String::from_utf8_lossy(&out.stderr);
     let code = out.status.code().unwrap();
@@ -201,6 +226,38 @@ fn full_run_archives_an_identified_report_that_verify_agrees_with(sb: &Sandbox, 
         processes_mentioning(out_dir.to_str().unwrap()).is_empty(),
         "a process outlived the run"
     );
+
+    // The signed report verifies against the key, and fails once one byte of it changes.
+    let allowed = sb.dir.join("allowed_signers");
+    let public = std::fs::read_to_string(key.with_extension("pub")).unwrap();
+    std::fs::write(&allowed, format!("ci@example {public}")).unwrap();
+    let verify_signed = || {
+        Command::new(env!("CARGO_BIN_EXE_sharedos-rig"))
+            .arg("verify")
+            .arg(&out_dir)
+            .arg("--allowed-signers")
+            .arg(&allowed)
+            .output()
+            .unwrap()
+    };
+    let signed = verify_signed();
+    assert_eq!(
+        signed.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&signed.stdout)
+    );
+    let mut bytes = std::fs::read(out_dir.join("report.json")).unwrap();
+    let at = bytes
+        .iter()
+        .position(|b| *b == b'6')
+        .expect("a digit to change");
+    bytes[at] = b'7';
+    std::fs::write(out_dir.join("report.json"), bytes).unwrap();
+    let changed = verify_signed();
+    assert_eq!(changed.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&changed.stdout)
+        .contains("report.json changed after it was signed"));
 }
 
 fn interrupted_during_the_gates_exits_2_with_a_partial_report_and_nothing_left(
@@ -209,7 +266,10 @@ fn interrupted_during_the_gates_exits_2_with_a_partial_report_and_nothing_left(
     how: Interrupt,
 ) {
     let out_dir = sb.dir.join(format!("reports/{how:?}"));
-    let args = vm_run_args(sb, gate, &out_dir, "tcg");
+    let mut args = vm_run_args(sb, gate, &out_dir, "tcg");
+    if how == Interrupt::SigtermTheRigKeepingTheVm {
+        args.push("--keep-vm".into());
+    }
     let mut child = sb
         .command_as_user(&sb.xtask, &strs(&args))
         .stdout(Stdio::piped())
@@ -241,7 +301,9 @@ fn interrupted_during_the_gates_exits_2_with_a_partial_report_and_nothing_left(
     // setpriv and env exec the rig, so the child's pid is the rig's.
     let (pid, signal) = match how {
         Interrupt::KillQemu => (qemu[0].0, nix::sys::signal::Signal::SIGKILL),
-        Interrupt::SigtermTheRig => (child.id() as i32, nix::sys::signal::Signal::SIGTERM),
+        Interrupt::SigtermTheRig | Interrupt::SigtermTheRigKeepingTheVm => {
+            (child.id() as i32, nix::sys::signal::Signal::SIGTERM)
+        }
     };
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal).unwrap();
     let rest: Vec<String> = lines.map_while(Result::ok).collect();
@@ -269,7 +331,7 @@ fn interrupted_during_the_gates_exits_2_with_a_partial_report_and_nothing_left(
     let vm = r.vm.as_ref().unwrap();
     let rig_error = vm.rig_error.as_deref().unwrap_or("");
     assert!(rig_error.len() > 10, "{rig_error:?}");
-    if how == Interrupt::SigtermTheRig {
+    if how != Interrupt::KillQemu {
         assert!(
             rig_error.contains("interrupted by SIGTERM"),
             "{rig_error:?}"
@@ -291,6 +353,15 @@ fn interrupted_during_the_gates_exits_2_with_a_partial_report_and_nothing_left(
         "a process outlived the run"
     );
     assert!(processes_mentioning(gate.to_str().unwrap()).is_empty());
+    // The run's private key and overlay went with it.
+    let prefix = format!("sharedos-rig-run-{}-", child.id());
+    let left: Vec<_> = std::fs::read_dir("/tmp")
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+        .map(|e| e.path())
+        .collect();
+    assert!(left.is_empty(), "{how:?} left {left:?}");
 }
 
 #[test]

@@ -45,7 +45,7 @@ pub fn create_report_dir(opts: &VmRunOptions) -> Result<PathBuf> {
 
 /// Writes the report (the guest's gates with the host's provenance, or a partial one after a
 /// rig failure), prints the summary and the directory, and returns the exit code.
-pub fn finish(mut obs: Observed, result: Result<Report>) -> i32 {
+pub fn finish(mut obs: Observed, result: Result<Report>, sign_key: Option<&Path>) -> i32 {
     let result = match (result, signals::interrupted()) {
         (Err(e), Some(sig)) => Err(e.context(format!("interrupted by {sig}"))),
         (r, _) => r,
@@ -77,6 +77,16 @@ pub fn finish(mut obs: Observed, result: Result<Report>) -> i32 {
     if let Err(e) = written {
         eprintln!("error: writing the report: {e:#}");
         return RIG_FAILURE_EXIT;
+    }
+    if let Some(key) = sign_key {
+        match crate::sign::sign(&obs.report_dir, REPORT_FILE, key) {
+            Ok(fp) => eprintln!("[vm-run] signed report.json.sig with {fp}"),
+            Err(e) => {
+                eprintln!("error: signing the report: {e:#}");
+                println!("{}", obs.report_dir.display());
+                return RIG_FAILURE_EXIT;
+            }
+        }
     }
     let code = if rig_failed {
         RIG_FAILURE_EXIT

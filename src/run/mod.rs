@@ -42,6 +42,8 @@ pub struct VmRunOptions {
     pub gate_binary: PathBuf,
     /// Extra arguments for `sharedos-gate diagnose`.
     pub diagnose_args: Vec<String>,
+    /// Sign report.json with this OpenSSH private key (report.json.sig).
+    pub sign_key: Option<PathBuf>,
     pub command_line: Vec<String>,
 }
 
@@ -98,7 +100,7 @@ pub fn vm_run(opts: &VmRunOptions) -> i32 {
         Ok(Some(mut obs)) => {
             boot::start_signal_watchdog();
             let result = run_phases(opts, &mut obs);
-            archive::finish(obs, result)
+            archive::finish(obs, result, opts.sign_key.as_deref())
         }
         Ok(None) => 0,
         Err(e) => {
@@ -123,6 +125,9 @@ fn start(opts: &VmRunOptions) -> Result<Option<Observed>> {
             crate::gate_binary::GATE_RUSTFLAGS,
             crate::gate_binary::gate_build_argv("cargo").join(" ")
         );
+    }
+    if let Some(key) = &opts.sign_key {
+        crate::sign::load_key(key).context("--sign-key")?;
     }
     let report_dir = archive::create_report_dir(opts)?;
     let started_at = clock::now_rfc3339();

@@ -41,6 +41,10 @@ struct VmArgs {
     /// Use this static sharedos-gate instead of building it (for machines without cargo).
     #[arg(long)]
     gate_binary: Option<PathBuf>,
+    /// Sign report.json with this OpenSSH private key (writes report.json.sig, which
+    /// `sharedos-rig verify --allowed-signers` and `ssh-keygen -Y verify -n sharedos-rig` check).
+    #[arg(long, value_name = "KEY")]
+    sign_key: Option<PathBuf>,
     /// Arguments passed on to `sharedos-gate diagnose` in the guest.
     #[arg(last = true)]
     diagnose_args: Vec<String>,
@@ -102,6 +106,7 @@ fn vm_options(a: VmArgs) -> Result<VmRunOptions> {
         cpus: a.cpus,
         gate_binary,
         diagnose_args: a.diagnose_args,
+        sign_key: a.sign_key,
         command_line: std::env::args().collect(),
     })
 }
