@@ -35,16 +35,16 @@ const KNOWN: &[Known] = &[
         ],
     },
     // vm-run as an unprivileged user with --mode fakechroot, --accel auto and --out
-    // (tests/vm_run.rs); --mode belongs to the image options vm-run shares with `xtask image`.
+    // (tests/vm_run.rs, through tests/common/mod.rs); --mode belongs to the image options vm-run shares with `xtask image`.
     Known {
         command: "cargo xtask vm-run --mode fakechroot --accel auto --out reports/ci || status=$?",
         evidence: &[
-            ("tests/vm_run.rs", "\"vm-run\""),
-            ("tests/vm_run.rs", "\"--accel\""),
-            ("tests/vm_run.rs", "\"auto\""),
-            ("tests/vm_run.rs", "\"--out\""),
-            ("tests/vm_run.rs", "\"--mode\""),
-            ("tests/vm_run.rs", "\"fakechroot\""),
+            ("tests/common/mod.rs", "\"vm-run\""),
+            ("tests/common/mod.rs", "\"--accel\""),
+            ("tests/common/mod.rs", "\"auto\""),
+            ("tests/common/mod.rs", "\"--out\""),
+            ("tests/common/mod.rs", "\"--mode\""),
+            ("tests/common/mod.rs", "\"fakechroot\""),
             ("xtask/src/main.rs", "image: BuildOptions"),
         ],
     },
@@ -221,6 +221,10 @@ fn the_workflow_has_its_triggers_cache_summary_and_artifact() {
         "path: ${{ github.workspace }}/.rig-cache",
         "hashFiles('images/bookworm/packages.lock', 'images/bookworm/*')",
         "uses: actions/upload-artifact@v4",
+        "uses: actions/attest-build-provenance@v2",
+        "subject-path: reports/ci/report.json",
+        "id-token: write",
+        "attestations: write",
         "path: reports/ci\n",
         "paths: reports/ci/junit.xml",
     ] {
