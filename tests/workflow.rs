@@ -41,7 +41,7 @@ const KNOWN: &[Known] = &[
         evidence: &[
             ("tests/common/mod.rs", "\"vm-run\""),
             ("tests/common/mod.rs", "\"--accel\""),
-            ("tests/common/mod.rs", "\"auto\""),
+            ("tests/vm_run.rs", "\"auto\""),
             ("tests/common/mod.rs", "\"--out\""),
             ("tests/common/mod.rs", "\"--mode\""),
             ("tests/common/mod.rs", "\"fakechroot\""),
