@@ -94,6 +94,11 @@ const ATTACKS: &[Attack] = &[
         says: "[line cut at 65536 bytes]",
     },
     Attack {
+        name: "overwrite-host-evidence",
+        exit: 3,
+        says: "REVIEW_REQUIRED",
+    },
+    Attack {
         name: "exit-0-beside-a-failing-gate",
         exit: 1,
         says: "guest/report.json, as the guest wrote it: report.json says exit_code=0, but its gates give FAIL",
@@ -171,6 +176,17 @@ fn a_hostile_guest_cannot_touch_the_host_or_the_verdict() {
         }
         if sha256_file(Path::new("/etc/passwd")).unwrap() != passwd {
             problems.push("/etc/passwd changed".into());
+        }
+        if a.name == "overwrite-host-evidence" {
+            let serial = std::fs::read_to_string(out_dir.join("serial.log")).unwrap_or_default();
+            let forged =
+                std::fs::read_to_string(out_dir.join("guest/serial.log")).unwrap_or_default();
+            if !serial.contains("SHAREDOS-READY") || forged != "SHAREDOS-FORGED\n" {
+                problems.push("the guest's serial.log replaced the host's".into());
+            }
+            if out_dir.join("report.json.sig").exists() || transcript.contains("SHAREDOS-FORGED") {
+                problems.push("a guest file landed beside the host's evidence".into());
+            }
         }
         if transcript.lines().any(|l| l.len() > 70_000) {
             problems.push("a transcript line passed the cap".into());

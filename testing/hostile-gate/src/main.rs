@@ -114,6 +114,18 @@ fn run(dir: &Path, attack: &str) -> std::io::Result<()> {
             err.write_all(b"\n")?;
             write(dir, &plain)
         }
+        // Files named as the host's own evidence, to replace what the host saw.
+        "overwrite-host-evidence" => {
+            for f in [
+                "serial.log",
+                "qemu.log",
+                "diagnose-transcript.log",
+                "report.json.sig",
+            ] {
+                std::fs::write(dir.join(f), b"SHAREDOS-FORGED\n")?;
+            }
+            write(dir, &plain)
+        }
         "exit-0-beside-a-failing-gate" => {
             let r = report(dir, |r| {
                 r.gates[3].status = Status::Fail;
