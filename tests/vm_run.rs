@@ -67,6 +67,7 @@ fn vm_run_end_to_end_as_an_unprivileged_user() {
     };
     let gate = sb.copy_in(&gate_binary(), "sharedos-gate");
     full_run_archives_an_identified_report_that_verify_agrees_with(&sb, &gate);
+    vm_exec_runs_one_command_and_exits_with_its_code(&sb);
     interrupted_during_the_gates_exits_2_with_a_partial_report_and_nothing_left(
         &sb,
         &gate,
@@ -258,6 +259,32 @@ fn full_run_archives_an_identified_report_that_verify_agrees_with(sb: &Sandbox, 
     assert_eq!(changed.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&changed.stdout)
         .contains("report.json changed after it was signed"));
+}
+
+fn vm_exec_runs_one_command_and_exits_with_its_code(sb: &Sandbox) {
+    let cache = sb.dir.join("cache").display().to_string();
+    let out = sb.run_as_user(
+        &sb.xtask,
+        &[
+            "vm-exec",
+            "--images-dir",
+            "images",
+            "--cache-dir",
+            &cache,
+            "--mode",
+            "fakechroot",
+            "--accel",
+            "tcg",
+            "--",
+            "uname -r; echo to-stderr >&2; exit 7",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(7));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert!(lines[0].ends_with("-cloud-amd64"), "{stdout}");
+    assert_eq!(lines[1], "to-stderr", "{stdout}");
+    assert!(processes_mentioning("sharedos-rig-exec-").is_empty());
 }
 
 fn interrupted_during_the_gates_exits_2_with_a_partial_report_and_nothing_left(

@@ -154,6 +154,62 @@ fn run_phases(opts: &VmRunOptions, obs: &mut Observed) -> Result<Report> {
     Ok(report)
 }
 
+/// `vm-exec`: boots the image as a run would, runs `command` (its words joined by spaces, for
+/// the guest's shell, as ssh does) over the pinned session, streams its output, and returns its
+/// exit code. The way into the guest when a gate fails. The boot's logs go to a scratch
+/// directory, kept and named only when the rig fails.
+pub fn vm_exec(opts: &VmRunOptions, command: &[String], timeout: Duration) -> i32 {
+    if opts.plan {
+        print!("{}", plan::plan_exec(opts, command));
+        return 0;
+    }
+    let scratch = std::env::temp_dir().join(format!(
+        "sharedos-rig-exec-{}-{}",
+        std::process::id(),
+        boot::short_id()
+    ));
+    let result = signals::install()
+        .context("installing signal handlers")
+        .and_then(|()| {
+            std::fs::create_dir(&scratch).with_context(|| format!("creating {}", scratch.display()))
+        })
+        .and_then(|()| {
+            let mut obs = Observed {
+                report_dir: scratch.clone(),
+                started_at: clock::now_rfc3339(),
+                vm: provenance::host(opts),
+                transcript: Vec::new(),
+                guest_report: None,
+                refused: Vec::new(),
+            };
+            boot::start_signal_watchdog();
+            let entry = image_phase(opts, &mut obs)?;
+            let mut vm = boot::boot(opts, &entry, &mut obs)?;
+            let guest = session::connect(&vm, &mut obs)?;
+            let code = guest.exec_lines(
+                &command.join(" "),
+                Instant::now() + timeout,
+                session::MAX_LINE,
+                &mut |line| println!("{line}"),
+            );
+            boot::end(&mut vm, opts.keep_vm);
+            code
+        });
+    match result {
+        Ok(code) => {
+            let _ = std::fs::remove_dir_all(&scratch);
+            code
+        }
+        Err(e) => {
+            eprintln!(
+                "error: {e:#}\n(the boot's serial console and QEMU log are in {})",
+                scratch.display()
+            );
+            RIG_FAILURE_EXIT
+        }
+    }
+}
+
 fn image_phase(opts: &VmRunOptions, obs: &mut Observed) -> Result<ImageEntry> {
     let t = Instant::now();
     eprintln!("[vm-run] image {} ...", opts.image.image);

@@ -50,12 +50,23 @@ pub fn qemu_argv(
 
 pub fn plan(opts: &VmRunOptions) -> Result<String> {
     let mut s = String::from("plan: sharedos-rig vm-run (nothing is started)\n");
+    let report_dir = archive::report_dir_for(opts);
     // fmt::Write into a String cannot fail.
-    let _ = write_plan(&mut s, opts);
+    let _ = write_boot(&mut s, opts, &report_dir);
+    let _ = write_run(&mut s, opts, &report_dir);
     Ok(s)
 }
 
-fn write_plan(s: &mut String, opts: &VmRunOptions) -> std::fmt::Result {
+/// vm-exec's plan: the same boot, then the one command.
+pub fn plan_exec(opts: &VmRunOptions, command: &[String]) -> String {
+    let mut s = String::from("plan: sharedos-rig vm-exec (nothing is started)\n");
+    let _ = write_boot(&mut s, opts, Path::new("<scratch dir>"));
+    let _ = writeln!(s, "    {}", command.join(" "));
+    s
+}
+
+/// Image, key, overlay, QEMU and the SSH login: what every boot does.
+fn write_boot(s: &mut String, opts: &VmRunOptions, report_dir: &Path) -> std::fmt::Result {
     writeln!(s, "[image]")?;
     let mut img = opts.image.clone();
     img.plan = true;
@@ -68,7 +79,6 @@ fn write_plan(s: &mut String, opts: &VmRunOptions) -> std::fmt::Result {
         Err(e) => writeln!(s, "    (cannot plan the image: {e:#})")?,
     }
     let run = Path::new("<run dir>");
-    let report_dir = archive::report_dir_for(opts);
     writeln!(s, "[keys]\n    {}", shell_words(&boot::keygen_argv(run)))?;
     writeln!(
         s,
@@ -92,7 +102,7 @@ fn write_plan(s: &mut String, opts: &VmRunOptions) -> std::fmt::Result {
             s,
             "[qemu {}]{when}\n    {}",
             a.as_str(),
-            shell_words(&qemu_argv(opts, a, sandbox, &report_dir))
+            shell_words(&qemu_argv(opts, a, sandbox, report_dir))
         )?;
     }
     if !sandbox {
@@ -101,8 +111,12 @@ fn write_plan(s: &mut String, opts: &VmRunOptions) -> std::fmt::Result {
             "    (this QEMU has no -sandbox: it was built without seccomp)"
         )?;
     }
+    writeln!(s, "[ssh] one session to 127.0.0.1:<free port>, host key pinned from SHAREDOS-HOSTKEY on the console")
+}
+
+/// What vm-run does over the session, the guest's own plan, and where the report goes.
+fn write_run(s: &mut String, opts: &VmRunOptions, report_dir: &Path) -> std::fmt::Result {
     let b = bounds(qemu::Accel::Tcg);
-    writeln!(s, "[ssh] one session to 127.0.0.1:<free port>, host key pinned from SHAREDOS-HOSTKEY on the console")?;
     writeln!(
         s,
         "    {}   (stdin: {})",

@@ -76,6 +76,10 @@ pub struct Measured {
     pub phases: BTreeMap<String, Vec<f64>>,
     /// Warm runs left out of the medians, and why.
     pub excluded: Vec<String>,
+    /// Seconds for `vm-exec -- true`: QEMU's start to the first command's exit.
+    pub first_command: Vec<f64>,
+    /// Seconds for `vng --run KERNEL -- true`; None when virtme-ng is not installed.
+    pub vng: Option<Vec<f64>>,
     pub reports: PathBuf,
 }
 
@@ -136,8 +140,46 @@ pub fn summary(m: &Measured) -> String {
             med / floor
         ));
     }
+    if !m.first_command.is_empty() {
+        let med = median(m.first_command.clone());
+        out.push_str(&format!(
+            "boot and first command (vm-exec -- true, {} runs): median {med:.2} s, {:.2}x floor\n",
+            m.first_command.len(),
+            med / floor
+        ));
+    }
+    match &m.vng {
+        Some(v) if !v.is_empty() => {
+            let med = median(v.clone());
+            out.push_str(&format!(
+                "virtme-ng (vng --run KERNEL -- true, {} runs): median {med:.2} s, {:.2}x floor\n",
+                v.len(),
+                med / floor
+            ));
+        }
+        _ => out.push_str("virtme-ng (vng): not installed, not measured\n"),
+    }
     out.push_str(&format!("reports: {}\n", m.reports.display()));
     out
+}
+
+/// `vng --run KERNEL -- true`, timed; None when vng is not on PATH.
+fn time_vng(kernel: &std::path::Path) -> Result<Option<f64>> {
+    let Some(vng) = sharedos_rig::find_program("vng") else {
+        return Ok(None);
+    };
+    let started = Instant::now();
+    let st = std::process::Command::new(vng)
+        .arg("--run")
+        .arg(kernel)
+        .args(["--", "true"])
+        .stdin(std::process::Stdio::null())
+        .status()
+        .context("running vng")?;
+    if !st.success() {
+        bail!("vng --run {} -- true failed ({st})", kernel.display());
+    }
+    Ok(Some(started.elapsed().as_secs_f64()))
 }
 
 fn machine_line() -> String {
@@ -238,6 +280,20 @@ pub fn bench(opts: &VmRunOptions, n: Counts) -> Result<String> {
             }
             m.phases.entry(END_TO_END.into()).or_default().push(total);
             m.run_accels.push(vmp.accel);
+
+            let started = Instant::now();
+            let code = run::vm_exec(
+                &o,
+                &["true".to_string()],
+                std::time::Duration::from_secs(300),
+            );
+            if code != 0 {
+                bail!("vm-exec -- true {} exited {code}", i + 1);
+            }
+            m.first_command.push(started.elapsed().as_secs_f64());
+            if let Some(t) = time_vng(&kernel)? {
+                m.vng.get_or_insert_with(Vec::new).push(t);
+            }
         }
     }
     if m.phases.is_empty() {
@@ -282,6 +338,8 @@ mod tests {
             floor: vec![2.5, 2.0, 3.0],
             phases,
             excluded: Vec::new(),
+            first_command: vec![6.0, 5.0, 7.0],
+            vng: None,
             reports: "reports/bench-x".into(),
         }
     }
@@ -303,6 +361,8 @@ warm vm-run (3 runs, interleaved with the floor boots), medians:
   gates          30.00 s   12.00x floor
   fetch           0.50 s    0.20x floor
   end_to_end     46.00 s   18.40x floor  (target <= 30 s: ratio 1.53)
+boot and first command (vm-exec -- true, 3 runs): median 6.00 s, 2.40x floor
+virtme-ng (vng): not installed, not measured
 reports: reports/bench-x
 "
         );

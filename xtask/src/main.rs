@@ -1,5 +1,5 @@
 //! Thin front end for the project's tasks, following the cargo-xtask convention:
-//! `cargo xtask image`, `cargo xtask vm-run`, `cargo xtask bench`. Everything real lives in the
+//! `cargo xtask image`, `cargo xtask vm-run`, `cargo xtask vm-exec`, `cargo xtask bench`. Everything real lives in the
 //! sharedos-rig library; each subcommand that needs more than a call has its own module.
 
 mod bench;
@@ -19,17 +19,15 @@ struct Cli {
     command: Command,
 }
 
+/// How the guest boots: shared by vm-run, vm-exec and bench.
 #[derive(clap::Args, Clone)]
-struct VmArgs {
+struct BootArgs {
     #[command(flatten)]
     image: BuildOptions,
     /// auto: KVM only when /dev/kvm opens read-write and the kernel shows progress quickly.
     #[arg(long, value_enum, default_value = "auto")]
     accel: AccelChoice,
-    /// Report directory [default: reports/<UTC time>-<id>].
-    #[arg(long)]
-    out: Option<PathBuf>,
-    /// Leave the VM running after the gates (prints how to reach it).
+    /// Leave the VM running at the end (prints how to reach it); a signal still ends it.
     #[arg(long)]
     keep_vm: bool,
     /// Guest memory in MiB.
@@ -38,6 +36,15 @@ struct VmArgs {
     /// Guest CPUs.
     #[arg(long, default_value_t = 2)]
     cpus: u32,
+}
+
+#[derive(clap::Args, Clone)]
+struct VmArgs {
+    #[command(flatten)]
+    boot: BootArgs,
+    /// Report directory [default: reports/<UTC time>-<id>].
+    #[arg(long)]
+    out: Option<PathBuf>,
     /// Use this static sharedos-gate instead of building it (for machines without cargo).
     #[arg(long)]
     gate_binary: Option<PathBuf>,
@@ -57,6 +64,19 @@ enum Command {
     /// Boot the pinned image in QEMU, run the ten gates over SSH, archive the report.
     /// Exits 0/3/1 with the verdict, 2 when the rig itself failed.
     VmRun(VmArgs),
+    /// Boot the pinned image and run one command in it over the pinned SSH session; its output
+    /// streams here, and its exit code is this command's (2 when the rig itself failed).
+    /// Example: cargo xtask vm-exec -- 'criu check; uname -r'
+    VmExec {
+        #[command(flatten)]
+        boot: BootArgs,
+        /// Bound on the command, in seconds.
+        #[arg(long, default_value_t = 600)]
+        timeout: u64,
+        /// The command, run by the guest's shell (its words joined by spaces, as ssh does).
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
     /// Benchmark of the cached image no-op alone.
     BenchImage {
         #[command(flatten)]
@@ -89,25 +109,35 @@ fn workspace() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("."))
 }
 
+fn boot_options(b: BootArgs) -> VmRunOptions {
+    VmRunOptions {
+        plan: b.image.plan,
+        image: b.image,
+        accel: b.accel,
+        out: None,
+        reports_root: PathBuf::from("reports"),
+        keep_vm: b.keep_vm,
+        memory_mib: b.memory,
+        cpus: b.cpus,
+        gate_binary: PathBuf::new(),
+        diagnose_args: Vec::new(),
+        sign_key: None,
+        command_line: std::env::args().collect(),
+    }
+}
+
 fn vm_options(a: VmArgs) -> Result<VmRunOptions> {
     let gate_binary = match a.gate_binary {
         Some(p) => p,
-        None if a.image.plan => gate_binary::default_gate_binary(&workspace()),
+        None if a.boot.image.plan => gate_binary::default_gate_binary(&workspace()),
         None => gate_binary::build_gate_binary(&workspace())?,
     };
     Ok(VmRunOptions {
-        plan: a.image.plan,
-        image: a.image,
-        accel: a.accel,
         out: a.out,
-        reports_root: PathBuf::from("reports"),
-        keep_vm: a.keep_vm,
-        memory_mib: a.memory,
-        cpus: a.cpus,
         gate_binary,
         diagnose_args: a.diagnose_args,
         sign_key: a.sign_key,
-        command_line: std::env::args().collect(),
+        ..boot_options(a.boot)
     })
 }
 
@@ -127,6 +157,15 @@ fn run_cli(cli: Cli) -> Result<i32> {
     match cli.command {
         Command::Image(opts) => image::cli_main_image(&opts).map(|()| 0),
         Command::VmRun(a) => Ok(run::vm_run(&vm_options(a)?)),
+        Command::VmExec {
+            boot,
+            timeout,
+            command,
+        } => Ok(run::vm_exec(
+            &boot_options(boot),
+            &command,
+            std::time::Duration::from_secs(timeout),
+        )),
         Command::BenchImage { opts, iterations } => {
             print!("{}", bench::bench_image(&opts, iterations.max(1))?);
             Ok(0)
