@@ -283,7 +283,10 @@ fn vm_exec_runs_one_command_and_exits_with_its_code(sb: &Sandbox) {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let lines: Vec<&str> = stdout.lines().collect();
     // Standard error is merged in; sshd may interleave the two streams in either order.
-    assert!(lines.iter().any(|l| l.ends_with("-cloud-amd64")), "{stdout}");
+    assert!(
+        lines.iter().any(|l| l.ends_with("-cloud-amd64")),
+        "{stdout}"
+    );
     assert!(lines.contains(&"to-stderr"), "{stdout}");
     assert!(processes_mentioning("sharedos-rig-exec-").is_empty());
 }

@@ -1,9 +1,10 @@
-//! One self-contained HTML page, in this order: the verdict, the gate table, the PNGs embedded as
+//! One self-contained HTML page, in this order: the verdict, the gate table, each PNG beside the
+//! dump-time one with a diff of the two, labelled with what it should show, all embedded as
 //! data: URIs with their sha256 under each, then every gate's checks and evidence, the
 //! provenance. No script, no external resource, and no clock, so a headless browser screenshots
 //! the same page every time.
 
-use super::{duration, provenance, value_str};
+use super::{duration, pixels, provenance, value_str};
 use crate::digest;
 use crate::report::{Artifact, Gate, Status, Verdict};
 use crate::review::ReviewState;
@@ -25,7 +26,8 @@ td.num{text-align:right;white-space:nowrap}
 code,pre{font-family:ui-monospace,monospace;font-size:.9em}
 td code{overflow-wrap:anywhere}
 pre{white-space:pre-wrap;word-break:break-all;background:#f6f8fa;padding:.4em;margin:.2em 0}
-figure{display:inline-block;margin:0 1em 1em 0;border:1px solid #d0d7de;padding:.5em}
+.pair{border-top:1px solid #d0d7de;margin-bottom:1em}
+figure{display:inline-block;box-sizing:border-box;margin:0 .8em .8em 0;border:1px solid #d0d7de;padding:.5em;vertical-align:top;max-width:31%}
 figure img{display:block;image-rendering:pixelated;max-width:100%}
 figcaption{font-size:.85em;word-break:break-all;max-width:40em}
 .problem{color:#cf222e;font-weight:bold}
@@ -108,15 +110,8 @@ fn write_all(s: &mut String, o: &Outcome) -> std::fmt::Result {
         duration(total)
     )?;
 
-    let pngs: Vec<&Artifact> = r.png_artifacts().collect();
     // After the gate table, so the page opens on the verdict and the images follow it.
-    writeln!(s, "<h2>Images</h2>")?;
-    if pngs.is_empty() {
-        writeln!(s, "<p>The report lists no PNG.</p>")?;
-    }
-    for a in pngs {
-        write_image(s, o.dir.as_deref(), a)?;
-    }
+    write_images(s, o.dir.as_deref(), &r.png_artifacts().collect::<Vec<_>>())?;
 
     writeln!(s, "<h2>Checks per gate</h2>")?;
     for g in &o.gates {
@@ -179,6 +174,92 @@ fn write_all(s: &mut String, o: &Outcome) -> std::fmt::Result {
 
 fn status_badge(st: Status) -> String {
     format!("<span class=\"s-{0}\">{0}</span>", st.as_str())
+}
+
+/// The name every image is held against: the framebuffer at dump time.
+const REFERENCE: &str = "dump-time.png";
+
+/// What each framebuffer image should show, by its file name.
+fn expectation(path: &str) -> &'static str {
+    match path.rsplit('/').next().unwrap_or(path) {
+        REFERENCE => "the reference: the tree's screen when it was dumped",
+        "live.png" => "the live tree just before the dump: should match the reference",
+        "restored-a.png" => "the restored copy: should match the reference exactly",
+        "isolation-a.png" => {
+            "copy A after its own change: should differ from the reference by the drawn mark and by nothing else"
+        }
+        "isolation-b.png" => {
+            "copy B while A changed: should match the reference exactly (A's change must not reach it)"
+        }
+        "reset.png" => "the copy after reset: should match the reference exactly",
+        _ => "not labelled by this rig: compare it with the reference",
+    }
+}
+
+/// Each image beside the dump-time reference and a diff of the two, labelled with what it
+/// should show, so that "differs by the mark and nothing else" is seen at a glance.
+fn write_images(s: &mut String, dir: Option<&Path>, pngs: &[&Artifact]) -> std::fmt::Result {
+    writeln!(s, "<h2>Images, each against the dump-time image</h2>")?;
+    if pngs.is_empty() {
+        return writeln!(s, "<p>The report lists no PNG.</p>");
+    }
+    let reference = pngs
+        .iter()
+        .find(|a| a.path.rsplit('/').next() == Some(REFERENCE));
+    let ref_pixels = reference.map(|a| {
+        read_artifact(dir, &a.path).and_then(|b| pixels::decode(&b).map_err(|e| format!("{e:#}")))
+    });
+    for a in pngs {
+        writeln!(
+            s,
+            "<div class=\"pair\">\n<p><code>{}</code>: {}</p>",
+            esc(&a.path),
+            esc(expectation(&a.path))
+        )?;
+        let Some(r) = reference else {
+            write_image(s, dir, a)?;
+            writeln!(
+                s,
+                "<p>The report has no {REFERENCE} to compare with.</p></div>"
+            )?;
+            continue;
+        };
+        if r.path == a.path {
+            write_image(s, dir, a)?;
+            writeln!(s, "</div>")?;
+            continue;
+        }
+        write_image(s, dir, r)?;
+        write_image(s, dir, a)?;
+        let d = match (&ref_pixels, read_artifact(dir, &a.path)) {
+            (Some(Ok(rp)), Ok(bytes)) => pixels::decode(&bytes)
+                .and_then(|ap| pixels::diff(rp, &ap))
+                .map_err(|e| format!("{e:#}")),
+            (Some(Err(why)), _) => Err(format!("the reference: {why}")),
+            (_, Err(why)) => Err(why),
+            (None, _) => Err("no reference".into()),
+        };
+        writeln!(s, "<figure>")?;
+        match d.and_then(|d| {
+            pixels::encode(&d.image)
+                .map(|png| (png, d.describe()))
+                .map_err(|e| format!("{e:#}"))
+        }) {
+            Ok((png, words)) => writeln!(
+                s,
+                "<img src=\"data:image/png;base64,{}\" alt=\"diff\">\n<figcaption>diff against {REFERENCE}: {}</figcaption>",
+                digest::base64(&png, true),
+                esc(&words)
+            )?,
+            Err(why) => writeln!(
+                s,
+                "<figcaption class=\"problem\">no diff: {}</figcaption>",
+                esc(&why)
+            )?,
+        }
+        writeln!(s, "</figure>\n</div>")?;
+    }
+    Ok(())
 }
 
 fn write_image(s: &mut String, dir: Option<&Path>, a: &Artifact) -> std::fmt::Result {

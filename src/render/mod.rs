@@ -9,6 +9,7 @@ use crate::verify::{self, Outcome};
 pub mod html;
 pub mod junit;
 pub mod md;
+pub mod pixels;
 pub mod text;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
