@@ -77,14 +77,25 @@ pub fn run(ctx: &mut Ctx) -> Gate {
         return g.finish("");
     }
 
-    // CRIU ends the dumped tree; its PID 1 is our child and must be reaped.
-    let gone = ctx.kill_tree(pid).is_ok();
+    // CRIU ends the tree it dumped. Whether it did is observed before we send anything: after
+    // our own SIGKILL the tree would be gone whatever CRIU did.
+    let ended = match ctx.tree_record(pid).cloned() {
+        Some(rec) => {
+            let waited = super::wait_tree_gone(&rec, ctx.cfg.quick(), false);
+            if waited.is_err() {
+                // Left running by CRIU: ended here so later gates and cleanup start clean.
+                let _ = ctx.kill_tree(pid);
+            }
+            waited.map_err(|e| e.to_string())
+        }
+        None => Err(format!("pid {pid} is not a tree of this run")),
+    };
     ctx.tree = None;
     g.check(check(
         "original_tree_ended",
-        gone,
-        json!(pid),
-        "the dumped tree no longer runs",
+        ended.is_ok(),
+        json!({"pid": pid, "ended_by_criu": ended.is_ok(), "error": ended.err()}),
+        "CRIU ended the dumped tree: its PID 1 and every process of its pid namespace gone, before any signal of ours",
     ));
 
     match write_listing(ctx) {

@@ -17,7 +17,7 @@ use crate::report::{Check, Environment, Evidence, Gate, GateName, Status};
 use crate::stateapp::{self, AppState};
 use crate::tree::{self, TreeSpec};
 use crate::x11::{self, Window, XConn};
-use crate::{exec, wait};
+use crate::{exec, probe, wait};
 use anyhow::{Context, Result};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -76,7 +76,7 @@ impl Config {
             None => find_program("criu"),
         }
     }
-    fn quick(&self) -> Duration {
+    pub fn quick(&self) -> Duration {
         self.step_timeout.min(Duration::from_secs(20))
     }
 }
@@ -110,6 +110,30 @@ pub struct Observation {
     pub at: Instant,
 }
 
+/// A tree this run started or restored: its PID 1 as the host sees it and the pid namespace it
+/// heads, read while it ran. Kept for the whole run, so cleanup can prove each one is gone.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct TreeRecord {
+    pub label: String,
+    pub pid: i32,
+    /// None when PID 1 was already gone when the tree was registered.
+    pub pidns: Option<String>,
+}
+
+impl TreeRecord {
+    /// Whether the tree's PID 1 still runs: the pid is live and still heads the recorded
+    /// namespace (a reused pid elsewhere is not our PID 1).
+    pub fn pid1_running(&self) -> bool {
+        if !probe::is_live(self.pid) {
+            return false;
+        }
+        match &self.pidns {
+            Some(ns) => probe::pidns_of(self.pid).is_ok_and(|now| &now == ns),
+            None => true,
+        }
+    }
+}
+
 /// State shared along the gate sequence.
 pub struct Ctx {
     pub cfg: Config,
@@ -122,6 +146,8 @@ pub struct Ctx {
     pub snapshot: Option<Observation>,
     /// Restored copies by label, host pid of each copy's PID 1.
     pub copies: BTreeMap<String, i32>,
+    /// Every tree of the run, ended or not.
+    pub trees: Vec<TreeRecord>,
 }
 
 impl Ctx {
@@ -134,7 +160,23 @@ impl Ctx {
             tree: None,
             snapshot: None,
             copies: BTreeMap::new(),
+            trees: Vec::new(),
         }
+    }
+
+    /// Remembers a tree the moment its PID 1 is known.
+    pub fn register_tree(&mut self, label: &str, pid: i32) -> TreeRecord {
+        let rec = TreeRecord {
+            label: label.to_string(),
+            pid,
+            pidns: probe::pidns_of(pid).ok(),
+        };
+        self.trees.push(rec.clone());
+        rec
+    }
+
+    pub fn tree_record(&self, pid: i32) -> Option<&TreeRecord> {
+        self.trees.iter().rev().find(|t| t.pid == pid)
     }
 
     pub fn run(&self, step: &str, argv: &[String]) -> exec::Outcome {
@@ -215,43 +257,78 @@ impl Ctx {
             });
         if let Ok(p) = pid {
             self.copies.insert(label.to_string(), p);
+            self.register_tree(&format!("copy {label}"), p);
         }
         (pid, out.evidence)
     }
 
-    /// Ends one tree: SIGKILL to its PID 1 takes the whole pid namespace down.
+    /// Ends one tree: SIGKILL to its PID 1 takes the whole pid namespace down; then waits until
+    /// no process is left in that namespace.
     pub fn kill_tree(&self, pid: i32) -> Result<()> {
-        use nix::sys::signal::{kill, Signal};
-        let p = nix::unistd::Pid::from_raw(pid);
-        let _ = kill(p, Signal::SIGKILL);
-        wait::until(
-            &format!("tree PID 1 ({pid}) to exit"),
-            self.cfg.step_timeout,
-            || {
-                reap(pid);
-                (!alive(pid)).then_some(())
-            },
-        )?;
+        let rec = self
+            .tree_record(pid)
+            .cloned()
+            .with_context(|| format!("pid {pid} is not a tree of this run"))?;
+        kill_tree_pid1(&rec)?;
+        wait_tree_gone(&rec, self.cfg.step_timeout, false)?;
         Ok(())
     }
 }
 
-/// Collects a tree root that is our child (we are its subreaper), so it leaves no zombie.
-pub fn reap(pid: i32) {
-    use nix::sys::wait::{waitpid, WaitPidFlag};
-    let _ = waitpid(nix::unistd::Pid::from_raw(pid), Some(WaitPidFlag::WNOHANG));
+/// SIGKILL to a tree's PID 1, if it still runs; a PID 1 that already exited is not an error.
+pub fn kill_tree_pid1(rec: &TreeRecord) -> Result<()> {
+    use nix::sys::signal::{kill, Signal};
+    if !rec.pid1_running() {
+        return Ok(());
+    }
+    match kill(nix::unistd::Pid::from_raw(rec.pid), Signal::SIGKILL) {
+        Ok(()) | Err(nix::errno::Errno::ESRCH) => Ok(()),
+        Err(e) => Err(anyhow::anyhow!(
+            "SIGKILL to PID 1 ({}) of {}: {e}",
+            rec.pid,
+            rec.label
+        )),
+    }
+}
+
+/// Waits until a tree's PID 1 is gone and no process is left in its pid namespace, reaping
+/// what we inherited as subreaper. With `through_signals`, an interruption of the run does not
+/// cut the wait short: cleanup runs because of the signal and must still see the end.
+pub fn wait_tree_gone(
+    rec: &TreeRecord,
+    timeout: Duration,
+    through_signals: bool,
+) -> Result<(), wait::WaitError> {
+    let ns: std::collections::BTreeSet<String> = rec.pidns.iter().cloned().collect();
+    let what = format!(
+        "{} (PID 1 {}) and its pid namespace to be gone",
+        rec.label, rec.pid
+    );
+    let gone = || {
+        reap_children();
+        (!rec.pid1_running() && probe::members(&ns).is_empty()).then_some(())
+    };
+    if through_signals {
+        wait::until_through_signals(&what, timeout, gone)
+    } else {
+        wait::until(&what, timeout, gone)
+    }
+}
+
+/// Collects every zombie child we inherited as subreaper (tree roots reparented to us).
+/// Only called when no command of ours is running, so no other exit status is taken.
+pub fn reap_children() {
+    use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+    while let Ok(s) = waitpid(None::<nix::unistd::Pid>, Some(WaitPidFlag::WNOHANG)) {
+        if s == WaitStatus::StillAlive {
+            break;
+        }
+    }
 }
 
 /// A live, non-zombie process.
 pub fn alive(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(s) => s
-            .rfind(')')
-            .and_then(|i| s[i + 1..].split_whitespace().next())
-            .map(|state| state != "Z" && state != "X")
-            .unwrap_or(false),
-        Err(_) => false,
-    }
+    probe::is_live(pid)
 }
 
 /// The namespaces a process is in, as the kernel names them (`net:[4026531840]`).
