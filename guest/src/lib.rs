@@ -2,6 +2,7 @@
 //! report schema both sides share.
 
 pub mod clock;
+pub mod compare;
 pub mod criu;
 pub mod diagnose;
 pub mod digest;

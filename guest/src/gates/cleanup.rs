@@ -107,18 +107,20 @@ pub fn run(ctx: &mut Ctx) -> Gate {
     let bound = ctx.cfg.step_timeout.min(Duration::from_secs(20));
     let mut failures: Vec<String> = Vec::new();
     // Keep the programs' own logs before their private /tmp goes away.
-    for t in ctx.trees.iter().filter(|t| t.pid1_running()) {
+    for t in ctx.trees.iter().filter(|t| !t.ended && t.pid1_running()) {
         for mut e in tree_logs(t.pid) {
             e.step = format!("{} ({})", e.step, t.label);
             g.evidence(e);
         }
     }
 
-    // Each tree as a whole: what its namespace held, then SIGKILL to its PID 1, then the wait
-    // until the namespace is empty.
-    let trees = ctx.trees.clone();
+    // Each tree still running, as a whole: what its namespace held, SIGKILL to its PID 1 (all
+    // of them first, so no wait holds up another tree's end), then the wait until its
+    // namespace is empty. Trees already seen gone during the run are listed, not looked for.
+    let (already_ended, running): (Vec<TreeRecord>, Vec<TreeRecord>) =
+        ctx.trees.iter().cloned().partition(|t| t.ended);
     let mut ended = Vec::new();
-    for t in &trees {
+    for t in &running {
         let ns: BTreeSet<String> = t.pidns.iter().cloned().collect();
         let before = probe::members(&ns);
         let was_running = t.pid1_running();
@@ -127,13 +129,17 @@ pub fn run(ctx: &mut Ctx) -> Gate {
                 failures.push(format!("{e:#}"));
             }
         }
-        if let Err(e) = super::wait_tree_gone(t, bound, true) {
-            failures.push(e.to_string());
-        }
         ended.push(json!({"label": t.label, "pid": t.pid, "pidns": t.pidns,
                           "was_running": was_running, "processes": members_listing(&before)}));
     }
+    for t in &running {
+        match super::wait_tree_gone(t, bound, true) {
+            Ok(()) => ctx.mark_ended(t.pid),
+            Err(e) => failures.push(e.to_string()),
+        }
+    }
     g.data("trees_killed", json!(ended));
+    g.data("trees_ended_before_cleanup", json!(already_ended));
 
     // Anything else with the marker: outside every tree (a half-started spawn), or escaped.
     let census = probe::census(&ctx.cfg.marker);
@@ -159,15 +165,15 @@ pub fn run(ctx: &mut Ctx) -> Gate {
 
     // The final look, on its own: nothing above is trusted to have worked.
     reap_children();
-    let all_ns: BTreeSet<String> = trees.iter().filter_map(|t| t.pidns.clone()).collect();
+    let all_ns: BTreeSet<String> = running.iter().filter_map(|t| t.pidns.clone()).collect();
     let last = probe::census(&ctx.cfg.marker);
     let left = Leftovers {
-        pid1_running: trees
+        pid1_running: running
             .iter()
             .filter(|t| t.pidns.is_some() && t.pid1_running())
             .cloned()
             .collect(),
-        pidns_unknown: trees
+        pidns_unknown: running
             .iter()
             .filter(|t| t.pidns.is_none() && t.pid1_running())
             .cloned()
@@ -189,15 +195,21 @@ pub fn run(ctx: &mut Ctx) -> Gate {
     g.data("terminated", listing(&terminated));
     g.data("force_killed", listing(&force_killed));
     g.data("left", listing(&left.marked));
+    let trees = ctx.trees.clone();
     for c in leftover_checks(&trees, &left, &failures) {
         g.check(c);
     }
     if ctx.cfg.root_bind().exists() {
         let _ = nix::mount::umount2(&ctx.cfg.root_bind(), nix::mount::MntFlags::MNT_DETACH);
     }
-    let (n, t, k) = (trees.len(), terminated.len(), force_killed.len());
+    let (n, e, t, k) = (
+        running.len(),
+        already_ended.len(),
+        terminated.len(),
+        force_killed.len(),
+    );
     g.finish(&format!(
-        "{n} trees ended through their PID 1 and their pid namespaces are empty; no marked process left ({t} other ended on SIGTERM, {k} needed SIGKILL)"
+        "{n} trees ended here through their PID 1 and their pid namespaces are empty ({e} more were seen gone earlier in the run); no marked process left ({t} other ended on SIGTERM, {k} needed SIGKILL)"
     ))
 }
 
@@ -210,6 +222,7 @@ mod tests {
             label: label.into(),
             pid: 4242,
             pidns: pidns.map(str::to_string),
+            ended: false,
         }
     }
 

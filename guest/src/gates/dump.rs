@@ -82,7 +82,9 @@ pub fn run(ctx: &mut Ctx) -> Gate {
     let ended = match ctx.tree_record(pid).cloned() {
         Some(rec) => {
             let waited = super::wait_tree_gone(&rec, ctx.cfg.quick(), false);
-            if waited.is_err() {
+            if waited.is_ok() {
+                ctx.mark_ended(pid);
+            } else {
                 // Left running by CRIU: ended here so later gates and cleanup start clean.
                 let _ = ctx.kill_tree(pid);
             }

@@ -99,15 +99,28 @@ pub fn is_executable(p: &Path) -> bool {
         .unwrap_or(false)
 }
 
+/// The rectangle isolation and reset draw into a copy's root window, outside the xterm, and its
+/// colour (pure red: nothing else on the screen has it).
+pub const MARK: x11rb::protocol::xproto::Rectangle = x11rb::protocol::xproto::Rectangle {
+    x: 560,
+    y: 400,
+    width: 60,
+    height: 60,
+};
+pub const MARK_RGB: u32 = 0x00ff_0000;
+
 /// The state of a tree at one moment, as seen from outside.
 #[derive(Clone, Debug)]
 pub struct Observation {
     pub app: AppState,
+    /// Just before the app was asked: the anchor of every counter bound derived from `app`.
+    pub app_asked_at: Instant,
     pub windows: Vec<Window>,
     pub frame_sha256: String,
+    /// Whether the frame shows the drawn mark in full.
+    pub mark_drawn: bool,
     /// Report-relative path of the PNG of that frame.
     pub png: String,
-    pub at: Instant,
 }
 
 /// A tree this run started or restored: its PID 1 as the host sees it and the pid namespace it
@@ -118,6 +131,10 @@ pub struct TreeRecord {
     pub pid: i32,
     /// None when PID 1 was already gone when the tree was registered.
     pub pidns: Option<String>,
+    /// Set once the tree was seen gone (PID 1 and its namespace). The kernel reuses the inode
+    /// numbers of freed namespaces, so an ended tree's `pidns` may later name another tree's
+    /// namespace, or a stranger's: it is never looked for again.
+    pub ended: bool,
 }
 
 impl TreeRecord {
@@ -170,13 +187,27 @@ impl Ctx {
             label: label.to_string(),
             pid,
             pidns: probe::pidns_of(pid).ok(),
+            ended: false,
         };
         self.trees.push(rec.clone());
         rec
     }
 
+    /// The live record of a tree by its PID 1 (ended trees' pids may have been reused).
     pub fn tree_record(&self, pid: i32) -> Option<&TreeRecord> {
-        self.trees.iter().rev().find(|t| t.pid == pid)
+        self.trees.iter().rev().find(|t| t.pid == pid && !t.ended)
+    }
+
+    /// Records that a tree was seen gone.
+    pub fn mark_ended(&mut self, pid: i32) {
+        if let Some(t) = self
+            .trees
+            .iter_mut()
+            .rev()
+            .find(|t| t.pid == pid && !t.ended)
+        {
+            t.ended = true;
+        }
     }
 
     pub fn run(&self, step: &str, argv: &[String]) -> exec::Outcome {
@@ -214,6 +245,7 @@ impl Ctx {
 
     /// Reads app, windows and framebuffer of a tree and keeps the frame as `png/<name>.png`.
     pub fn observe(&self, tree_pid: i32, name: &str) -> Result<Observation> {
+        let app_asked_at = Instant::now();
         let app = self.app(tree_pid, "get")?;
         let (windows, frame) = self.x(tree_pid, "X windows and framebuffer", |c| {
             Ok((c.mapped_toplevels()?, c.grab()?))
@@ -222,11 +254,24 @@ impl Ctx {
         frame.write_png(&self.cfg.report_dir().join(&png))?;
         Ok(Observation {
             app,
+            app_asked_at,
             windows,
             frame_sha256: frame.sha256(),
+            mark_drawn: frame.rect_is(MARK, MARK_RGB),
             png,
-            at: Instant::now(),
         })
+    }
+
+    /// Whether the X server answering on a tree's display socket runs inside that tree.
+    pub fn check_x_server_in_tree(&self, name: &str, tree_pid: i32) -> Check {
+        let sock = x11::socket_path(tree_pid, self.cfg.display);
+        let peer = wait::bounded("X server peer", self.cfg.quick(), {
+            let sock = sock.clone();
+            move || x11::server_peer(&sock)
+        })
+        .map_err(|e| format!("{e:#}"));
+        let want = self.tree_record(tree_pid).and_then(|t| t.pidns.clone());
+        crate::compare::x_server_in_tree(name, &sock.display().to_string(), peer, want.as_deref())
     }
 
     /// `criu restore` of the dump as copy `label`; on success the copy is registered.
@@ -264,13 +309,14 @@ impl Ctx {
 
     /// Ends one tree: SIGKILL to its PID 1 takes the whole pid namespace down; then waits until
     /// no process is left in that namespace.
-    pub fn kill_tree(&self, pid: i32) -> Result<()> {
+    pub fn kill_tree(&mut self, pid: i32) -> Result<()> {
         let rec = self
             .tree_record(pid)
             .cloned()
-            .with_context(|| format!("pid {pid} is not a tree of this run"))?;
+            .with_context(|| format!("pid {pid} is not a running tree of this run"))?;
         kill_tree_pid1(&rec)?;
         wait_tree_gone(&rec, self.cfg.step_timeout, false)?;
+        self.mark_ended(pid);
         Ok(())
     }
 }
@@ -351,14 +397,7 @@ pub fn all_differ(a: &BTreeMap<String, String>, b: &BTreeMap<String, String>) ->
             .all(|(k, v)| !v.starts_with("unreadable") && b.get(k).is_some_and(|w| w != v))
 }
 
-pub fn check(name: &str, passed: bool, value: Value, expected: &str) -> Check {
-    Check {
-        name: name.to_string(),
-        passed,
-        value,
-        expected: expected.to_string(),
-    }
-}
+pub use crate::compare::check;
 
 /// Builds a gate from its checks: PASS only when there are checks and all passed.
 pub struct GateBuilder {
@@ -453,6 +492,7 @@ pub fn obs_value(o: &Observation) -> Value {
         "counter": o.app.counter,
         "windows": o.windows,
         "framebuffer_sha256": o.frame_sha256,
+        "mark_drawn": o.mark_drawn,
         "png": o.png,
     })
 }
@@ -509,12 +549,6 @@ pub fn check_no_network_lock_left(ctx: &Ctx, g: &mut GateBuilder, pid: i32) {
     ));
 }
 
-/// Counter ticks are 100 ms; a restored counter may be ahead of the dump-time value by at most
-/// the ticks that fit in the wall time since, plus slack for ticks between query and freeze.
-pub fn counter_bound(dump_counter: u64, since: Duration) -> u64 {
-    dump_counter + since.as_millis() as u64 / 100 + 50
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -558,12 +592,6 @@ mod tests {
             in_netns_argv(42, &["nft", "list", "ruleset"]).join(" "),
             "nsenter --net=/proc/42/ns/net -- nft list ruleset"
         );
-    }
-
-    #[test]
-    fn counter_bound_grows_with_time() {
-        assert_eq!(counter_bound(10, Duration::from_secs(1)), 70);
-        assert!(counter_bound(10, Duration::from_secs(60)) > counter_bound(10, Duration::ZERO));
     }
 
     #[test]
