@@ -10,6 +10,7 @@ pub mod environment;
 pub mod exec;
 pub mod gates;
 pub mod probe;
+pub mod pstree;
 pub mod report;
 pub mod signals;
 pub mod stateapp;
