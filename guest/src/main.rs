@@ -104,6 +104,27 @@ fn absolute(p: PathBuf) -> Result<PathBuf> {
         .join(p))
 }
 
+/// Every file beside the report is listed as an artifact of this run, so files of an earlier
+/// run there would pass for this run's evidence.
+fn refuse_non_empty_report_dir(out: &std::path::Path) -> Result<()> {
+    let dir = match out.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => return Ok(()),
+    };
+    let first = match std::fs::read_dir(dir) {
+        Ok(mut rd) => rd.next().and_then(|e| e.ok()).map(|e| e.file_name()),
+        Err(_) => None,
+    };
+    if let Some(name) = first {
+        bail!(
+            "the report directory {} is not empty (it holds {}): every file beside the report is listed as this run's artifact, so give --out a file in a new or empty directory",
+            dir.display(),
+            name.to_string_lossy()
+        );
+    }
+    Ok(())
+}
+
 fn diagnose_main(a: DiagnoseArgs) -> Result<i32> {
     let marker = match a.marker {
         Some(m) => m,
@@ -120,6 +141,9 @@ fn diagnose_main(a: DiagnoseArgs) -> Result<i32> {
             out.display(),
             out.display()
         );
+    }
+    if !a.plan {
+        refuse_non_empty_report_dir(&out)?;
     }
     let cfg = Config {
         work,

@@ -197,6 +197,21 @@ fn plan_prints_commands_and_starts_and_writes_nothing() {
 }
 
 #[test]
+fn a_non_empty_report_dir_is_refused_before_anything_runs() {
+    let c = Case::new("stale");
+    let dir = c.out().parent().unwrap().to_path_buf();
+    std::fs::create_dir_all(dir.join("png")).unwrap();
+    std::fs::write(dir.join("png/old.png"), b"from an earlier run").unwrap();
+    let out = Command::new(BIN).args(c.args()).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("is not empty"), "{stderr}");
+    assert!(!c.out().exists(), "a report was written beside stale files");
+    assert!(!c.dir.join("work").exists(), "the run started anyway");
+    c.assert_nothing_left();
+}
+
+#[test]
 fn host_run_launches_probes_and_cleans_up() {
     if skip_unless_root("host_run_launches_probes_and_cleans_up") {
         return;
