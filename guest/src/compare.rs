@@ -256,6 +256,25 @@ pub fn x_server_in_tree(
     )
 }
 
+/// A restore hands back a new tree: neither its PID 1 nor its pid namespace belongs to another
+/// tree still running.
+pub fn fresh_copy(
+    name: &str,
+    copy: &crate::gates::TreeRecord,
+    others: &[crate::gates::TreeRecord],
+) -> Check {
+    let clashes: Vec<&crate::gates::TreeRecord> = others
+        .iter()
+        .filter(|o| o.pid == copy.pid || (copy.pidns.is_some() && o.pidns == copy.pidns))
+        .collect();
+    check(
+        name,
+        copy.pidns.is_some() && clashes.is_empty(),
+        json!({"copy": copy, "running_beside_it": others, "same_as": clashes}),
+        "a new tree: a PID 1 and pid namespace no other running tree has",
+    )
+}
+
 /// The processes CRIU recorded (its pstree, pids inside the tree's namespace) against the
 /// processes seen in the tree at dump time.
 pub fn pstree_matches(recorded: &BTreeSet<i32>, seen: &BTreeSet<i32>) -> Check {
@@ -460,6 +479,34 @@ mod tests {
         assert_eq!(other.value["server_pidns"], "pid:[8]");
         assert!(!x_server_in_tree("x", "/s", Err("refused".into()), ns).passed);
         assert!(!x_server_in_tree("x", "/s", Ok((5, "pid:[7]".into())), None).passed);
+    }
+
+    #[test]
+    fn a_restore_must_hand_back_a_new_tree() {
+        let rec = |label: &str, pid: i32, ns: Option<&str>| crate::gates::TreeRecord {
+            label: label.into(),
+            pid,
+            pidns: ns.map(str::to_string),
+            ended: false,
+        };
+        let copy = rec("copy reset", 300, Some("pid:[3]"));
+        let b = rec("copy b", 200, Some("pid:[2]"));
+        assert!(fresh_copy("n", &copy, std::slice::from_ref(&b)).passed);
+        assert!(fresh_copy("n", &copy, &[]).passed);
+        let handed_back = rec("copy reset", 200, Some("pid:[2]"));
+        let c = fresh_copy("n", &handed_back, std::slice::from_ref(&b));
+        assert!(!c.passed);
+        assert_eq!(c.value["same_as"][0]["label"], "copy b");
+        assert!(
+            !fresh_copy(
+                "n",
+                &rec("x", 200, Some("pid:[9]")),
+                std::slice::from_ref(&b)
+            )
+            .passed
+        );
+        assert!(!fresh_copy("n", &rec("x", 9, Some("pid:[2]")), &[b]).passed);
+        assert!(!fresh_copy("n", &rec("x", 9, None), &[]).passed);
     }
 
     #[test]

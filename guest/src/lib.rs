@@ -9,6 +9,7 @@ pub mod digest;
 pub mod environment;
 pub mod exec;
 pub mod gates;
+pub mod lies;
 pub mod probe;
 pub mod pstree;
 pub mod report;

@@ -31,7 +31,8 @@ fn u32_le(b: &[u8], at: usize) -> Option<u32> {
     Some(u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
 }
 
-pub fn parse(b: &[u8]) -> Result<Vec<PstreeEntry>> {
+/// Where each entry sits in the file, its length prefix included: (start, end).
+pub fn entry_spans(b: &[u8]) -> Result<Vec<(usize, usize)>> {
     let (Some(common), Some(magic)) = (u32_le(b, 0), u32_le(b, 4)) else {
         bail!("{} bytes: too short for the image magics", b.len());
     };
@@ -43,14 +44,23 @@ pub fn parse(b: &[u8]) -> Result<Vec<PstreeEntry>> {
     while at < b.len() {
         let len =
             u32_le(b, at).with_context(|| format!("truncated entry length at byte {at}"))? as usize;
-        at += 4;
-        let body = b
-            .get(at..at + len)
-            .with_context(|| format!("entry of {len} bytes at byte {at} runs past the end"))?;
-        out.push(entry(body).with_context(|| format!("entry at byte {}", at - 4))?);
-        at += len;
+        let end = at + 4 + len;
+        if end > b.len() {
+            bail!("entry of {len} bytes at byte {at} runs past the end");
+        }
+        out.push((at, end));
+        at = end;
     }
     Ok(out)
+}
+
+pub fn parse(b: &[u8]) -> Result<Vec<PstreeEntry>> {
+    entry_spans(b)?
+        .into_iter()
+        .map(|(start, end)| {
+            entry(&b[start + 4..end]).with_context(|| format!("entry at byte {start}"))
+        })
+        .collect()
 }
 
 fn varint(b: &[u8], at: &mut usize) -> Result<u64> {

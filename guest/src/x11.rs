@@ -224,6 +224,38 @@ impl XConn {
         })
     }
 
+    /// Creates and maps a top-level window titled `title` that outlives this connection
+    /// (close-down mode RetainPermanent): a window the dump never had.
+    pub fn map_lasting_window(&self, title: &str, rect: Rectangle) -> Result<u32> {
+        use x11rb::protocol::xproto::{CloseDown, CreateWindowAux, PropMode, WindowClass};
+        use x11rb::wrapper::ConnectionExt as _;
+        let w = self.conn.generate_id()?;
+        self.conn.set_close_down_mode(CloseDown::RETAIN_PERMANENT)?;
+        self.conn.create_window(
+            x11rb::COPY_DEPTH_FROM_PARENT,
+            w,
+            self.root,
+            rect.x,
+            rect.y,
+            rect.width,
+            rect.height,
+            0,
+            WindowClass::INPUT_OUTPUT,
+            x11rb::COPY_FROM_PARENT,
+            &CreateWindowAux::new().background_pixel(0x0000_ff00),
+        )?;
+        self.conn.change_property8(
+            PropMode::REPLACE,
+            w,
+            AtomEnum::WM_NAME,
+            AtomEnum::STRING,
+            title.as_bytes(),
+        )?;
+        self.conn.map_window(w)?;
+        self.conn.get_input_focus()?.reply()?;
+        Ok(w)
+    }
+
     /// Paints a rectangle onto the root window: a change of X state that only this server sees.
     pub fn fill_rect(&self, rect: Rectangle, pixel: u32) -> Result<()> {
         let gc = self.conn.generate_id()?;

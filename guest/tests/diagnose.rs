@@ -458,3 +458,144 @@ fn not_root_fails_prerequisites_and_runs_no_tree() {
     assert_criu_gates_not_run(&r);
     assert_eq!(status(&r, GateName::Cleanup), Status::Pass);
 }
+
+/// A stand-in for the real criu that records each call's arguments and exits 7.
+fn recording_criu(dir: &Path) -> PathBuf {
+    let p = dir.join("recording-criu");
+    let log = dir.join("calls.log");
+    std::fs::write(
+        &p,
+        format!("#!/bin/sh\necho \"$*\" >> '{}'\nexit 7\n", log.display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    p
+}
+
+fn lying(real: &Path, lie: &str, state: &Path, args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(["lying-criu", "--real"])
+        .arg(real)
+        .args(["--lie", lie, "--state"])
+        .arg(state)
+        .arg("--")
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn the_lying_criu_passes_every_other_call_through_and_lies_once() {
+    let c = Case::new("liar");
+    let real = recording_criu(&c.dir);
+    let state = c.dir.join("state");
+    let calls = || std::fs::read_to_string(c.dir.join("calls.log")).unwrap_or_default();
+
+    let out = lying(&real, "dump-writes-nothing", &state, &["check", "--all"]);
+    assert_eq!(
+        out.status.code(),
+        Some(7),
+        "a passed-through call keeps its exit code"
+    );
+    assert_eq!(calls(), "check --all\n");
+
+    let dump = ["dump", "-t", "42", "-D", "/nonexistent/dump", "-v4"];
+    let out = lying(&real, "dump-writes-nothing", &state, &dump);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "the lie: success without a dump"
+    );
+    assert_eq!(calls(), "check --all\n", "the real criu was not called");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("lying-criu: dump-writes-nothing"));
+
+    let out = lying(&real, "dump-writes-nothing", &state, &dump);
+    assert_eq!(out.status.code(), Some(7), "it lies once only");
+    assert!(calls().ends_with("dump -t 42 -D /nonexistent/dump -v4\n"));
+
+    // A restore lie that hands back another copy's PID 1.
+    let work = c.dir.join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    std::fs::write(work.join("restore-a.pid"), "4242\n").unwrap();
+    let pidfile = work.join("restore-b.pid");
+    let restore_b = [
+        "restore",
+        "-D",
+        "/nonexistent/dump",
+        "-d",
+        "--pidfile",
+        pidfile.to_str().unwrap(),
+    ];
+    let out = lying(&real, "restore-b-is-copy-a", &state, &restore_b);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(std::fs::read_to_string(&pidfile).unwrap().trim(), "4242");
+    let out = lying(
+        &real,
+        "restore-b-is-copy-a",
+        &state,
+        &["restore", "--pidfile", "/w/restore-a.pid"],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(7),
+        "copy a's restore is not the one it lies about"
+    );
+
+    let out = lying(&real, "no-such-lie", &state, &["check"]);
+    assert_eq!(out.status.code(), Some(1));
+}
+
+/// Where CRIU works on this machine, the whole lying-CRIU suite runs here too; otherwise it
+/// runs inside the guest VM (`sharedos-gate lie-suite`), and this test says so.
+#[test]
+fn lying_criu_suite_where_criu_works() {
+    if skip_unless_root("lying_criu_suite_where_criu_works") {
+        return;
+    }
+    let criu = match ["/usr/sbin/criu", "/usr/local/sbin/criu", "/sbin/criu"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
+    {
+        Some(p) => p,
+        None => {
+            eprintln!("\n!!!!! lying_criu_suite_where_criu_works: no criu here; the suite runs in the guest VM !!!!!\n");
+            return;
+        }
+    };
+    let check = Command::new(&criu).arg("check").output().unwrap();
+    if !check.status.success() {
+        eprintln!(
+            "\n!!!!! lying_criu_suite_where_criu_works: `criu check` fails on this kernel ({}); the suite runs in the guest VM !!!!!\n",
+            String::from_utf8_lossy(&check.stderr).lines().last().unwrap_or("")
+        );
+        return;
+    }
+    let c = Case::new("liesuite");
+    let out = Command::new(BIN)
+        .args(["lie-suite", "--criu"])
+        .arg(&criu)
+        .arg("--work")
+        .arg(c.dir.join("work"))
+        .arg("--out")
+        .arg(c.dir.join("lies"))
+        .args([
+            "--display",
+            &format!(":{}", c.display),
+            "--step-timeout",
+            "90",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let n = sharedos_gate::lies::LIES.len();
+    assert!(
+        stdout.contains(&format!("{n} of {n} lies caught")),
+        "{stdout}"
+    );
+}

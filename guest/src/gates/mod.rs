@@ -200,14 +200,20 @@ impl Ctx {
 
     /// Records that a tree was seen gone.
     pub fn mark_ended(&mut self, pid: i32) {
-        if let Some(t) = self
-            .trees
-            .iter_mut()
-            .rev()
-            .find(|t| t.pid == pid && !t.ended)
-        {
+        // Every record of that pid: a lying restore may hand back one tree under two labels.
+        for t in self.trees.iter_mut().filter(|t| t.pid == pid) {
             t.ended = true;
         }
+    }
+
+    /// The other trees still running beside the most recently registered one.
+    pub fn other_running_trees(&self) -> Vec<TreeRecord> {
+        let n = self.trees.len().saturating_sub(1);
+        self.trees[..n]
+            .iter()
+            .filter(|t| !t.ended && t.pid1_running())
+            .cloned()
+            .collect()
     }
 
     pub fn run(&self, step: &str, argv: &[String]) -> exec::Outcome {
@@ -299,7 +305,8 @@ impl Ctx {
                 s.trim()
                     .parse::<i32>()
                     .with_context(|| format!("pidfile {} holds {s:?}", pidfile.display()))
-            });
+            })
+            .and_then(heads_own_pid_namespace);
         if let Ok(p) = pid {
             self.copies.insert(label.to_string(), p);
             self.register_tree(&format!("copy {label}"), p);
@@ -319,6 +326,20 @@ impl Ctx {
         self.mark_ended(pid);
         Ok(())
     }
+}
+
+/// A restored copy's PID 1 is PID 1 of a pid namespace other than ours. Anything else named by a
+/// pidfile is refused: signals meant for a copy must never reach another process.
+pub fn heads_own_pid_namespace(pid: i32) -> Result<i32> {
+    let ns = probe::pidns_of(pid).with_context(|| format!("pid {pid} from the pidfile"))?;
+    let mine = probe::pidns_of(std::process::id() as i32).context("our own pid namespace")?;
+    let inner = probe::ns_pid_of(pid);
+    if ns == mine || inner != Some(1) {
+        anyhow::bail!(
+            "the pidfile names pid {pid}, which is not PID 1 of a pid namespace of its own (its pid there: {inner:?}, its namespace {ns}, ours {mine})"
+        );
+    }
+    Ok(pid)
 }
 
 /// SIGKILL to a tree's PID 1, if it still runs; a PID 1 that already exited is not an error.

@@ -87,6 +87,19 @@ pub fn run(ctx: &mut Ctx) -> Gate {
         }
     };
     g.data("copy_pid", json!(pid));
+    match ctx.tree_record(pid).cloned() {
+        Some(rec) => g.check(compare::fresh_copy(
+            "new_copy",
+            &rec,
+            &ctx.other_running_trees(),
+        )),
+        None => g.check(check(
+            "new_copy",
+            false,
+            json!({"pid": pid}),
+            "a registered new tree",
+        )),
+    };
     g.check(ctx.check_x_server_in_tree("x_server_in_copy", pid));
     check_app_state(ctx, &mut g, pid, &snap, "");
     match ctx.observe(pid, "reset") {

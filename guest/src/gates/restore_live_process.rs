@@ -49,11 +49,13 @@ pub fn run(ctx: &mut Ctx) -> Gate {
         check(
             "criu_restore_succeeded",
             ok,
-            json!(ev.exit_code),
-            "exit 0 and a pidfile",
+            json!({"exit_code": ev.exit_code, "copy_pid": pid.as_ref().map_err(|e| format!("{e:#}"))}),
+            "exit 0 and a pidfile naming PID 1 of a new pid namespace",
         ),
         || match &pid {
-            Err(e) => format!("criu restore failed: {e:#} (log: criu/restore-a.log)"),
+            Err(e) => format!(
+                "criu_restore_succeeded failed: criu restore of copy a gave no running copy: {e:#} (log: criu/restore-a.log)"
+            ),
             Ok(_) => String::new(),
         },
     );
