@@ -95,6 +95,25 @@ pub const LIES: [Lie; 11] = [
     },
 ];
 
+/// The lies as a Markdown table: the lie, the gate that catches it, and the checks it reports.
+pub fn table_markdown() -> String {
+    let mut t = String::from("| lie | what the wrapper does | caught by | failing check (one of) |\n| --- | --- | --- | --- |\n");
+    for l in LIES {
+        t.push_str(&format!(
+            "| `{}` | {} | {} | {} |\n",
+            l.name,
+            l.does.replace('|', "\\|"),
+            l.target,
+            l.caught_by
+                .iter()
+                .map(|c| format!("`{c}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    t
+}
+
 pub fn lie(name: &str) -> Option<Lie> {
     LIES.iter().copied().find(|l| l.name == name)
 }
@@ -548,6 +567,14 @@ mod tests {
         let mut dirty = report_for(&lie, "same_framebuffer");
         dirty.gates[9].status = Status::Fail;
         assert!(judge(&lie, &dirty).iter().any(|m| m.starts_with("cleanup")));
+    }
+
+    #[test]
+    fn the_table_has_a_row_per_lie() {
+        let t = table_markdown();
+        assert_eq!(t.lines().count(), LIES.len() + 2);
+        assert!(t.contains("| `restore-reset-is-copy-b` |"));
+        assert!(t.contains("| reset | `new_copy` |"));
     }
 
     #[test]

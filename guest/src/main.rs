@@ -48,8 +48,8 @@ enum Cmd {
         #[arg(long, default_value = "/tmp/sharedos-lie-suite")]
         work: PathBuf,
         /// Where each lie's report and the summary lies.json go.
-        #[arg(long)]
-        out: PathBuf,
+        #[arg(long, required_unless_present = "list")]
+        out: Option<PathBuf>,
         #[arg(long, default_value = ":172", value_parser = parse_display)]
         display: u32,
         #[arg(long, default_value_t = 60)]
@@ -57,6 +57,9 @@ enum Cmd {
         /// Only these lies (by name); all of them when absent.
         #[arg(long)]
         lie: Vec<String>,
+        /// Print the lies as a Markdown table and run nothing.
+        #[arg(long)]
+        list: bool,
     },
     /// Internal: a criu that passes every call through to --real but the one its lie hits.
     #[command(hide = true)]
@@ -260,6 +263,10 @@ fn main() {
             state,
             args,
         } => lies::wrapper_main(&real, &lie, &state, &args),
+        Cmd::LieSuite { list: true, .. } => {
+            print!("{}", lies::table_markdown());
+            Ok(0)
+        }
         Cmd::LieSuite {
             criu,
             work,
@@ -267,11 +274,12 @@ fn main() {
             display,
             step_timeout,
             lie,
+            list: false,
         } => absolute(work).and_then(|work| {
             let cfg = lies::SuiteConfig {
                 real_criu: absolute(criu)?,
                 work,
-                out: absolute(out)?,
+                out: absolute(out.context("--out is required")?)?,
                 display,
                 step_timeout,
                 only: lie,
