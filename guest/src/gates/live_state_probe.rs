@@ -8,7 +8,7 @@ use crate::report::{Gate, GateName};
 use crate::tree::XTERM_TITLE;
 use serde_json::json;
 
-/// The three kinds of process the SPEC names, picked out of the marked ones.
+/// The three kinds of process the live-state checks look for, picked out of the marked ones.
 pub fn xvfb<'a>(procs: &'a [MarkedProcess], display: &str) -> Vec<&'a MarkedProcess> {
     procs
         .iter()
