@@ -366,14 +366,32 @@ pub struct SuiteConfig {
 /// Runs the diagnostic once per lie with the lying wrapper as `--criu` and judges each report.
 pub fn suite_main(cfg: &SuiteConfig, progress: &mut dyn FnMut(&LieOutcome)) -> Result<i32> {
     let exe = std::env::current_exe().context("locating this binary")?;
-    std::fs::create_dir_all(&cfg.out).with_context(|| format!("mkdir {}", cfg.out.display()))?;
-    let mut outcomes = Vec::new();
-    for (i, lie) in LIES
+    let chosen: Vec<&Lie> = LIES
         .iter()
         .filter(|l| cfg.only.is_empty() || cfg.only.iter().any(|o| o == l.name))
-        .enumerate()
-    {
-        let work = cfg.work.join(lie.name);
+        .collect();
+    if let Some(unknown) = cfg.only.iter().find(|o| lie(o).is_none()) {
+        bail!(
+            "no lie named {unknown}; the lies: {}",
+            LIES.map(|l| l.name).join(", ")
+        );
+    }
+    // Reports of an earlier suite there would be judged as this one's.
+    if std::fs::read_dir(&cfg.out).is_ok_and(|mut d| d.next().is_some()) {
+        bail!(
+            "{} is not empty: give --out a new or empty directory",
+            cfg.out.display()
+        );
+    }
+    std::fs::create_dir_all(&cfg.out).with_context(|| format!("mkdir {}", cfg.out.display()))?;
+    // A fresh scratch directory per suite run: a lie's state file left by an earlier run would
+    // keep the wrapper from lying.
+    let run_work = cfg
+        .work
+        .join(format!("suite-{}", crate::stateapp::random_hex(4)?));
+    let mut outcomes = Vec::new();
+    for (i, lie) in chosen.into_iter().enumerate() {
+        let work = run_work.join(lie.name);
         let state = work.join("lie-state");
         std::fs::create_dir_all(&work).with_context(|| format!("mkdir {}", work.display()))?;
         let wrapper = work.join("criu");

@@ -599,3 +599,26 @@ fn lying_criu_suite_where_criu_works() {
         "{stdout}"
     );
 }
+
+#[test]
+fn the_lie_suite_refuses_a_used_out_dir_and_an_unknown_lie() {
+    let c = Case::new("suiteargs");
+    let out_dir = c.dir.join("lies");
+    std::fs::create_dir_all(&out_dir).unwrap();
+    std::fs::write(out_dir.join("lies.json"), "[]").unwrap();
+    let used = Command::new(BIN)
+        .args(["lie-suite", "--out"])
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    assert_eq!(used.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&used.stderr).contains("is not empty"));
+    let unknown = Command::new(BIN)
+        .args(["lie-suite", "--lie", "criu-is-honest", "--out"])
+        .arg(c.dir.join("fresh"))
+        .output()
+        .unwrap();
+    assert_eq!(unknown.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("no lie named criu-is-honest"));
+    assert!(!c.dir.join("fresh").exists(), "nothing was started");
+}
