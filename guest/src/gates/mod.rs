@@ -296,9 +296,6 @@ impl Ctx {
             &self.cfg.criu_log(&format!("restore-{label}")),
         );
         let out = self.run(&format!("criu restore of copy {label}"), &argv);
-        if !out.success() {
-            return (Err(anyhow::anyhow!("{}", out.summary())), out.evidence);
-        }
         let pid = std::fs::read_to_string(&pidfile)
             .with_context(|| format!("reading {}", pidfile.display()))
             .and_then(|s| {
@@ -307,6 +304,14 @@ impl Ctx {
                     .with_context(|| format!("pidfile {} holds {s:?}", pidfile.display()))
             })
             .and_then(heads_own_pid_namespace);
+        if !out.success() {
+            // A restore cut short (a timeout, a signal) may already have written the pidfile of
+            // a tree that runs: remembered, so cleanup ends it as a whole.
+            if let Ok(p) = pid {
+                self.register_tree(&format!("copy {label} (restore cut short)"), p);
+            }
+            return (Err(anyhow::anyhow!("{}", out.summary())), out.evidence);
+        }
         if let Ok(p) = pid {
             self.copies.insert(label.to_string(), p);
             self.register_tree(&format!("copy {label}"), p);
