@@ -308,7 +308,12 @@ pub fn plan(cfg: &Config) -> Vec<PlanStep> {
     }
     v.push(step(
         GateName::Cleanup,
-        "SIGTERM, then SIGKILL, to every process whose cmdline or environ carries the marker (kill(2))",
+        "SIGKILL to each tree's PID 1 (kill(2)): its whole pid namespace ends; then wait until no process is left in it",
+        vec!["kill".into(), "-KILL".into(), "<PID 1 of each tree>".into()],
+    ));
+    v.push(step(
+        GateName::Cleanup,
+        "then SIGTERM, then SIGKILL, to any other process whose cmdline or environ carries the marker (kill(2))",
         vec!["kill".into(), "-TERM".into(), format!("<pids marked {}>", cfg.marker)],
     ));
     v

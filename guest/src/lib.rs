@@ -2,13 +2,16 @@
 //! report schema both sides share.
 
 pub mod clock;
+pub mod compare;
 pub mod criu;
 pub mod diagnose;
 pub mod digest;
 pub mod environment;
 pub mod exec;
 pub mod gates;
+pub mod lies;
 pub mod probe;
+pub mod pstree;
 pub mod report;
 pub mod signals;
 pub mod stateapp;

@@ -3,7 +3,7 @@ use clap::{Parser, Subcommand};
 use sharedos_gate::gates::Config;
 use sharedos_gate::report::Gate;
 use sharedos_gate::tree::TreeSpec;
-use sharedos_gate::{diagnose, stateapp, tree};
+use sharedos_gate::{diagnose, lies, stateapp, tree};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -37,6 +37,41 @@ enum Cmd {
         marker: String,
         #[arg(long, value_parser = parse_display)]
         display: u32,
+    },
+    /// Runs the diagnostic once per lie of a lying criu and checks each lie is caught by the
+    /// gate that looks at what it breaks (needs root and a criu whose `criu check` succeeds).
+    LieSuite {
+        /// The real criu the lying wrapper passes calls through to.
+        #[arg(long, default_value = "/usr/sbin/criu")]
+        criu: PathBuf,
+        /// Scratch directory, one subdirectory per lie.
+        #[arg(long, default_value = "/tmp/sharedos-lie-suite")]
+        work: PathBuf,
+        /// Where each lie's report and the summary lies.json go.
+        #[arg(long, required_unless_present = "list")]
+        out: Option<PathBuf>,
+        #[arg(long, default_value = ":172", value_parser = parse_display)]
+        display: u32,
+        #[arg(long, default_value_t = 60)]
+        step_timeout: u64,
+        /// Only these lies (by name); all of them when absent.
+        #[arg(long)]
+        lie: Vec<String>,
+        /// Print the lies as a Markdown table and run nothing.
+        #[arg(long)]
+        list: bool,
+    },
+    /// Internal: a criu that passes every call through to --real but the one its lie hits.
+    #[command(hide = true)]
+    LyingCriu {
+        #[arg(long)]
+        real: PathBuf,
+        #[arg(long)]
+        lie: String,
+        #[arg(long)]
+        state: PathBuf,
+        #[arg(last = true, allow_hyphen_values = true)]
+        args: Vec<String>,
     },
     /// Internal: the stateful probe app.
     #[command(hide = true)]
@@ -104,6 +139,27 @@ fn absolute(p: PathBuf) -> Result<PathBuf> {
         .join(p))
 }
 
+/// Every file beside the report is listed as an artifact of this run, so files of an earlier
+/// run there would pass for this run's evidence.
+fn refuse_non_empty_report_dir(out: &std::path::Path) -> Result<()> {
+    let dir = match out.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => return Ok(()),
+    };
+    let first = match std::fs::read_dir(dir) {
+        Ok(mut rd) => rd.next().and_then(|e| e.ok()).map(|e| e.file_name()),
+        Err(_) => None,
+    };
+    if let Some(name) = first {
+        bail!(
+            "the report directory {} is not empty (it holds {}): every file beside the report is listed as this run's artifact, so give --out a file in a new or empty directory",
+            dir.display(),
+            name.to_string_lossy()
+        );
+    }
+    Ok(())
+}
+
 fn diagnose_main(a: DiagnoseArgs) -> Result<i32> {
     let marker = match a.marker {
         Some(m) => m,
@@ -120,6 +176,9 @@ fn diagnose_main(a: DiagnoseArgs) -> Result<i32> {
             out.display(),
             out.display()
         );
+    }
+    if !a.plan {
+        refuse_non_empty_report_dir(&out)?;
     }
     let cfg = Config {
         work,
@@ -198,6 +257,48 @@ fn main() {
         })
         .map(|()| 0),
         Cmd::Stateapp { marker: _, socket } => stateapp::serve(&socket).map(|()| 0),
+        Cmd::LyingCriu {
+            real,
+            lie,
+            state,
+            args,
+        } => lies::wrapper_main(&real, &lie, &state, &args),
+        Cmd::LieSuite { list: true, .. } => {
+            print!("{}", lies::table_markdown());
+            Ok(0)
+        }
+        Cmd::LieSuite {
+            criu,
+            work,
+            out,
+            display,
+            step_timeout,
+            lie,
+            list: false,
+        } => absolute(work).and_then(|work| {
+            let cfg = lies::SuiteConfig {
+                real_criu: absolute(criu)?,
+                work,
+                out: absolute(out.context("--out is required")?)?,
+                display,
+                step_timeout,
+                only: lie,
+            };
+            lies::suite_main(&cfg, &mut |o| {
+                eprintln!(
+                    "lie {}: {} -> {} {}; {}",
+                    o.lie.name,
+                    o.lie.does,
+                    o.lie.target,
+                    if o.problems.is_empty() {
+                        "caught".to_string()
+                    } else {
+                        format!("NOT CAUGHT AS REQUIRED: {}", o.problems.join("; "))
+                    },
+                    o.target_reason
+                );
+            })
+        }),
     };
     match result {
         Ok(code) => std::process::exit(code),

@@ -1,8 +1,8 @@
 //! The process table as seen from outside the tree: every process whose command line or
-//! environment carries the run's marker.
+//! environment carries the run's marker, and every process inside a given pid namespace.
 
 use serde::{Deserialize, Serialize};
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct MarkedProcess {
@@ -12,6 +12,12 @@ pub struct MarkedProcess {
     pub cmdline: Vec<String>,
     /// Where the marker was seen: "cmdline", "environ" or both.
     pub marker_in: Vec<String>,
+    /// The pid namespace it runs in (`pid:[4026532301]`), None when it could not be read.
+    #[serde(default)]
+    pub pidns: Option<String>,
+    /// Its pid inside its own (innermost) pid namespace: the pid CRIU records.
+    #[serde(default)]
+    pub ns_pid: Option<i32>,
 }
 
 impl MarkedProcess {
@@ -24,16 +30,6 @@ impl MarkedProcess {
             .map(str::to_string)
             .unwrap_or_else(|| self.comm.clone())
     }
-}
-
-fn read_nul_list(path: &str) -> Option<Vec<String>> {
-    let b = std::fs::read(path).ok()?;
-    Some(
-        b.split(|c| *c == 0)
-            .filter(|s| !s.is_empty())
-            .map(|s| String::from_utf8_lossy(s).into_owned())
-            .collect(),
-    )
 }
 
 fn ppid_and_comm(pid: i32) -> Option<(i32, String)> {
@@ -66,21 +62,153 @@ pub fn self_and_ancestors() -> HashSet<i32> {
     set
 }
 
-pub fn scan(marker: &str) -> Vec<MarkedProcess> {
-    let exclude = self_and_ancestors();
+/// The pid namespace of a process as the kernel names it (`pid:[4026532301]`).
+pub fn pidns_of(pid: i32) -> std::io::Result<String> {
+    std::fs::read_link(format!("/proc/{pid}/ns/pid")).map(|l| l.display().to_string())
+}
+
+/// The last field of `NSpid:` in /proc/PID/status: the pid in the innermost namespace.
+pub fn ns_pid_of(pid: i32) -> Option<i32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    parse_ns_pid(&status)
+}
+
+fn parse_ns_pid(status: &str) -> Option<i32> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("NSpid:"))
+        .and_then(|rest| rest.split_whitespace().last())
+        .and_then(|p| p.parse().ok())
+}
+
+/// A live (not zombie) process still listed in /proc.
+pub fn is_live(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => s
+            .rfind(')')
+            .and_then(|i| s[i + 1..].split_whitespace().next())
+            .map(|state| state != "Z" && state != "X")
+            .unwrap_or(false),
+        Err(_) => false,
+    }
+}
+
+const PF_KTHREAD: u64 = 0x0020_0000;
+
+/// Kernel threads have no memory of their own: their environ cannot be read, and they carry
+/// nothing of ours.
+fn is_kernel_thread(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| stat_flags(&s))
+        .is_some_and(|f| f & PF_KTHREAD != 0)
+}
+
+/// The `flags` field of /proc/PID/stat, the seventh after the comm.
+fn stat_flags(stat: &str) -> Option<u64> {
+    let close = stat.rfind(')')?;
+    stat.get(close + 1..)?
+        .split_whitespace()
+        .nth(6)?
+        .parse()
+        .ok()
+}
+
+fn proc_pids() -> Vec<i32> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
+    let mut pids: Vec<i32> = dir
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()))
+        .collect();
+    pids.sort_unstable();
+    pids
+}
+
+/// One process found inside a watched pid namespace.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct NsMember {
+    pub pid: i32,
+    pub pidns: String,
+    pub comm: String,
+    /// The kernel's state letter (R, S, Z, ...).
+    pub state: String,
+}
+
+/// Every process listed in /proc whose pid namespace is one of `pidns`, zombies included (a
+/// zombie still holds its namespace until it is reaped). Processes that vanish while being read
+/// are gone, not members.
+pub fn members(pidns: &BTreeSet<String>) -> Vec<NsMember> {
+    if pidns.is_empty() {
+        return Vec::new();
+    }
     let mut out = Vec::new();
-    for e in dir.flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+    for pid in proc_pids() {
+        let Ok(ns) = pidns_of(pid) else {
             continue;
         };
+        if !pidns.contains(&ns) {
+            continue;
+        }
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let comm = parse_stat(&stat).map(|(_, c)| c).unwrap_or_default();
+        let state = stat
+            .rfind(')')
+            .and_then(|i| stat[i + 1..].split_whitespace().next())
+            .unwrap_or("?")
+            .to_string();
+        out.push(NsMember {
+            pid,
+            pidns: ns,
+            comm,
+            state,
+        });
+    }
+    out
+}
+
+/// What one look at /proc found: the marked processes, and the processes whose command line or
+/// environment could not be read, which might carry the marker unseen.
+#[derive(Clone, Debug, Default)]
+pub struct Census {
+    pub marked: Vec<MarkedProcess>,
+    pub unreadable: Vec<String>,
+}
+
+/// Reads a NUL-separated /proc file; an error counts only while the process is still live (a
+/// process that exits between the listing and the read is simply gone).
+fn read_live(pid: i32, what: &str, unreadable: &mut Vec<String>) -> Vec<String> {
+    let path = format!("/proc/{pid}/{what}");
+    match std::fs::read(&path) {
+        Ok(b) => b
+            .split(|c| *c == 0)
+            .filter(|s| !s.is_empty())
+            .map(|s| String::from_utf8_lossy(s).into_owned())
+            .collect(),
+        Err(e) => {
+            if is_live(pid) && !is_kernel_thread(pid) {
+                unreadable.push(format!("{path}: {e}"));
+            }
+            Vec::new()
+        }
+    }
+}
+
+pub fn scan(marker: &str) -> Vec<MarkedProcess> {
+    census(marker).marked
+}
+
+pub fn census(marker: &str) -> Census {
+    let exclude = self_and_ancestors();
+    let mut out = Vec::new();
+    let mut unreadable = Vec::new();
+    for pid in proc_pids() {
         if exclude.contains(&pid) {
             continue;
         }
-        let cmdline = read_nul_list(&format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        let environ = read_nul_list(&format!("/proc/{pid}/environ")).unwrap_or_default();
+        let cmdline = read_live(pid, "cmdline", &mut unreadable);
+        let environ = read_live(pid, "environ", &mut unreadable);
         let mut marker_in = Vec::new();
         if cmdline.iter().any(|a| a.contains(marker)) {
             marker_in.push("cmdline".to_string());
@@ -100,16 +228,31 @@ pub fn scan(marker: &str) -> Vec<MarkedProcess> {
             comm,
             cmdline,
             marker_in,
+            pidns: pidns_of(pid).ok(),
+            ns_pid: ns_pid_of(pid),
         });
     }
-    out.sort_by_key(|p| p.pid);
-    out
+    Census {
+        marked: out,
+        unreadable,
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn stat_flags_and_nspid() {
+        let kthread = "2 (kthreadd) S 0 0 0 0 -1 2129984 0 0";
+        assert_eq!(stat_flags(kthread), Some(2129984));
+        assert!(stat_flags(kthread).is_some_and(|f| f & PF_KTHREAD != 0));
+        assert!(!stat_flags("9 (sh) S 1 9 9 0 -1 4194560 0").is_some_and(|f| f & PF_KTHREAD != 0));
+        assert_eq!(parse_ns_pid("Name:\tx\nNSpid:\t4242\t1\n"), Some(1));
+        assert_eq!(parse_ns_pid("NSpid:\t77\n"), Some(77));
+        assert_eq!(parse_ns_pid("Name:\tx\n"), None);
+    }
 
     #[test]
     fn stat_with_odd_comm() {

@@ -79,7 +79,7 @@ pub fn serve(socket: &Path) -> Result<()> {
             // that no amount of ticking in the other copy could produce.
             "mutate" => {
                 token = random_hex(16)?;
-                counter += 1_000_000;
+                counter += crate::compare::MUTATE_JUMP;
             }
             _ => continue,
         }

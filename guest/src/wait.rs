@@ -35,6 +35,25 @@ const POLL: Duration = Duration::from_millis(50);
 pub fn until<T>(
     what: &str,
     timeout: Duration,
+    probe: impl FnMut() -> Option<T>,
+) -> Result<T, WaitError> {
+    poll(what, timeout, true, probe)
+}
+
+/// As `until`, but an interruption of the run does not end the wait: for cleanup, which runs
+/// because of the signal and must still wait for what it ended to be gone.
+pub fn until_through_signals<T>(
+    what: &str,
+    timeout: Duration,
+    probe: impl FnMut() -> Option<T>,
+) -> Result<T, WaitError> {
+    poll(what, timeout, false, probe)
+}
+
+fn poll<T>(
+    what: &str,
+    timeout: Duration,
+    interruptible: bool,
     mut probe: impl FnMut() -> Option<T>,
 ) -> Result<T, WaitError> {
     let start = Instant::now();
@@ -42,7 +61,7 @@ pub fn until<T>(
         if let Some(v) = probe() {
             return Ok(v);
         }
-        if let Some(sig) = signals::interrupted() {
+        if let Some(sig) = signals::interrupted().filter(|_| interruptible) {
             return Err(WaitError::Interrupted {
                 what: what.to_string(),
                 signal: sig.to_string(),

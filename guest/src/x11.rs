@@ -39,6 +39,26 @@ impl Frame {
         crate::digest::sha256_hex(&self.rgb)
     }
 
+    /// Whether every pixel of `rect` has the colour `rgb` (0xRRGGBB); false when the rectangle
+    /// is empty or reaches outside the frame.
+    pub fn rect_is(&self, rect: Rectangle, rgb: u32) -> bool {
+        let (x0, y0) = (rect.x as i64, rect.y as i64);
+        let (x1, y1) = (x0 + rect.width as i64, y0 + rect.height as i64);
+        if rect.width == 0 || rect.height == 0 || x0 < 0 || y0 < 0 {
+            return false;
+        }
+        if x1 > self.width as i64 || y1 > self.height as i64 {
+            return false;
+        }
+        let want = [(rgb >> 16) as u8, (rgb >> 8) as u8, rgb as u8];
+        (y0..y1).all(|y| {
+            (x0..x1).all(|x| {
+                let i = ((y * self.width as i64 + x) * 3) as usize;
+                self.rgb.get(i..i + 3) == Some(&want[..])
+            })
+        })
+    }
+
     pub fn write_png(&self, path: &Path) -> Result<()> {
         let f =
             std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
@@ -54,6 +74,20 @@ impl Frame {
             .with_context(|| format!("finishing {}", path.display()))?;
         Ok(())
     }
+}
+
+/// The process that answers on an X socket (SO_PEERCRED, as this process's pid namespace numbers
+/// it) and the pid namespace it runs in.
+pub fn server_peer(socket: &Path) -> Result<(i32, String)> {
+    use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
+    let stream = UnixStream::connect(socket)
+        .with_context(|| format!("connecting to the X socket {}", socket.display()))?;
+    let cred = getsockopt(&stream, PeerCredentials)
+        .with_context(|| format!("SO_PEERCRED on {}", socket.display()))?;
+    let pid = cred.pid();
+    let ns = crate::probe::pidns_of(pid)
+        .with_context(|| format!("reading the pid namespace of the X server (pid {pid})"))?;
+    Ok((pid, ns))
 }
 
 pub struct XConn {
@@ -190,6 +224,38 @@ impl XConn {
         })
     }
 
+    /// Creates and maps a top-level window titled `title` that outlives this connection
+    /// (close-down mode RetainPermanent): a window the dump never had.
+    pub fn map_lasting_window(&self, title: &str, rect: Rectangle) -> Result<u32> {
+        use x11rb::protocol::xproto::{CloseDown, CreateWindowAux, PropMode, WindowClass};
+        use x11rb::wrapper::ConnectionExt as _;
+        let w = self.conn.generate_id()?;
+        self.conn.set_close_down_mode(CloseDown::RETAIN_PERMANENT)?;
+        self.conn.create_window(
+            x11rb::COPY_DEPTH_FROM_PARENT,
+            w,
+            self.root,
+            rect.x,
+            rect.y,
+            rect.width,
+            rect.height,
+            0,
+            WindowClass::INPUT_OUTPUT,
+            x11rb::COPY_FROM_PARENT,
+            &CreateWindowAux::new().background_pixel(0x0000_ff00),
+        )?;
+        self.conn.change_property8(
+            PropMode::REPLACE,
+            w,
+            AtomEnum::WM_NAME,
+            AtomEnum::STRING,
+            title.as_bytes(),
+        )?;
+        self.conn.map_window(w)?;
+        self.conn.get_input_focus()?.reply()?;
+        Ok(w)
+    }
+
     /// Paints a rectangle onto the root window: a change of X state that only this server sees.
     pub fn fill_rect(&self, rect: Rectangle, pixel: u32) -> Result<()> {
         let gc = self.conn.generate_id()?;
@@ -237,6 +303,33 @@ fn channel(v: u32, mask: u32) -> u8 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rect_colour() {
+        let mut f = Frame {
+            width: 4,
+            height: 3,
+            rgb: vec![0; 4 * 3 * 3],
+        };
+        let r = Rectangle {
+            x: 1,
+            y: 1,
+            width: 2,
+            height: 2,
+        };
+        assert!(!f.rect_is(r, 0xff0000));
+        for (x, y) in [(1, 1), (2, 1), (1, 2), (2, 2)] {
+            let i = (y * 4 + x) * 3;
+            f.rgb[i] = 0xff;
+        }
+        assert!(f.rect_is(r, 0xff0000));
+        assert!(!f.rect_is(r, 0x00ff00));
+        let wider = Rectangle { width: 3, ..r };
+        assert!(!f.rect_is(wider, 0xff0000), "one pixel of it is black");
+        let outside = Rectangle { x: 3, ..r };
+        assert!(!f.rect_is(outside, 0xff0000));
+        assert!(!f.rect_is(Rectangle { width: 0, ..r }, 0xff0000));
+    }
 
     #[test]
     fn xorg_release() {

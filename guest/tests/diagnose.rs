@@ -197,6 +197,21 @@ fn plan_prints_commands_and_starts_and_writes_nothing() {
 }
 
 #[test]
+fn a_non_empty_report_dir_is_refused_before_anything_runs() {
+    let c = Case::new("stale");
+    let dir = c.out().parent().unwrap().to_path_buf();
+    std::fs::create_dir_all(dir.join("png")).unwrap();
+    std::fs::write(dir.join("png/old.png"), b"from an earlier run").unwrap();
+    let out = Command::new(BIN).args(c.args()).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("is not empty"), "{stderr}");
+    assert!(!c.out().exists(), "a report was written beside stale files");
+    assert!(!c.dir.join("work").exists(), "the run started anyway");
+    c.assert_nothing_left();
+}
+
+#[test]
 fn host_run_launches_probes_and_cleans_up() {
     if skip_unless_root("host_run_launches_probes_and_cleans_up") {
         return;
@@ -442,4 +457,168 @@ fn not_root_fails_prerequisites_and_runs_no_tree() {
     assert_eq!(status(&r, GateName::LiveStateProbe), Status::NotRun);
     assert_criu_gates_not_run(&r);
     assert_eq!(status(&r, GateName::Cleanup), Status::Pass);
+}
+
+/// A stand-in for the real criu that records each call's arguments and exits 7.
+fn recording_criu(dir: &Path) -> PathBuf {
+    let p = dir.join("recording-criu");
+    let log = dir.join("calls.log");
+    std::fs::write(
+        &p,
+        format!("#!/bin/sh\necho \"$*\" >> '{}'\nexit 7\n", log.display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    p
+}
+
+fn lying(real: &Path, lie: &str, state: &Path, args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(["lying-criu", "--real"])
+        .arg(real)
+        .args(["--lie", lie, "--state"])
+        .arg(state)
+        .arg("--")
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn the_lying_criu_passes_every_other_call_through_and_lies_once() {
+    let c = Case::new("liar");
+    let real = recording_criu(&c.dir);
+    let state = c.dir.join("state");
+    let calls = || std::fs::read_to_string(c.dir.join("calls.log")).unwrap_or_default();
+
+    let out = lying(&real, "dump-writes-nothing", &state, &["check", "--all"]);
+    assert_eq!(
+        out.status.code(),
+        Some(7),
+        "a passed-through call keeps its exit code"
+    );
+    assert_eq!(calls(), "check --all\n");
+
+    let dump = ["dump", "-t", "42", "-D", "/nonexistent/dump", "-v4"];
+    let out = lying(&real, "dump-writes-nothing", &state, &dump);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "the lie: success without a dump"
+    );
+    assert_eq!(calls(), "check --all\n", "the real criu was not called");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("lying-criu: dump-writes-nothing"));
+
+    let out = lying(&real, "dump-writes-nothing", &state, &dump);
+    assert_eq!(out.status.code(), Some(7), "it lies once only");
+    assert!(calls().ends_with("dump -t 42 -D /nonexistent/dump -v4\n"));
+
+    // A restore lie that hands back another copy's PID 1.
+    let work = c.dir.join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    std::fs::write(work.join("restore-a.pid"), "4242\n").unwrap();
+    let pidfile = work.join("restore-b.pid");
+    let restore_b = [
+        "restore",
+        "-D",
+        "/nonexistent/dump",
+        "-d",
+        "--pidfile",
+        pidfile.to_str().unwrap(),
+    ];
+    let out = lying(&real, "restore-b-is-copy-a", &state, &restore_b);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(std::fs::read_to_string(&pidfile).unwrap().trim(), "4242");
+    let out = lying(
+        &real,
+        "restore-b-is-copy-a",
+        &state,
+        &["restore", "--pidfile", "/w/restore-a.pid"],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(7),
+        "copy a's restore is not the one it lies about"
+    );
+
+    let out = lying(&real, "no-such-lie", &state, &["check"]);
+    assert_eq!(out.status.code(), Some(1));
+}
+
+/// Where CRIU works on this machine, the whole lying-CRIU suite runs here too; otherwise it
+/// runs inside the guest VM (`sharedos-gate lie-suite`), and this test says so.
+#[test]
+fn lying_criu_suite_where_criu_works() {
+    if skip_unless_root("lying_criu_suite_where_criu_works") {
+        return;
+    }
+    let criu = match ["/usr/sbin/criu", "/usr/local/sbin/criu", "/sbin/criu"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
+    {
+        Some(p) => p,
+        None => {
+            eprintln!("\n!!!!! lying_criu_suite_where_criu_works: no criu here; the suite runs in the guest VM !!!!!\n");
+            return;
+        }
+    };
+    let check = Command::new(&criu).arg("check").output().unwrap();
+    if !check.status.success() {
+        eprintln!(
+            "\n!!!!! lying_criu_suite_where_criu_works: `criu check` fails on this kernel ({}); the suite runs in the guest VM !!!!!\n",
+            String::from_utf8_lossy(&check.stderr).lines().last().unwrap_or("")
+        );
+        return;
+    }
+    let c = Case::new("liesuite");
+    let out = Command::new(BIN)
+        .args(["lie-suite", "--criu"])
+        .arg(&criu)
+        .arg("--work")
+        .arg(c.dir.join("work"))
+        .arg("--out")
+        .arg(c.dir.join("lies"))
+        .args([
+            "--display",
+            &format!(":{}", c.display),
+            "--step-timeout",
+            "90",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let n = sharedos_gate::lies::LIES.len();
+    assert!(
+        stdout.contains(&format!("{n} of {n} lies caught")),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn the_lie_suite_refuses_a_used_out_dir_and_an_unknown_lie() {
+    let c = Case::new("suiteargs");
+    let out_dir = c.dir.join("lies");
+    std::fs::create_dir_all(&out_dir).unwrap();
+    std::fs::write(out_dir.join("lies.json"), "[]").unwrap();
+    let used = Command::new(BIN)
+        .args(["lie-suite", "--out"])
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    assert_eq!(used.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&used.stderr).contains("is not empty"));
+    let unknown = Command::new(BIN)
+        .args(["lie-suite", "--lie", "criu-is-honest", "--out"])
+        .arg(c.dir.join("fresh"))
+        .output()
+        .unwrap();
+    assert_eq!(unknown.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("no lie named criu-is-honest"));
+    assert!(!c.dir.join("fresh").exists(), "nothing was started");
 }

@@ -2,10 +2,11 @@
 //! copy is compared with.
 
 use super::{check, obs_value, Ctx, GateBuilder};
-use crate::criu;
 use crate::digest::sha256_file;
 use crate::report::{Gate, GateName};
+use crate::{compare, criu, probe, pstree};
 use serde_json::json;
+use std::collections::BTreeSet;
 use std::time::Instant;
 
 /// Writes a listing of the CRIU images (name, bytes, sha256): the images themselves are too big
@@ -46,6 +47,22 @@ pub fn run(ctx: &mut Ctx) -> Gate {
             return g.finish("");
         }
     }
+    // The tree's processes as they are just before the dump, by their pids inside the tree: what
+    // CRIU's pstree must list.
+    let tree_ns = ctx.tree_record(pid).and_then(|t| t.pidns.clone());
+    let marked = probe::scan(&ctx.cfg.marker);
+    let seen: BTreeSet<i32> = marked
+        .iter()
+        .filter(|p| tree_ns.is_some() && p.pidns == tree_ns)
+        .filter_map(|p| p.ns_pid)
+        .collect();
+    g.data(
+        "tree_at_dump_time",
+        json!(marked
+            .iter()
+            .map(|p| json!({"pid": p.pid, "ns_pid": p.ns_pid, "program": p.program(), "pidns": p.pidns}))
+            .collect::<Vec<_>>()),
+    );
     if let Err(e) = std::fs::create_dir_all(ctx.cfg.dump_dir()) {
         g.problem(format!("mkdir {}: {e}", ctx.cfg.dump_dir().display()));
         return g.finish("");
@@ -77,14 +94,27 @@ pub fn run(ctx: &mut Ctx) -> Gate {
         return g.finish("");
     }
 
-    // CRIU ends the dumped tree; its PID 1 is our child and must be reaped.
-    let gone = ctx.kill_tree(pid).is_ok();
+    // CRIU ends the tree it dumped. Whether it did is observed before we send anything: after
+    // our own SIGKILL the tree would be gone whatever CRIU did.
+    let ended = match ctx.tree_record(pid).cloned() {
+        Some(rec) => {
+            let waited = super::wait_tree_gone(&rec, ctx.cfg.quick(), false);
+            if waited.is_ok() {
+                ctx.mark_ended(pid);
+            } else {
+                // Left running by CRIU: ended here so later gates and cleanup start clean.
+                let _ = ctx.kill_tree(pid);
+            }
+            waited.map_err(|e| e.to_string())
+        }
+        None => Err(format!("pid {pid} is not a tree of this run")),
+    };
     ctx.tree = None;
     g.check(check(
         "original_tree_ended",
-        gone,
-        json!(pid),
-        "the dumped tree no longer runs",
+        ended.is_ok(),
+        json!({"pid": pid, "ended_by_criu": ended.is_ok(), "error": ended.err()}),
+        "CRIU ended the dumped tree: its PID 1 and every process of its pid namespace gone, before any signal of ours",
     ));
 
     match write_listing(ctx) {
@@ -100,5 +130,21 @@ pub fn run(ctx: &mut Ctx) -> Gate {
         }
         Err(e) => g.problem(format!("listing the CRIU images: {e:#}")),
     }
-    g.finish("CRIU dumped the whole tree")
+    let pstree_img = ctx.cfg.dump_dir().join("pstree.img");
+    match pstree::read(&pstree_img) {
+        Ok(entries) => {
+            let recorded: BTreeSet<i32> = entries.iter().map(|e| e.pid as i32).collect();
+            g.data("pstree", json!(entries));
+            g.check(compare::pstree_matches(&recorded, &seen));
+        }
+        Err(e) => {
+            g.check(check(
+                "pstree_matches_tree",
+                false,
+                json!({"error": format!("{e:#}"), "seen_at_dump_time": seen}),
+                "a pstree.img listing exactly the tree's processes",
+            ));
+        }
+    }
+    g.finish("CRIU dumped the whole tree: its pstree lists exactly the tree's processes")
 }

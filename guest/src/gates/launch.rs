@@ -102,12 +102,15 @@ pub fn run(ctx: &mut Ctx) -> Gate {
         }
     };
     ctx.tree = Some(pid);
+    let rec = ctx.register_tree("original", pid);
     g.data("init_pid", json!(pid));
+    g.data("pidns", json!(rec.pidns));
+    let inner = crate::probe::ns_pid_of(pid);
     g.check(check(
-        "init_pid",
-        pid > 0,
-        json!(pid),
-        "host pid of the tree's PID 1",
+        "init_is_namespace_pid1",
+        inner == Some(1) && rec.pidns.is_some(),
+        json!({"host_pid": pid, "pid_in_namespace": inner, "pidns": rec.pidns}),
+        "the recorded host pid is PID 1 of its own pid namespace",
     ));
 
     let started = Instant::now();

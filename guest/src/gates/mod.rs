@@ -17,7 +17,7 @@ use crate::report::{Check, Environment, Evidence, Gate, GateName, Status};
 use crate::stateapp::{self, AppState};
 use crate::tree::{self, TreeSpec};
 use crate::x11::{self, Window, XConn};
-use crate::{exec, wait};
+use crate::{exec, probe, wait};
 use anyhow::{Context, Result};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -76,7 +76,7 @@ impl Config {
             None => find_program("criu"),
         }
     }
-    fn quick(&self) -> Duration {
+    pub fn quick(&self) -> Duration {
         self.step_timeout.min(Duration::from_secs(20))
     }
 }
@@ -99,15 +99,56 @@ pub fn is_executable(p: &Path) -> bool {
         .unwrap_or(false)
 }
 
+/// The rectangle isolation and reset draw into a copy's root window, outside the xterm, and its
+/// colour (pure red: nothing else on the screen has it).
+pub const MARK: x11rb::protocol::xproto::Rectangle = x11rb::protocol::xproto::Rectangle {
+    x: 560,
+    y: 400,
+    width: 60,
+    height: 60,
+};
+pub const MARK_RGB: u32 = 0x00ff_0000;
+
 /// The state of a tree at one moment, as seen from outside.
 #[derive(Clone, Debug)]
 pub struct Observation {
     pub app: AppState,
+    /// Just before the app was asked: the anchor of every counter bound derived from `app`.
+    pub app_asked_at: Instant,
     pub windows: Vec<Window>,
     pub frame_sha256: String,
+    /// Whether the frame shows the drawn mark in full.
+    pub mark_drawn: bool,
     /// Report-relative path of the PNG of that frame.
     pub png: String,
-    pub at: Instant,
+}
+
+/// A tree this run started or restored: its PID 1 as the host sees it and the pid namespace it
+/// heads, read while it ran. Kept for the whole run, so cleanup can prove each one is gone.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct TreeRecord {
+    pub label: String,
+    pub pid: i32,
+    /// None when PID 1 was already gone when the tree was registered.
+    pub pidns: Option<String>,
+    /// Set once the tree was seen gone (PID 1 and its namespace). The kernel reuses the inode
+    /// numbers of freed namespaces, so an ended tree's `pidns` may later name another tree's
+    /// namespace, or a stranger's: it is never looked for again.
+    pub ended: bool,
+}
+
+impl TreeRecord {
+    /// Whether the tree's PID 1 still runs: the pid is live and still heads the recorded
+    /// namespace (a reused pid elsewhere is not our PID 1).
+    pub fn pid1_running(&self) -> bool {
+        if !probe::is_live(self.pid) {
+            return false;
+        }
+        match &self.pidns {
+            Some(ns) => probe::pidns_of(self.pid).is_ok_and(|now| &now == ns),
+            None => true,
+        }
+    }
 }
 
 /// State shared along the gate sequence.
@@ -122,6 +163,8 @@ pub struct Ctx {
     pub snapshot: Option<Observation>,
     /// Restored copies by label, host pid of each copy's PID 1.
     pub copies: BTreeMap<String, i32>,
+    /// Every tree of the run, ended or not.
+    pub trees: Vec<TreeRecord>,
 }
 
 impl Ctx {
@@ -134,7 +177,43 @@ impl Ctx {
             tree: None,
             snapshot: None,
             copies: BTreeMap::new(),
+            trees: Vec::new(),
         }
+    }
+
+    /// Remembers a tree the moment its PID 1 is known.
+    pub fn register_tree(&mut self, label: &str, pid: i32) -> TreeRecord {
+        let rec = TreeRecord {
+            label: label.to_string(),
+            pid,
+            pidns: probe::pidns_of(pid).ok(),
+            ended: false,
+        };
+        self.trees.push(rec.clone());
+        rec
+    }
+
+    /// The live record of a tree by its PID 1 (ended trees' pids may have been reused).
+    pub fn tree_record(&self, pid: i32) -> Option<&TreeRecord> {
+        self.trees.iter().rev().find(|t| t.pid == pid && !t.ended)
+    }
+
+    /// Records that a tree was seen gone.
+    pub fn mark_ended(&mut self, pid: i32) {
+        // Every record of that pid: a lying restore may hand back one tree under two labels.
+        for t in self.trees.iter_mut().filter(|t| t.pid == pid) {
+            t.ended = true;
+        }
+    }
+
+    /// The other trees still running beside the most recently registered one.
+    pub fn other_running_trees(&self) -> Vec<TreeRecord> {
+        let n = self.trees.len().saturating_sub(1);
+        self.trees[..n]
+            .iter()
+            .filter(|t| !t.ended && t.pid1_running())
+            .cloned()
+            .collect()
     }
 
     pub fn run(&self, step: &str, argv: &[String]) -> exec::Outcome {
@@ -172,6 +251,7 @@ impl Ctx {
 
     /// Reads app, windows and framebuffer of a tree and keeps the frame as `png/<name>.png`.
     pub fn observe(&self, tree_pid: i32, name: &str) -> Result<Observation> {
+        let app_asked_at = Instant::now();
         let app = self.app(tree_pid, "get")?;
         let (windows, frame) = self.x(tree_pid, "X windows and framebuffer", |c| {
             Ok((c.mapped_toplevels()?, c.grab()?))
@@ -180,11 +260,24 @@ impl Ctx {
         frame.write_png(&self.cfg.report_dir().join(&png))?;
         Ok(Observation {
             app,
+            app_asked_at,
             windows,
             frame_sha256: frame.sha256(),
+            mark_drawn: frame.rect_is(MARK, MARK_RGB),
             png,
-            at: Instant::now(),
         })
+    }
+
+    /// Whether the X server answering on a tree's display socket runs inside that tree.
+    pub fn check_x_server_in_tree(&self, name: &str, tree_pid: i32) -> Check {
+        let sock = x11::socket_path(tree_pid, self.cfg.display);
+        let peer = wait::bounded("X server peer", self.cfg.quick(), {
+            let sock = sock.clone();
+            move || x11::server_peer(&sock)
+        })
+        .map_err(|e| format!("{e:#}"));
+        let want = self.tree_record(tree_pid).and_then(|t| t.pidns.clone());
+        crate::compare::x_server_in_tree(name, &sock.display().to_string(), peer, want.as_deref())
     }
 
     /// `criu restore` of the dump as copy `label`; on success the copy is registered.
@@ -203,55 +296,111 @@ impl Ctx {
             &self.cfg.criu_log(&format!("restore-{label}")),
         );
         let out = self.run(&format!("criu restore of copy {label}"), &argv);
-        if !out.success() {
-            return (Err(anyhow::anyhow!("{}", out.summary())), out.evidence);
-        }
         let pid = std::fs::read_to_string(&pidfile)
             .with_context(|| format!("reading {}", pidfile.display()))
             .and_then(|s| {
                 s.trim()
                     .parse::<i32>()
                     .with_context(|| format!("pidfile {} holds {s:?}", pidfile.display()))
-            });
+            })
+            .and_then(heads_own_pid_namespace);
+        if !out.success() {
+            // A restore cut short (a timeout, a signal) may already have written the pidfile of
+            // a tree that runs: remembered, so cleanup ends it as a whole.
+            if let Ok(p) = pid {
+                self.register_tree(&format!("copy {label} (restore cut short)"), p);
+            }
+            return (Err(anyhow::anyhow!("{}", out.summary())), out.evidence);
+        }
         if let Ok(p) = pid {
             self.copies.insert(label.to_string(), p);
+            self.register_tree(&format!("copy {label}"), p);
         }
         (pid, out.evidence)
     }
 
-    /// Ends one tree: SIGKILL to its PID 1 takes the whole pid namespace down.
-    pub fn kill_tree(&self, pid: i32) -> Result<()> {
-        use nix::sys::signal::{kill, Signal};
-        let p = nix::unistd::Pid::from_raw(pid);
-        let _ = kill(p, Signal::SIGKILL);
-        wait::until(
-            &format!("tree PID 1 ({pid}) to exit"),
-            self.cfg.step_timeout,
-            || {
-                reap(pid);
-                (!alive(pid)).then_some(())
-            },
-        )?;
+    /// Ends one tree: SIGKILL to its PID 1 takes the whole pid namespace down; then waits until
+    /// no process is left in that namespace.
+    pub fn kill_tree(&mut self, pid: i32) -> Result<()> {
+        let rec = self
+            .tree_record(pid)
+            .cloned()
+            .with_context(|| format!("pid {pid} is not a running tree of this run"))?;
+        kill_tree_pid1(&rec)?;
+        wait_tree_gone(&rec, self.cfg.step_timeout, false)?;
+        self.mark_ended(pid);
         Ok(())
     }
 }
 
-/// Collects a tree root that is our child (we are its subreaper), so it leaves no zombie.
-pub fn reap(pid: i32) {
-    use nix::sys::wait::{waitpid, WaitPidFlag};
-    let _ = waitpid(nix::unistd::Pid::from_raw(pid), Some(WaitPidFlag::WNOHANG));
+/// A restored copy's PID 1 is PID 1 of a pid namespace other than ours. Anything else named by a
+/// pidfile is refused: signals meant for a copy must never reach another process.
+pub fn heads_own_pid_namespace(pid: i32) -> Result<i32> {
+    let ns = probe::pidns_of(pid).with_context(|| format!("pid {pid} from the pidfile"))?;
+    let mine = probe::pidns_of(std::process::id() as i32).context("our own pid namespace")?;
+    let inner = probe::ns_pid_of(pid);
+    if ns == mine || inner != Some(1) {
+        anyhow::bail!(
+            "the pidfile names pid {pid}, which is not PID 1 of a pid namespace of its own (its pid there: {inner:?}, its namespace {ns}, ours {mine})"
+        );
+    }
+    Ok(pid)
+}
+
+/// SIGKILL to a tree's PID 1, if it still runs; a PID 1 that already exited is not an error.
+pub fn kill_tree_pid1(rec: &TreeRecord) -> Result<()> {
+    use nix::sys::signal::{kill, Signal};
+    if !rec.pid1_running() {
+        return Ok(());
+    }
+    match kill(nix::unistd::Pid::from_raw(rec.pid), Signal::SIGKILL) {
+        Ok(()) | Err(nix::errno::Errno::ESRCH) => Ok(()),
+        Err(e) => Err(anyhow::anyhow!(
+            "SIGKILL to PID 1 ({}) of {}: {e}",
+            rec.pid,
+            rec.label
+        )),
+    }
+}
+
+/// Waits until a tree's PID 1 is gone and no process is left in its pid namespace, reaping
+/// what we inherited as subreaper. With `through_signals`, an interruption of the run does not
+/// cut the wait short: cleanup runs because of the signal and must still see the end.
+pub fn wait_tree_gone(
+    rec: &TreeRecord,
+    timeout: Duration,
+    through_signals: bool,
+) -> Result<(), wait::WaitError> {
+    let ns: std::collections::BTreeSet<String> = rec.pidns.iter().cloned().collect();
+    let what = format!(
+        "{} (PID 1 {}) and its pid namespace to be gone",
+        rec.label, rec.pid
+    );
+    let gone = || {
+        reap_children();
+        (!rec.pid1_running() && probe::members(&ns).is_empty()).then_some(())
+    };
+    if through_signals {
+        wait::until_through_signals(&what, timeout, gone)
+    } else {
+        wait::until(&what, timeout, gone)
+    }
+}
+
+/// Collects every zombie child we inherited as subreaper (tree roots reparented to us).
+/// Only called when no command of ours is running, so no other exit status is taken.
+pub fn reap_children() {
+    use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+    while let Ok(s) = waitpid(None::<nix::unistd::Pid>, Some(WaitPidFlag::WNOHANG)) {
+        if s == WaitStatus::StillAlive {
+            break;
+        }
+    }
 }
 
 /// A live, non-zombie process.
 pub fn alive(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(s) => s
-            .rfind(')')
-            .and_then(|i| s[i + 1..].split_whitespace().next())
-            .map(|state| state != "Z" && state != "X")
-            .unwrap_or(false),
-        Err(_) => false,
-    }
+    probe::is_live(pid)
 }
 
 /// The namespaces a process is in, as the kernel names them (`net:[4026531840]`).
@@ -274,14 +423,7 @@ pub fn all_differ(a: &BTreeMap<String, String>, b: &BTreeMap<String, String>) ->
             .all(|(k, v)| !v.starts_with("unreadable") && b.get(k).is_some_and(|w| w != v))
 }
 
-pub fn check(name: &str, passed: bool, value: Value, expected: &str) -> Check {
-    Check {
-        name: name.to_string(),
-        passed,
-        value,
-        expected: expected.to_string(),
-    }
-}
+pub use crate::compare::check;
 
 /// Builds a gate from its checks: PASS only when there are checks and all passed.
 pub struct GateBuilder {
@@ -376,6 +518,7 @@ pub fn obs_value(o: &Observation) -> Value {
         "counter": o.app.counter,
         "windows": o.windows,
         "framebuffer_sha256": o.frame_sha256,
+        "mark_drawn": o.mark_drawn,
         "png": o.png,
     })
 }
@@ -432,12 +575,6 @@ pub fn check_no_network_lock_left(ctx: &Ctx, g: &mut GateBuilder, pid: i32) {
     ));
 }
 
-/// Counter ticks are 100 ms; a restored counter may be ahead of the dump-time value by at most
-/// the ticks that fit in the wall time since, plus slack for ticks between query and freeze.
-pub fn counter_bound(dump_counter: u64, since: Duration) -> u64 {
-    dump_counter + since.as_millis() as u64 / 100 + 50
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -481,12 +618,6 @@ mod tests {
             in_netns_argv(42, &["nft", "list", "ruleset"]).join(" "),
             "nsenter --net=/proc/42/ns/net -- nft list ruleset"
         );
-    }
-
-    #[test]
-    fn counter_bound_grows_with_time() {
-        assert_eq!(counter_bound(10, Duration::from_secs(1)), 70);
-        assert!(counter_bound(10, Duration::from_secs(60)) > counter_bound(10, Duration::ZERO));
     }
 
     #[test]

@@ -19,6 +19,35 @@ pub const TREE_CHECKS: [&str; 7] = [
     "display_free",
 ];
 
+/// Tools the CRIU gates run besides criu, each as the alternatives any one of which will do,
+/// with what needs it and the package that brings it.
+pub const CRIU_GATE_TOOLS: [(&[&str], &str, &str); 2] = [
+    (
+        &["nsenter"],
+        "restore_live_process lists a restored copy's firewall from inside its network namespace",
+        "util-linux",
+    ),
+    (
+        &["iptables-save", "nft"],
+        "restore_live_process looks for a CRIU network lock left in a restored copy's firewall",
+        "iptables or nftables",
+    ),
+];
+
+/// The CRIU gates' tools that are missing, each named with what needs it and how to get it.
+pub fn missing_tools(present: impl Fn(&str) -> bool) -> Vec<String> {
+    CRIU_GATE_TOOLS
+        .iter()
+        .filter(|(alternatives, _, _)| !alternatives.iter().any(|t| present(t)))
+        .map(|(alternatives, why, package)| {
+            format!(
+                "{} not found ({why}): install {package}",
+                alternatives.join(" or ")
+            )
+        })
+        .collect()
+}
+
 fn writable(dir: &Path) -> Result<(), String> {
     std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
     let probe = dir.join(format!(".write-test-{}", std::process::id()));
@@ -152,6 +181,20 @@ pub fn run(ctx: &mut Ctx) -> Gate {
         )
     });
 
+    let missing = missing_tools(|t| find_program(t).is_some());
+    let found: Vec<(String, Option<std::path::PathBuf>)> = CRIU_GATE_TOOLS
+        .iter()
+        .flat_map(|(alts, _, _)| alts.iter())
+        .map(|t| (t.to_string(), find_program(t)))
+        .collect();
+    let c = check(
+        "criu_gate_tools_present",
+        missing.is_empty(),
+        json!({"found": found, "missing": missing}),
+        "nsenter, and iptables-save or nft, on PATH",
+    );
+    g.require(c, || missing.join("; "));
+
     let criu = ctx.cfg.criu_path();
     let criu_found = criu.as_deref().is_some_and(is_executable);
     let criu_value = json!(criu);
@@ -220,12 +263,31 @@ pub fn run(ctx: &mut Ctx) -> Gate {
     ctx.lock = NetworkLock::detect();
     g.data("criu_network_lock", json!(ctx.lock.as_str()));
     g.data("tree_checks", json!(TREE_CHECKS));
-    g.finish("root; criu, Xvfb and xterm present; `criu check` succeeded; work and report directories writable; display free")
+    g.finish("root; criu, Xvfb, xterm, nsenter and a firewall lister present; `criu check` succeeded; work and report directories writable; display free")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_missing_tool_is_named() {
+        assert!(missing_tools(|_| true).is_empty());
+        assert!(
+            missing_tools(|t| t != "iptables-save").is_empty(),
+            "nft will do"
+        );
+        let m = missing_tools(|t| t != "iptables-save" && t != "nft");
+        assert_eq!(m.len(), 1);
+        assert!(m[0].starts_with("iptables-save or nft not found"), "{m:?}");
+        let m = missing_tools(|t| t != "nsenter");
+        assert_eq!(m.len(), 1);
+        assert!(
+            m[0].contains("nsenter") && m[0].contains("util-linux"),
+            "{m:?}"
+        );
+        assert_eq!(missing_tools(|_| false).len(), 2);
+    }
 
     #[test]
     fn an_unused_display_has_no_users() {

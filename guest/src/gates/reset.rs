@@ -1,10 +1,16 @@
-//! reset: killing a copy and restoring again brings back the dump-time state.
+//! reset: a copy is changed (its app's state and a mark drawn on its screen), the change is
+//! observed, the copy is killed as a whole, and a new restore from the dump is back at the
+//! dump-time state. Without a change of its own, a reset would only prove that a second
+//! restore works.
 
 use super::restore_live_process::check_app_state;
 use super::restore_x_state::check_x_state;
-use super::{check, Ctx, GateBuilder};
+use super::{check, obs_value, Ctx, GateBuilder, MARK, MARK_RGB};
+use crate::compare;
+use crate::probe;
 use crate::report::{Gate, GateName};
 use serde_json::json;
+use std::collections::BTreeSet;
 
 pub fn run(ctx: &mut Ctx) -> Gate {
     let mut g = GateBuilder::new(GateName::Reset);
@@ -12,16 +18,63 @@ pub fn run(ctx: &mut Ctx) -> Gate {
         g.problem("no dump-time state");
         return g.finish("");
     };
-    // Copy A is the one isolation changed, so its reset shows the state really comes back.
-    if let Some(a) = ctx.copies.remove("a") {
-        let killed = ctx.kill_tree(a);
-        g.check(check(
-            "copy_killed",
-            killed.is_ok(),
-            json!({"pid": a, "error": killed.err().map(|e| e.to_string())}),
-            "the changed copy's namespace is gone",
-        ));
+    // The copy to reset: copy A when it still runs, else a fresh restore, so reset does not
+    // depend on what isolation managed to do.
+    let target = match ctx.copies.get("a").copied().filter(|p| super::alive(*p)) {
+        Some(p) => p,
+        None => {
+            let (pid, ev) = ctx.restore("a");
+            g.evidence(ev);
+            match pid {
+                Ok(p) => p,
+                Err(e) => {
+                    g.problem(format!(
+                        "restoring the copy to change: {e:#} (log: criu/restore-a.log)"
+                    ));
+                    return g.finish("");
+                }
+            }
+        }
+    };
+    g.data("changed_copy_pid", json!(target));
+
+    // Our own change, then a look at it.
+    let mutated = ctx.app(target, "mutate");
+    if let Err(e) = &mutated {
+        g.problem(format!("changing the copy's app: {e:#}"));
     }
+    if let Err(e) = ctx.x(target, "drawing into the copy", |c| {
+        c.fill_rect(MARK, MARK_RGB)
+    }) {
+        g.problem(format!("drawing into the copy: {e:#}"));
+    }
+    match ctx.observe(target, "reset-changed") {
+        Ok(o) => {
+            g.check(compare::copy_changed(
+                "change_seen",
+                mutated.as_ref().ok(),
+                &o,
+                &snap,
+            ));
+        }
+        Err(e) => g.problem(format!("reading the changed copy: {e:#}")),
+    }
+
+    // Kill it as a whole and see it gone: PID 1 and every process of its pid namespace.
+    let rec = ctx.tree_record(target).cloned();
+    let ns: BTreeSet<String> = rec.iter().filter_map(|r| r.pidns.clone()).collect();
+    let before = probe::members(&ns).len();
+    let killed = ctx.kill_tree(target);
+    ctx.copies.retain(|_, p| *p != target);
+    let left = probe::members(&ns);
+    g.check(check(
+        "copy_killed",
+        killed.is_ok() && !ns.is_empty() && left.is_empty(),
+        json!({"pid": target, "pidns": rec.and_then(|r| r.pidns), "processes_before": before,
+               "left": left, "error": killed.err().map(|e| format!("{e:#}"))}),
+        "the changed copy's PID 1 is gone and its pid namespace is empty",
+    ));
+
     let (pid, ev) = ctx.restore("reset");
     g.evidence(ev);
     let pid = match pid {
@@ -34,10 +87,33 @@ pub fn run(ctx: &mut Ctx) -> Gate {
         }
     };
     g.data("copy_pid", json!(pid));
-    check_app_state(ctx, &mut g, pid, &snap);
+    match ctx.tree_record(pid).cloned() {
+        Some(rec) => g.check(compare::fresh_copy(
+            "new_copy",
+            &rec,
+            &ctx.other_running_trees(),
+        )),
+        None => g.check(check(
+            "new_copy",
+            false,
+            json!({"pid": pid}),
+            "a registered new tree",
+        )),
+    };
+    g.check(ctx.check_x_server_in_tree("x_server_in_copy", pid));
+    check_app_state(ctx, &mut g, pid, &snap, "");
     match ctx.observe(pid, "reset") {
-        Ok(now) => check_x_state(&mut g, &now, &snap),
+        Ok(now) => {
+            check_x_state(&mut g, &now, &snap, "");
+            g.check(check(
+                "no_mark",
+                !now.mark_drawn,
+                json!({"mark_drawn": now.mark_drawn, "png": now.png}),
+                "the reset copy does not show the mark drawn before the reset",
+            ));
+            g.data("reset_state", obs_value(&now));
+        }
         Err(e) => g.problem(format!("reading the reset copy: {e:#}")),
     }
-    g.finish("after kill and restore the token, counter, window and pixels are the dump-time ones")
+    g.finish("a change of app state and pixels was seen, the changed copy killed as a whole, and the new restore has the dump-time token, counter, window and pixels")
 }

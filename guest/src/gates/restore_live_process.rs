@@ -1,13 +1,15 @@
 //! restore_live_process: a copy restored from the dump has the app's token, and its counter
 //! continues from the dump-time value.
 
-use super::{check, counter_bound, Ctx, GateBuilder, Observation};
+use super::{check, Ctx, GateBuilder, Observation};
+use crate::compare;
 use crate::report::{Gate, GateName};
 use serde_json::json;
 
 /// Checks that a copy's app holds the dump-time state: same token, counter continuing (not
-/// restarted, not jumped) and still advancing.
-pub fn check_app_state(ctx: &Ctx, g: &mut GateBuilder, pid: i32, snap: &Observation) {
+/// restarted, not jumped) and still advancing under the same token. `prefix` names the copy in
+/// the check names when a gate looks at more than one.
+pub fn check_app_state(ctx: &Ctx, g: &mut GateBuilder, pid: i32, snap: &Observation, prefix: &str) {
     let first = match ctx.app(pid, "get") {
         Ok(s) => s,
         Err(e) => {
@@ -15,25 +17,22 @@ pub fn check_app_state(ctx: &Ctx, g: &mut GateBuilder, pid: i32, snap: &Observat
             return;
         }
     };
-    g.check(check(
-        "same_token",
-        first.token == snap.app.token,
-        json!({"dump_time": snap.app.token, "restored": first.token}),
-        "the dump-time token",
+    g.check(compare::same_token(
+        &format!("{prefix}same_token"),
+        &snap.app.token,
+        &first.token,
     ));
-    let bound = counter_bound(snap.app.counter, snap.at.elapsed());
-    g.check(check(
-        "counter_continues",
-        first.counter >= snap.app.counter && first.counter <= bound,
-        json!({"dump_time": snap.app.counter, "restored": first.counter, "upper_bound": bound}),
-        "at least the dump-time value and no more than the ticks since allow",
+    g.check(compare::counter_continues(
+        &format!("{prefix}counter_continues"),
+        snap.app.counter,
+        snap.app_asked_at.elapsed(),
+        first.counter,
     ));
     let next = ctx.counter_above(pid, first.counter);
-    g.check(check(
-        "counter_advances",
-        next.is_ok(),
-        json!({"first": first.counter, "second": next.ok().map(|s| s.counter)}),
-        "the restored counter keeps ticking",
+    g.check(compare::counter_advances(
+        &format!("{prefix}counter_advances"),
+        &first,
+        next.as_ref().map_err(|e| e.to_string()),
     ));
 }
 
@@ -50,11 +49,13 @@ pub fn run(ctx: &mut Ctx) -> Gate {
         check(
             "criu_restore_succeeded",
             ok,
-            json!(ev.exit_code),
-            "exit 0 and a pidfile",
+            json!({"exit_code": ev.exit_code, "copy_pid": pid.as_ref().map_err(|e| format!("{e:#}"))}),
+            "exit 0 and a pidfile naming PID 1 of a new pid namespace",
         ),
         || match &pid {
-            Err(e) => format!("criu restore failed: {e:#} (log: criu/restore-a.log)"),
+            Err(e) => format!(
+                "criu_restore_succeeded failed: criu restore of copy a gave no running copy: {e:#} (log: criu/restore-a.log)"
+            ),
             Ok(_) => String::new(),
         },
     );
@@ -63,7 +64,7 @@ pub fn run(ctx: &mut Ctx) -> Gate {
         return g.finish("");
     };
     g.data("copy_pid", json!(pid));
-    check_app_state(ctx, &mut g, pid, &snap);
+    check_app_state(ctx, &mut g, pid, &snap, "");
     super::check_no_network_lock_left(ctx, &mut g, pid);
     g.finish("the restored app has the dump-time token and its counter continues from the dump-time value; no CRIU network lock left behind")
 }

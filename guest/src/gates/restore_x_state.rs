@@ -2,22 +2,22 @@
 //! title, and its framebuffer has the dump-time pixels.
 
 use super::{check, obs_value, Ctx, GateBuilder, Observation};
+use crate::compare;
 use crate::report::{Gate, GateName, Status};
 use serde_json::json;
 
-/// Compares a copy's X state with the dump-time one.
-pub fn check_x_state(g: &mut GateBuilder, now: &Observation, snap: &Observation) {
-    g.check(check(
-        "same_windows",
-        now.windows == snap.windows,
-        json!({"dump_time": snap.windows, "restored": now.windows}),
-        "the same mapped top-level windows (id, title, geometry)",
+/// Compares a copy's X state with the dump-time one. `prefix` names the copy in the check names
+/// when a gate looks at more than one.
+pub fn check_x_state(g: &mut GateBuilder, now: &Observation, snap: &Observation, prefix: &str) {
+    g.check(compare::same_windows(
+        &format!("{prefix}same_windows"),
+        &snap.windows,
+        &now.windows,
     ));
-    g.check(check(
-        "same_framebuffer",
-        now.frame_sha256 == snap.frame_sha256,
-        json!({"dump_time": snap.frame_sha256, "restored": now.frame_sha256,
-               "dump_time_png": snap.png, "restored_png": now.png}),
+    g.check(compare::same_framebuffer(
+        &format!("{prefix}same_framebuffer"),
+        (&snap.frame_sha256, &snap.png),
+        (&now.frame_sha256, &now.png),
         "the dump-time pixels",
     ));
 }
@@ -38,9 +38,10 @@ pub fn run(ctx: &mut Ctx) -> Gate {
         json!(vendor.as_ref().map_err(|e| format!("{e:#}"))),
         "the restored X server completes a handshake",
     ));
+    g.check(ctx.check_x_server_in_tree("x_server_in_copy", pid));
     match ctx.observe(pid, "restored-a") {
         Ok(now) => {
-            check_x_state(&mut g, &now, &snap);
+            check_x_state(&mut g, &now, &snap, "");
             g.data("restored_state", obs_value(&now));
         }
         Err(e) => g.problem(format!("reading the restored copy: {e:#}")),

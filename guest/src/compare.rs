@@ -1,0 +1,525 @@
+//! Every comparison a gate makes, as a pure function from what was observed to a check that
+//! records the observed value and the expected one. The gates only gather observations; tests
+//! feed these functions observations that must fail.
+
+use crate::probe::MarkedProcess;
+use crate::report::Check;
+use crate::stateapp::{is_token, AppState};
+use crate::x11::Window;
+use serde_json::{json, Value};
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+pub fn check(name: &str, passed: bool, value: Value, expected: &str) -> Check {
+    Check {
+        name: name.to_string(),
+        passed,
+        value,
+        expected: expected.to_string(),
+    }
+}
+
+/// The app's counter ticks every 100 ms.
+pub const TICK_MS: u64 = 100;
+/// Ticks allowed beyond the wall time since the dump-time query: rounding at both ends and
+/// the clock offset a restored time namespace may carry.
+pub const COUNTER_SLACK: u64 = 50;
+
+/// The range a restored counter may hold: never below the dump-time value (a restart would
+/// reset it), never above the ticks that fit in the wall time since the dump-time query was
+/// sent (a mutate jumps it by a million).
+pub fn counter_range(dump_counter: u64, since_dump_query: Duration) -> (u64, u64) {
+    let ticks = since_dump_query.as_millis() as u64 / TICK_MS;
+    (dump_counter, dump_counter + ticks + COUNTER_SLACK)
+}
+
+pub fn token_is_32_hex(token: &str) -> Check {
+    check(
+        "token_is_32_hex",
+        is_token(token),
+        json!(token),
+        "32 lowercase hex digits",
+    )
+}
+
+pub fn same_token(name: &str, dump_time: &str, seen: &str) -> Check {
+    check(
+        name,
+        !dump_time.is_empty() && seen == dump_time,
+        json!({"dump_time": dump_time, "seen": seen}),
+        &format!("the dump-time token {dump_time}"),
+    )
+}
+
+/// A restored counter continues from the dump-time value.
+pub fn counter_continues(
+    name: &str,
+    dump_counter: u64,
+    since_dump_query: Duration,
+    seen: u64,
+) -> Check {
+    let (min, max) = counter_range(dump_counter, since_dump_query);
+    check(
+        name,
+        (min..=max).contains(&seen),
+        json!({"dump_time": dump_counter, "seen": seen, "min": min, "max": max,
+               "ms_since_dump_query": since_dump_query.as_millis() as u64}),
+        &format!("between {min} (the dump-time value) and {max} (plus the ticks since the dump-time query)"),
+    )
+}
+
+/// A second query of the same app: the counter moved on and the token did not change.
+pub fn counter_advances(name: &str, first: &AppState, second: Result<&AppState, String>) -> Check {
+    let passed = second
+        .as_ref()
+        .is_ok_and(|s| s.counter > first.counter && s.token == first.token);
+    let seen = match &second {
+        Ok(s) => json!({"first": first.counter, "second": s.counter,
+                        "first_token": first.token, "second_token": s.token}),
+        Err(e) => json!({"first": first.counter, "second": null, "error": e}),
+    };
+    check(
+        name,
+        passed,
+        seen,
+        &format!(
+            "a second query answers a counter above {} with the same token {}",
+            first.counter, first.token
+        ),
+    )
+}
+
+/// Exactly one mapped top-level window, and it has the title.
+pub fn one_mapped_window_titled(windows: &[Window], title: &str) -> Check {
+    let passed = windows.len() == 1 && windows[0].title == title;
+    check(
+        "one_mapped_window_titled",
+        passed,
+        json!({"mapped_toplevels": windows}),
+        &format!("exactly one mapped top-level window, titled {title}"),
+    )
+}
+
+pub fn same_windows(name: &str, dump_time: &[Window], seen: &[Window]) -> Check {
+    check(
+        name,
+        !dump_time.is_empty() && seen == dump_time,
+        json!({"dump_time": dump_time, "seen": seen}),
+        &format!(
+            "the dump-time mapped top-level windows {}",
+            window_list(dump_time)
+        ),
+    )
+}
+
+fn window_list(ws: &[Window]) -> String {
+    let items: Vec<String> = ws
+        .iter()
+        .map(|w| {
+            format!(
+                "0x{:x} {:?} {}x{}+{}+{}",
+                w.id, w.title, w.width, w.height, w.x, w.y
+            )
+        })
+        .collect();
+    format!("[{}]", items.join(", "))
+}
+
+/// Framebuffers compare by pixel hash; both PNGs are named so a reader can look.
+pub fn same_framebuffer(
+    name: &str,
+    want: (&str, &str),
+    seen: (&str, &str),
+    expected_words: &str,
+) -> Check {
+    let ((want_sha, want_png), (seen_sha, seen_png)) = (want, seen);
+    check(
+        name,
+        !want_sha.is_empty() && want_sha == seen_sha,
+        json!({"expected_sha256": want_sha, "expected_png": want_png,
+               "seen_sha256": seen_sha, "seen_png": seen_png}),
+        &format!("{expected_words}: pixel sha256 {want_sha}"),
+    )
+}
+
+pub fn framebuffer_changed(name: &str, before: (&str, &str), after: (&str, &str)) -> Check {
+    let ((b_sha, b_png), (a_sha, a_png)) = (before, after);
+    check(
+        name,
+        !b_sha.is_empty() && !a_sha.is_empty() && a_sha != b_sha,
+        json!({"before_sha256": b_sha, "before_png": b_png, "after_sha256": a_sha, "after_png": a_png}),
+        &format!("pixels that differ from {b_sha}"),
+    )
+}
+
+/// A copy after our change: it answers the token its mutate returned (not the dump-time one), a
+/// counter jumped by the mutate, and shows the drawn mark in pixels that differ from the dump's.
+pub fn copy_changed(
+    name: &str,
+    mutate_reply: Option<&AppState>,
+    seen: &crate::gates::Observation,
+    dump: &crate::gates::Observation,
+) -> Check {
+    let jumped = dump.app.counter + MUTATE_JUMP;
+    let passed = mutate_reply.is_some_and(|m| m.token == seen.app.token)
+        && seen.app.token != dump.app.token
+        && seen.app.counter >= jumped
+        && seen.mark_drawn
+        && seen.frame_sha256 != dump.frame_sha256;
+    check(
+        name,
+        passed,
+        json!({"mutate_reply": mutate_reply, "token": seen.app.token, "counter": seen.app.counter,
+               "mark_drawn": seen.mark_drawn, "framebuffer_sha256": seen.frame_sha256, "png": seen.png,
+               "dump_time_token": dump.app.token, "dump_time_framebuffer_sha256": dump.frame_sha256}),
+        &format!(
+            "the token the mutate returned (not the dump-time {}), a counter of at least {jumped}, and the red mark drawn",
+            dump.app.token
+        ),
+    )
+}
+
+/// What the app's `mutate` adds to its counter.
+pub const MUTATE_JUMP: u64 = 1_000_000;
+
+/// The processes of one kind a check asks for: at least one, every one of them inside the
+/// tree's pid namespace.
+pub fn processes_in_tree(
+    name: &str,
+    found: &[&MarkedProcess],
+    tree_pidns: Option<&str>,
+    what: &str,
+) -> Check {
+    let inside = |p: &&&MarkedProcess| tree_pidns.is_some() && p.pidns.as_deref() == tree_pidns;
+    let n_inside = found.iter().filter(inside).count();
+    let outside: Vec<Value> = found
+        .iter()
+        .filter(|p| !inside(p))
+        .map(|p| json!({"pid": p.pid, "pidns": p.pidns}))
+        .collect();
+    check(
+        name,
+        n_inside > 0 && outside.is_empty(),
+        json!({"processes": found.iter().map(|p| json!({"pid": p.pid, "ns_pid": p.ns_pid,
+                   "cmdline": p.cmdline, "marker_in": p.marker_in, "pidns": p.pidns}))
+                   .collect::<Vec<_>>(),
+               "outside_the_tree": outside}),
+        &format!(
+            "{what}, carrying the marker, inside the tree's pid namespace {}",
+            tree_pidns.unwrap_or("(unknown)")
+        ),
+    )
+}
+
+/// The census: every process that carries the marker is inside the tree's pid namespace.
+pub fn all_marked_in_tree(marked: &[MarkedProcess], tree_pidns: Option<&str>) -> Check {
+    let outside: Vec<Value> = marked
+        .iter()
+        .filter(|p| tree_pidns.is_none() || p.pidns.as_deref() != tree_pidns)
+        .map(|p| json!({"pid": p.pid, "program": p.program(), "pidns": p.pidns}))
+        .collect();
+    check(
+        "marked_processes_in_tree",
+        tree_pidns.is_some() && !marked.is_empty() && outside.is_empty(),
+        json!({"marked": marked.len(), "outside_the_tree": outside}),
+        &format!(
+            "every process carrying the marker inside {}",
+            tree_pidns.unwrap_or("(unknown)")
+        ),
+    )
+}
+
+/// A copy's X server is a process of that copy: the peer of its socket runs in the copy's
+/// pid namespace.
+pub fn x_server_in_tree(
+    name: &str,
+    socket: &str,
+    peer: Result<(i32, String), String>,
+    tree_pidns: Option<&str>,
+) -> Check {
+    let passed = match (&peer, tree_pidns) {
+        (Ok((_, ns)), Some(want)) => ns == want,
+        _ => false,
+    };
+    let seen = match &peer {
+        Ok((pid, ns)) => json!({"socket": socket, "server_pid": pid, "server_pidns": ns}),
+        Err(e) => json!({"socket": socket, "error": e}),
+    };
+    check(
+        name,
+        passed,
+        seen,
+        &format!(
+            "an X server answering on {socket} from inside the pid namespace {}",
+            tree_pidns.unwrap_or("(unknown)")
+        ),
+    )
+}
+
+/// A restore hands back a new tree: neither its PID 1 nor its pid namespace belongs to another
+/// tree still running.
+pub fn fresh_copy(
+    name: &str,
+    copy: &crate::gates::TreeRecord,
+    others: &[crate::gates::TreeRecord],
+) -> Check {
+    let clashes: Vec<&crate::gates::TreeRecord> = others
+        .iter()
+        .filter(|o| o.pid == copy.pid || (copy.pidns.is_some() && o.pidns == copy.pidns))
+        .collect();
+    check(
+        name,
+        copy.pidns.is_some() && clashes.is_empty(),
+        json!({"copy": copy, "running_beside_it": others, "same_as": clashes}),
+        "a new tree: a PID 1 and pid namespace no other running tree has",
+    )
+}
+
+/// The processes CRIU recorded (its pstree, pids inside the tree's namespace) against the
+/// processes seen in the tree at dump time.
+pub fn pstree_matches(recorded: &BTreeSet<i32>, seen: &BTreeSet<i32>) -> Check {
+    let missing: Vec<i32> = seen.difference(recorded).copied().collect();
+    let extra: Vec<i32> = recorded.difference(seen).copied().collect();
+    check(
+        "pstree_matches_tree",
+        !seen.is_empty() && missing.is_empty() && extra.is_empty(),
+        json!({"recorded_by_criu": recorded, "seen_at_dump_time": seen,
+               "seen_not_recorded": missing, "recorded_not_seen": extra}),
+        &format!(
+            "CRIU's pstree holds exactly the tree's processes {seen:?} (pids inside the tree)"
+        ),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn app(token: &str, counter: u64) -> AppState {
+        AppState {
+            token: token.into(),
+            counter,
+            pid: 3,
+        }
+    }
+
+    fn win(id: u32, title: &str) -> Window {
+        Window {
+            id,
+            title: title.into(),
+            x: 0,
+            y: 0,
+            width: 484,
+            height: 316,
+        }
+    }
+
+    fn marked(pid: i32, pidns: Option<&str>) -> MarkedProcess {
+        MarkedProcess {
+            pid,
+            ppid: 1,
+            comm: "Xvfb".into(),
+            cmdline: vec!["Xvfb".into(), ":170".into()],
+            marker_in: vec!["environ".into()],
+            pidns: pidns.map(str::to_string),
+            ns_pid: Some(2),
+        }
+    }
+
+    const T: &str = "0123456789abcdef0123456789abcdef";
+
+    #[test]
+    fn token_shape_and_equality() {
+        assert!(token_is_32_hex(T).passed);
+        assert!(!token_is_32_hex(&T.to_uppercase()).passed);
+        assert!(!token_is_32_hex("").passed);
+        assert!(same_token("t", T, T).passed);
+        let other = "f123456789abcdef0123456789abcdef";
+        let c = same_token("t", T, other);
+        assert!(!c.passed);
+        assert_eq!(c.value["seen"], other);
+        assert!(c.expected.contains(T));
+        assert!(
+            !same_token("t", "", "").passed,
+            "two empty tokens prove nothing"
+        );
+    }
+
+    #[test]
+    fn counter_must_not_restart_nor_jump() {
+        let since = Duration::from_secs(3);
+        assert!(counter_continues("c", 100, since, 100).passed);
+        assert!(counter_continues("c", 100, since, 130).passed);
+        assert!(counter_continues("c", 100, since, 180).passed);
+        let restarted = counter_continues("c", 100, since, 4);
+        assert!(!restarted.passed);
+        assert_eq!(restarted.value["min"], 100);
+        assert!(!counter_continues("c", 100, since, 99).passed);
+        let jumped = counter_continues("c", 100, since, 1_000_100);
+        assert!(!jumped.passed);
+        assert_eq!(jumped.value["max"], 180);
+        assert!(!counter_continues("c", 100, since, 181).passed);
+    }
+
+    #[test]
+    fn counter_advance_needs_a_larger_counter_and_the_same_token() {
+        let a = app(T, 10);
+        assert!(counter_advances("c", &a, Ok(&app(T, 11))).passed);
+        assert!(!counter_advances("c", &a, Ok(&app(T, 10))).passed);
+        assert!(!counter_advances("c", &a, Ok(&app(T, 9))).passed);
+        let swapped = counter_advances("c", &a, Ok(&app("f".repeat(32).as_str(), 11)));
+        assert!(!swapped.passed, "a new token is another app, not a tick");
+        assert!(!counter_advances("c", &a, Err("timed out".into())).passed);
+    }
+
+    #[test]
+    fn exactly_one_mapped_window_with_the_title() {
+        assert!(one_mapped_window_titled(&[win(1, "sharedos-spike")], "sharedos-spike").passed);
+        assert!(!one_mapped_window_titled(&[], "sharedos-spike").passed);
+        assert!(!one_mapped_window_titled(&[win(1, "other")], "sharedos-spike").passed);
+        let extra = [win(1, "sharedos-spike"), win(2, "popup")];
+        assert!(!one_mapped_window_titled(&extra, "sharedos-spike").passed);
+        let twice = [win(1, "sharedos-spike"), win(2, "sharedos-spike")];
+        assert!(!one_mapped_window_titled(&twice, "sharedos-spike").passed);
+    }
+
+    #[test]
+    fn window_lists_compare_in_full() {
+        let dump = [win(0x40_0001, "sharedos-spike")];
+        assert!(same_windows("w", &dump, &dump).passed);
+        assert!(!same_windows("w", &dump, &[]).passed);
+        assert!(!same_windows("w", &dump, &[win(0x40_0002, "sharedos-spike")]).passed);
+        assert!(!same_windows("w", &dump, &[win(0x40_0001, "renamed")]).passed);
+        let mut moved = win(0x40_0001, "sharedos-spike");
+        moved.x = 5;
+        assert!(!same_windows("w", &dump, &[moved]).passed);
+        assert!(!same_windows("w", &dump, &[dump[0].clone(), win(7, "x")]).passed);
+        assert!(!same_windows("w", &[], &[]).passed, "nothing to compare");
+    }
+
+    #[test]
+    fn framebuffer_hashes() {
+        let a = ("aa", "png/a.png");
+        let b = ("bb", "png/b.png");
+        assert!(same_framebuffer("f", a, ("aa", "png/x.png"), "same").passed);
+        let c = same_framebuffer("f", a, b, "same");
+        assert!(!c.passed);
+        assert_eq!(c.value["seen_png"], "png/b.png");
+        assert!(!same_framebuffer("f", ("", ""), ("", ""), "same").passed);
+        assert!(framebuffer_changed("d", a, b).passed);
+        assert!(!framebuffer_changed("d", a, a).passed);
+        assert!(!framebuffer_changed("d", ("", ""), b).passed);
+    }
+
+    fn obs(token: &str, counter: u64, sha: &str, mark: bool) -> crate::gates::Observation {
+        crate::gates::Observation {
+            app: app(token, counter),
+            app_asked_at: std::time::Instant::now(),
+            windows: vec![win(1, "sharedos-spike")],
+            frame_sha256: sha.into(),
+            mark_drawn: mark,
+            png: "png/x.png".into(),
+        }
+    }
+
+    #[test]
+    fn a_change_must_be_seen_in_app_and_pixels() {
+        let new = "f123456789abcdef0123456789abcdef";
+        let dump = obs(T, 40, "aa", false);
+        let reply = app(new, 1_000_041);
+        let changed = obs(new, 1_000_045, "bb", true);
+        assert!(copy_changed("c", Some(&reply), &changed, &dump).passed);
+        assert!(
+            !copy_changed("c", None, &changed, &dump).passed,
+            "no mutate answered"
+        );
+        let unchanged = obs(T, 45, "aa", false);
+        assert!(!copy_changed("c", Some(&reply), &unchanged, &dump).passed);
+        let no_jump = obs(new, 45, "bb", true);
+        assert!(!copy_changed("c", Some(&reply), &no_jump, &dump).passed);
+        let no_mark = obs(new, 1_000_045, "bb", false);
+        assert!(!copy_changed("c", Some(&reply), &no_mark, &dump).passed);
+        let same_pixels = obs(new, 1_000_045, "aa", true);
+        assert!(!copy_changed("c", Some(&reply), &same_pixels, &dump).passed);
+        let other_token = obs("e123456789abcdef0123456789abcdef", 1_000_045, "bb", true);
+        assert!(!copy_changed("c", Some(&reply), &other_token, &dump).passed);
+    }
+
+    #[test]
+    fn processes_must_be_inside_the_tree_namespace() {
+        let ns = Some("pid:[4026532301]");
+        let inside = marked(10, ns);
+        let elsewhere = marked(11, Some("pid:[4026531836]"));
+        let unread = marked(12, None);
+        assert!(processes_in_tree("x", &[&inside], ns, "an Xvfb").passed);
+        assert!(!processes_in_tree("x", &[], ns, "an Xvfb").passed);
+        assert!(!processes_in_tree("x", &[&elsewhere], ns, "an Xvfb").passed);
+        let mixed = processes_in_tree("x", &[&inside, &elsewhere], ns, "an Xvfb");
+        assert!(!mixed.passed);
+        assert_eq!(mixed.value["outside_the_tree"][0]["pid"], 11);
+        assert!(!processes_in_tree("x", &[&inside, &unread], ns, "an Xvfb").passed);
+        assert!(!processes_in_tree("x", &[&inside], None, "an Xvfb").passed);
+    }
+
+    #[test]
+    fn census_of_marked_processes() {
+        let ns = Some("pid:[1]");
+        assert!(all_marked_in_tree(&[marked(1, ns), marked(2, ns)], ns).passed);
+        assert!(!all_marked_in_tree(&[marked(1, ns), marked(2, Some("pid:[9]"))], ns).passed);
+        assert!(!all_marked_in_tree(&[], ns).passed);
+        assert!(!all_marked_in_tree(&[marked(1, ns)], None).passed);
+    }
+
+    #[test]
+    fn x_server_must_be_the_copy_s_own() {
+        let ns = Some("pid:[7]");
+        assert!(x_server_in_tree("x", "/s", Ok((5, "pid:[7]".into())), ns).passed);
+        let other = x_server_in_tree("x", "/s", Ok((5, "pid:[8]".into())), ns);
+        assert!(!other.passed);
+        assert_eq!(other.value["server_pidns"], "pid:[8]");
+        assert!(!x_server_in_tree("x", "/s", Err("refused".into()), ns).passed);
+        assert!(!x_server_in_tree("x", "/s", Ok((5, "pid:[7]".into())), None).passed);
+    }
+
+    #[test]
+    fn a_restore_must_hand_back_a_new_tree() {
+        let rec = |label: &str, pid: i32, ns: Option<&str>| crate::gates::TreeRecord {
+            label: label.into(),
+            pid,
+            pidns: ns.map(str::to_string),
+            ended: false,
+        };
+        let copy = rec("copy reset", 300, Some("pid:[3]"));
+        let b = rec("copy b", 200, Some("pid:[2]"));
+        assert!(fresh_copy("n", &copy, std::slice::from_ref(&b)).passed);
+        assert!(fresh_copy("n", &copy, &[]).passed);
+        let handed_back = rec("copy reset", 200, Some("pid:[2]"));
+        let c = fresh_copy("n", &handed_back, std::slice::from_ref(&b));
+        assert!(!c.passed);
+        assert_eq!(c.value["same_as"][0]["label"], "copy b");
+        assert!(
+            !fresh_copy(
+                "n",
+                &rec("x", 200, Some("pid:[9]")),
+                std::slice::from_ref(&b)
+            )
+            .passed
+        );
+        assert!(!fresh_copy("n", &rec("x", 9, Some("pid:[2]")), &[b]).passed);
+        assert!(!fresh_copy("n", &rec("x", 9, None), &[]).passed);
+    }
+
+    #[test]
+    fn pstree_against_the_tree() {
+        let seen: BTreeSet<i32> = [1, 2, 3, 4, 5].into();
+        assert!(pstree_matches(&seen, &seen).passed);
+        let fewer: BTreeSet<i32> = [1, 2, 3].into();
+        let c = pstree_matches(&fewer, &seen);
+        assert!(!c.passed);
+        assert_eq!(c.value["seen_not_recorded"], json!([4, 5]));
+        let more: BTreeSet<i32> = [1, 2, 3, 4, 5, 6].into();
+        assert!(!pstree_matches(&more, &seen).passed);
+        assert!(!pstree_matches(&BTreeSet::new(), &seen).passed);
+        assert!(!pstree_matches(&BTreeSet::new(), &BTreeSet::new()).passed);
+    }
+}

@@ -1,0 +1,609 @@
+//! The lying-CRIU suite: a criu stand-in that passes every call through to the real criu but
+//! one, where it lies in one way; and the suite that runs the whole diagnostic once per lie and
+//! checks that the gate which looks at the broken fact FAILs naming what it saw, that the gates
+//! the lie does not touch still PASS, and that cleanup still PASSes with nothing left.
+
+use crate::report::{GateName, Report, Status};
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+/// One lie: the criu call it hits, what it does there, the gate that must catch it and the
+/// checks of that gate at least one of which must fail.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Lie {
+    pub name: &'static str,
+    pub does: &'static str,
+    pub target: GateName,
+    pub caught_by: &'static [&'static str],
+}
+
+pub const LIES: [Lie; 11] = [
+    Lie {
+        name: "dump-writes-nothing",
+        does: "`criu dump` exits 0 without dumping: no image, the tree keeps running",
+        target: GateName::Dump,
+        caught_by: &[
+            "images_written",
+            "pstree_matches_tree",
+            "original_tree_ended",
+        ],
+    },
+    Lie {
+        name: "dump-leaves-tree-running",
+        does:
+            "`criu dump` dumps with --leave-running: the images are there, the tree was never ended",
+        target: GateName::Dump,
+        caught_by: &["original_tree_ended"],
+    },
+    Lie {
+        name: "dump-drops-a-process",
+        does: "`criu dump` succeeds, then the last process is cut out of pstree.img",
+        target: GateName::Dump,
+        caught_by: &["pstree_matches_tree"],
+    },
+    Lie {
+        name: "restore-a-restores-nothing",
+        does: "the restore of copy a exits 0 without restoring anything",
+        target: GateName::RestoreLiveProcess,
+        caught_by: &["criu_restore_succeeded"],
+    },
+    Lie {
+        name: "restore-a-wrong-app-state",
+        does: "copy a is restored, then its app is changed (new token, counter jumped)",
+        target: GateName::RestoreLiveProcess,
+        caught_by: &["same_token", "counter_continues"],
+    },
+    Lie {
+        name: "restore-a-wrong-pixels",
+        does: "copy a is restored, then a blue rectangle is painted on its screen",
+        target: GateName::RestoreXState,
+        caught_by: &["same_framebuffer"],
+    },
+    Lie {
+        name: "restore-a-extra-window",
+        does: "copy a is restored, then a window the dump never had is mapped on its screen",
+        target: GateName::RestoreXState,
+        caught_by: &["same_windows"],
+    },
+    Lie {
+        name: "restore-b-is-copy-a",
+        does: "the restore of copy b exits 0 and hands back copy a's PID 1",
+        target: GateName::Isolation,
+        caught_by: &["two_copies_running", "own_namespaces"],
+    },
+    Lie {
+        name: "restore-b-wrong-app-state",
+        does: "copy b is restored, then its app is changed: B does not hold the dump-time state",
+        target: GateName::Isolation,
+        caught_by: &["b_same_token", "b_counter_continues"],
+    },
+    Lie {
+        name: "restore-reset-is-copy-b",
+        does: "the restore for reset exits 0 and hands back copy b, which still runs unchanged",
+        target: GateName::Reset,
+        caught_by: &["new_copy"],
+    },
+    Lie {
+        name: "restore-reset-wrong-app-state",
+        does: "the reset copy is restored, then its app is changed",
+        target: GateName::Reset,
+        caught_by: &["same_token", "counter_continues"],
+    },
+];
+
+/// The lies as a Markdown table: the lie, the gate that catches it, and the checks it reports.
+pub fn table_markdown() -> String {
+    let mut t = String::from("| lie | what the wrapper does | caught by | failing check (one of) |\n| --- | --- | --- | --- |\n");
+    for l in LIES {
+        t.push_str(&format!(
+            "| `{}` | {} | {} | {} |\n",
+            l.name,
+            l.does.replace('|', "\\|"),
+            l.target,
+            l.caught_by
+                .iter()
+                .map(|c| format!("`{c}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    t
+}
+
+pub fn lie(name: &str) -> Option<Lie> {
+    LIES.iter().copied().find(|l| l.name == name)
+}
+
+/// What every gate must end as when `lie` is told: the target FAILs; the gates before it PASS;
+/// after a dump lie the restore gates cannot run; the review waits for a human; cleanup PASSes.
+/// A lie about copy a's restore leaves restore_x_state without a copy when nothing came back.
+pub fn expected_status(lie: &Lie, gate: GateName) -> Status {
+    if gate == lie.target {
+        return Status::Fail;
+    }
+    match gate {
+        GateName::GuiPixelReview => Status::ReviewRequired,
+        g if lie.target == GateName::Dump && g.needs_criu() => Status::NotRun,
+        GateName::RestoreXState if lie.name == "restore-a-restores-nothing" => Status::NotRun,
+        _ => Status::Pass,
+    }
+}
+
+/// Everything wrong with a report of a run under `lie`; empty when the lie was caught as it
+/// must be.
+pub fn judge(lie: &Lie, r: &Report) -> Vec<String> {
+    let mut problems = Vec::new();
+    for name in GateName::ALL {
+        let want = expected_status(lie, name);
+        match r.gate(name) {
+            None => problems.push(format!("{name} is missing from the report")),
+            Some(g) if g.status != want => problems.push(format!(
+                "{name} is {} (expected {want}): {}",
+                g.status, g.reason
+            )),
+            Some(_) => {}
+        }
+    }
+    if let Some(g) = r.gate(lie.target) {
+        let failed: Vec<&str> = g
+            .checks
+            .iter()
+            .filter(|c| !c.passed)
+            .map(|c| c.name.as_str())
+            .collect();
+        if !failed.iter().any(|f| lie.caught_by.contains(f)) {
+            problems.push(format!(
+                "{} did not fail any of {:?} (failed: {failed:?})",
+                lie.target, lie.caught_by
+            ));
+        }
+        // The reason names the failed check; the check itself carries what was seen.
+        let named = failed
+            .iter()
+            .any(|f| lie.caught_by.contains(f) && g.reason.contains(f));
+        if !named {
+            problems.push(format!(
+                "{}'s reason does not name the failed check: {}",
+                lie.target, g.reason
+            ));
+        }
+    }
+    problems
+}
+
+/// The script put in place of criu for one lie.
+pub fn wrapper_script(gate_exe: &Path, real: &Path, lie: &Lie, state: &Path) -> String {
+    let q = |p: &Path| format!("'{}'", p.display().to_string().replace('\'', "'\\''"));
+    format!(
+        "#!/bin/sh\n# criu that lies once: {}\nexec {} lying-criu --real {} --lie {} --state {} -- \"$@\"\n",
+        lie.does,
+        q(gate_exe),
+        q(real),
+        lie.name,
+        q(state)
+    )
+}
+
+/// The copy label of a restore call, from its `--pidfile .../restore-LABEL.pid`.
+pub fn restore_label(args: &[String]) -> Option<String> {
+    let i = args.iter().position(|a| a == "--pidfile")?;
+    let name = Path::new(args.get(i + 1)?).file_name()?.to_str()?;
+    Some(
+        name.strip_prefix("restore-")?
+            .strip_suffix(".pid")?
+            .to_string(),
+    )
+}
+
+fn arg_after(args: &[String], flag: &str) -> Option<PathBuf> {
+    let i = args.iter().position(|a| a == flag)?;
+    args.get(i + 1).map(PathBuf::from)
+}
+
+/// Whether this call is the one `lie` hits.
+pub fn hits(lie: &Lie, args: &[String]) -> bool {
+    let sub = args.first().map(String::as_str);
+    let label = restore_label(args);
+    let restore_of = |l: &str| sub == Some("restore") && label.as_deref() == Some(l);
+    match lie.target {
+        GateName::Dump => sub == Some("dump"),
+        GateName::RestoreLiveProcess | GateName::RestoreXState => restore_of("a"),
+        GateName::Isolation => restore_of("b"),
+        GateName::Reset => restore_of("reset"),
+        _ => false,
+    }
+}
+
+fn run_real(real: &Path, args: &[String]) -> Result<i32> {
+    let status = Command::new(real)
+        .args(args)
+        .status()
+        .with_context(|| format!("running {}", real.display()))?;
+    Ok(status.code().unwrap_or(1))
+}
+
+fn pid_from(pidfile: &Path) -> Result<i32> {
+    let s = std::fs::read_to_string(pidfile)
+        .with_context(|| format!("reading {}", pidfile.display()))?;
+    s.trim()
+        .parse()
+        .with_context(|| format!("{} holds {s:?}", pidfile.display()))
+}
+
+fn x_socket(pid: i32) -> Result<PathBuf> {
+    let dir = PathBuf::from(format!("/proc/{pid}/root/tmp/.X11-unix"));
+    std::fs::read_dir(&dir)
+        .with_context(|| format!("listing {}", dir.display()))?
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with('X'))
+        })
+        .with_context(|| format!("no X socket in {}", dir.display()))
+}
+
+fn change_app(pid: i32) -> Result<()> {
+    let sock = crate::tree::path_in_tree(pid, crate::stateapp::SOCKET);
+    crate::stateapp::query(&sock, "mutate", Duration::from_secs(20)).map(|_| ())
+}
+
+/// `lying-criu`: passes the call through to `real`, except the one `lie` hits (once: a state
+/// file remembers that it lied, so a later identical call is told the truth).
+pub fn wrapper_main(real: &Path, lie_name: &str, state: &Path, args: &[String]) -> Result<i32> {
+    let lie = lie(lie_name).with_context(|| format!("no lie named {lie_name}"))?;
+    let lied = state.join(format!("{lie_name}.lied"));
+    if !hits(&lie, args) || lied.exists() {
+        let err = Command::new(real).args(args).exec();
+        bail!("exec {}: {err}", real.display());
+    }
+    std::fs::create_dir_all(state).with_context(|| format!("mkdir {}", state.display()))?;
+    std::fs::write(&lied, args.join(" ")).with_context(|| format!("writing {}", lied.display()))?;
+    eprintln!("lying-criu: {} ({})", lie.name, lie.does);
+    let pidfile = arg_after(args, "--pidfile");
+    let sibling = |label: &str| -> Result<i32> {
+        let p = pidfile.as_ref().context("no --pidfile")?;
+        pid_from(&p.with_file_name(format!("restore-{label}.pid")))
+    };
+    let write_pid = |pid: i32| -> Result<()> {
+        let p = pidfile.as_ref().context("no --pidfile")?;
+        std::fs::write(p, format!("{pid}\n")).with_context(|| format!("writing {}", p.display()))
+    };
+    match lie.name {
+        "dump-writes-nothing" | "restore-a-restores-nothing" => Ok(0),
+        "dump-leaves-tree-running" => {
+            let mut a = args.to_vec();
+            a.push("--leave-running".into());
+            run_real(real, &a)
+        }
+        "dump-drops-a-process" => {
+            let code = run_real(real, args)?;
+            if code == 0 {
+                let dir = arg_after(args, "-D").context("no -D")?;
+                drop_last_pstree_entry(&dir.join("pstree.img"))?;
+            }
+            Ok(code)
+        }
+        "restore-b-is-copy-a" => {
+            write_pid(sibling("a")?)?;
+            Ok(0)
+        }
+        "restore-reset-is-copy-b" => {
+            write_pid(sibling("b")?)?;
+            Ok(0)
+        }
+        _ => {
+            let code = run_real(real, args)?;
+            if code != 0 {
+                return Ok(code);
+            }
+            let pid = pid_from(pidfile.as_ref().context("no --pidfile")?)?;
+            match lie.name {
+                "restore-a-wrong-pixels" => {
+                    let c = crate::x11::XConn::connect(&x_socket(pid)?)?;
+                    c.fill_rect(
+                        x11rb::protocol::xproto::Rectangle {
+                            x: 20,
+                            y: 400,
+                            width: 80,
+                            height: 40,
+                        },
+                        0x0000_00ff,
+                    )?;
+                }
+                "restore-a-extra-window" => {
+                    let c = crate::x11::XConn::connect(&x_socket(pid)?)?;
+                    c.map_lasting_window(
+                        "intruder",
+                        x11rb::protocol::xproto::Rectangle {
+                            x: 500,
+                            y: 20,
+                            width: 100,
+                            height: 60,
+                        },
+                    )?;
+                }
+                _ => change_app(pid)?,
+            }
+            Ok(0)
+        }
+    }
+}
+
+/// Cuts the last entry off a pstree image.
+fn drop_last_pstree_entry(img: &Path) -> Result<()> {
+    let b = std::fs::read(img).with_context(|| format!("reading {}", img.display()))?;
+    let spans = crate::pstree::entry_spans(&b)?;
+    let last = spans.last().context("pstree.img has no entry")?;
+    std::fs::write(img, &b[..last.0]).with_context(|| format!("writing {}", img.display()))
+}
+
+/// The outcome of one lie in the suite.
+#[derive(Serialize, Debug)]
+pub struct LieOutcome {
+    pub lie: Lie,
+    pub exit_code: Option<i32>,
+    pub statuses: Vec<(GateName, Status)>,
+    pub target_reason: String,
+    pub marked_left: usize,
+    pub problems: Vec<String>,
+}
+
+pub struct SuiteConfig {
+    pub real_criu: PathBuf,
+    pub work: PathBuf,
+    pub out: PathBuf,
+    pub display: u32,
+    pub step_timeout: u64,
+    pub only: Vec<String>,
+}
+
+/// Runs the diagnostic once per lie with the lying wrapper as `--criu` and judges each report.
+pub fn suite_main(cfg: &SuiteConfig, progress: &mut dyn FnMut(&LieOutcome)) -> Result<i32> {
+    let exe = std::env::current_exe().context("locating this binary")?;
+    let chosen: Vec<&Lie> = LIES
+        .iter()
+        .filter(|l| cfg.only.is_empty() || cfg.only.iter().any(|o| o == l.name))
+        .collect();
+    if let Some(unknown) = cfg.only.iter().find(|o| lie(o).is_none()) {
+        bail!(
+            "no lie named {unknown}; the lies: {}",
+            LIES.map(|l| l.name).join(", ")
+        );
+    }
+    // Reports of an earlier suite there would be judged as this one's.
+    if std::fs::read_dir(&cfg.out).is_ok_and(|mut d| d.next().is_some()) {
+        bail!(
+            "{} is not empty: give --out a new or empty directory",
+            cfg.out.display()
+        );
+    }
+    std::fs::create_dir_all(&cfg.out).with_context(|| format!("mkdir {}", cfg.out.display()))?;
+    // A fresh scratch directory per suite run: a lie's state file left by an earlier run would
+    // keep the wrapper from lying.
+    let run_work = cfg
+        .work
+        .join(format!("suite-{}", crate::stateapp::random_hex(4)?));
+    let mut outcomes = Vec::new();
+    for (i, lie) in chosen.into_iter().enumerate() {
+        let work = run_work.join(lie.name);
+        let state = work.join("lie-state");
+        std::fs::create_dir_all(&work).with_context(|| format!("mkdir {}", work.display()))?;
+        let wrapper = work.join("criu");
+        std::fs::write(&wrapper, wrapper_script(&exe, &cfg.real_criu, lie, &state))
+            .with_context(|| format!("writing {}", wrapper.display()))?;
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755))
+            .with_context(|| format!("chmod {}", wrapper.display()))?;
+        let out = cfg.out.join(lie.name).join("report.json");
+        let marker = format!("lie-{}-{}", i, crate::stateapp::random_hex(4)?);
+        let status = Command::new(&exe)
+            .args(["diagnose", "--work"])
+            .arg(work.join("run"))
+            .arg("--out")
+            .arg(&out)
+            .args(["--marker", &marker, "--display"])
+            .arg(format!(":{}", cfg.display))
+            .args(["--step-timeout", &cfg.step_timeout.to_string(), "--criu"])
+            .arg(&wrapper)
+            .status()
+            .with_context(|| format!("running diagnose under {}", lie.name))?;
+        let left = crate::probe::scan(&marker);
+        let mut problems = Vec::new();
+        let report: Option<Report> = std::fs::read_to_string(&out)
+            .map_err(|e| problems.push(format!("no report at {}: {e}", out.display())))
+            .ok()
+            .and_then(|t| {
+                serde_json::from_str(&t)
+                    .map_err(|e| problems.push(format!("unreadable report: {e}")))
+                    .ok()
+            });
+        if let Some(r) = &report {
+            problems.extend(judge(lie, r));
+        }
+        if !left.is_empty() {
+            problems.push(format!(
+                "{} marked processes left after the run",
+                left.len()
+            ));
+        }
+        let outcome = LieOutcome {
+            lie: *lie,
+            exit_code: status.code(),
+            statuses: report
+                .as_ref()
+                .map(|r| r.gates.iter().map(|g| (g.name, g.status)).collect())
+                .unwrap_or_default(),
+            target_reason: report
+                .as_ref()
+                .and_then(|r| r.gate(lie.target))
+                .map(|g| g.reason.clone())
+                .unwrap_or_default(),
+            marked_left: left.len(),
+            problems,
+        };
+        progress(&outcome);
+        outcomes.push(outcome);
+    }
+    let summary = cfg.out.join("lies.json");
+    std::fs::write(
+        &summary,
+        serde_json::to_string_pretty(&outcomes).context("serializing the suite's outcomes")?,
+    )
+    .with_context(|| format!("writing {}", summary.display()))?;
+    let caught = outcomes.iter().filter(|o| o.problems.is_empty()).count();
+    println!(
+        "lie-suite: {caught} of {} lies caught as they must be; summary {}",
+        outcomes.len(),
+        summary.display()
+    );
+    Ok(if caught == outcomes.len() && !outcomes.is_empty() {
+        0
+    } else {
+        1
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::{Check, Gate};
+
+    fn sv(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn every_criu_gate_is_the_target_of_a_lie() {
+        for g in GateName::ALL.iter().filter(|g| g.needs_criu()) {
+            assert!(LIES.iter().any(|l| l.target == *g), "{g} has no lie");
+        }
+        assert!(LIES.len() >= 8);
+        let mut names: Vec<&str> = LIES.iter().map(|l| l.name).collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), LIES.len());
+    }
+
+    #[test]
+    fn each_lie_hits_only_its_call() {
+        let dump = sv(&["dump", "-t", "5", "-D", "/w/dump"]);
+        let restore = |l: &str| {
+            sv(&[
+                "restore",
+                "-D",
+                "/w/dump",
+                "--pidfile",
+                &format!("/w/restore-{l}.pid"),
+            ])
+        };
+        let check = sv(&["check"]);
+        for l in LIES {
+            let hit: Vec<bool> = [
+                &dump,
+                &restore("a"),
+                &restore("b"),
+                &restore("reset"),
+                &check,
+            ]
+            .iter()
+            .map(|a| hits(&l, a))
+            .collect();
+            assert_eq!(hit.iter().filter(|h| **h).count(), 1, "{}: {hit:?}", l.name);
+            assert!(!hits(&l, &check));
+        }
+        assert_eq!(restore_label(&restore("reset")).as_deref(), Some("reset"));
+        assert_eq!(restore_label(&dump), None);
+    }
+
+    #[test]
+    fn the_wrapper_script_passes_every_argument() {
+        let s = wrapper_script(
+            Path::new("/usr/local/bin/sharedos-gate"),
+            Path::new("/usr/sbin/criu"),
+            &LIES[0],
+            Path::new("/w/it's"),
+        );
+        assert!(s.starts_with("#!/bin/sh\n"));
+        assert!(s.contains("lying-criu --real '/usr/sbin/criu' --lie dump-writes-nothing"));
+        assert!(s.contains("--state '/w/it'\\''s'"));
+        assert!(s.trim_end().ends_with("-- \"$@\""));
+    }
+
+    fn report_for(lie: &Lie, failed_check: &str) -> Report {
+        let gates = GateName::ALL
+            .iter()
+            .map(|n| {
+                let mut g = Gate::new(*n, expected_status(lie, *n), "fine");
+                if *n == lie.target {
+                    g.checks.push(Check {
+                        name: failed_check.into(),
+                        passed: false,
+                        value: serde_json::json!(1),
+                        expected: "2".into(),
+                    });
+                    g.reason = format!("{failed_check} failed: expected 2, saw 1");
+                }
+                g
+            })
+            .collect();
+        Report {
+            schema_version: crate::report::SCHEMA_VERSION,
+            marker: "m".into(),
+            all_gates_pass: false,
+            exit_code: 1,
+            gates,
+            environment: Default::default(),
+            artifacts: vec![],
+            fidelity_differences: vec![],
+            vm: None,
+        }
+    }
+
+    #[test]
+    fn judging_a_caught_lie_and_an_uncaught_one() {
+        let lie = lie("restore-a-wrong-pixels").unwrap();
+        assert!(judge(&lie, &report_for(&lie, "same_framebuffer")).is_empty());
+        let wrong_check = judge(&lie, &report_for(&lie, "x_answers"));
+        assert!(
+            !wrong_check.is_empty(),
+            "failing for another reason is not catching the lie"
+        );
+        let mut passed = report_for(&lie, "same_framebuffer");
+        passed.gates[5].status = Status::Pass;
+        passed.gates[5].checks.clear();
+        assert!(judge(&lie, &passed).len() >= 2);
+        let mut collateral = report_for(&lie, "same_framebuffer");
+        collateral.gates[7].status = Status::Fail;
+        let p = judge(&lie, &collateral);
+        assert!(p.iter().any(|m| m.starts_with("reset is FAIL")), "{p:?}");
+        let mut dirty = report_for(&lie, "same_framebuffer");
+        dirty.gates[9].status = Status::Fail;
+        assert!(judge(&lie, &dirty).iter().any(|m| m.starts_with("cleanup")));
+    }
+
+    #[test]
+    fn the_table_has_a_row_per_lie() {
+        let t = table_markdown();
+        assert_eq!(t.lines().count(), LIES.len() + 2);
+        assert!(t.contains("| `restore-reset-is-copy-b` |"));
+        assert!(t.contains("| reset | `new_copy` |"));
+    }
+
+    #[test]
+    fn a_dump_lie_leaves_the_restore_gates_not_run() {
+        let lie = lie("dump-writes-nothing").unwrap();
+        assert_eq!(expected_status(&lie, GateName::Dump), Status::Fail);
+        assert_eq!(expected_status(&lie, GateName::Reset), Status::NotRun);
+        assert_eq!(
+            expected_status(&lie, GateName::LiveStateProbe),
+            Status::Pass
+        );
+        assert_eq!(expected_status(&lie, GateName::Cleanup), Status::Pass);
+    }
+}
