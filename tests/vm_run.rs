@@ -68,6 +68,7 @@ fn vm_run_end_to_end_as_an_unprivileged_user() {
     let gate = sb.copy_in(&gate_binary(), "sharedos-gate");
     full_run_archives_an_identified_report_that_verify_agrees_with(&sb, &gate);
     vm_exec_runs_one_command_and_exits_with_its_code(&sb);
+    lying_criu_suite_in_the_guest(&sb, &gate);
     interrupted_during_the_gates_exits_2_with_a_partial_report_and_nothing_left(
         &sb,
         &gate,
@@ -289,6 +290,54 @@ fn vm_exec_runs_one_command_and_exits_with_its_code(sb: &Sandbox) {
     );
     assert!(lines.contains(&"to-stderr"), "{stdout}");
     assert!(processes_mentioning("sharedos-rig-exec-").is_empty());
+}
+
+/// Each lie of a lying criu is caught by the gate that looks at what it breaks, in the pinned
+/// guest, where CRIU works.
+fn lying_criu_suite_in_the_guest(sb: &Sandbox, gate: &Path) {
+    let cache = sb.dir.join("cache").display().to_string();
+    let out = sb.run_as_user(
+        &sb.xtask,
+        &[
+            "vm-exec",
+            "--images-dir",
+            "images",
+            "--cache-dir",
+            &cache,
+            "--mode",
+            "fakechroot",
+            "--accel",
+            "tcg",
+            "--timeout",
+            "1800",
+            "--gate-binary",
+            gate.to_str().unwrap(),
+            "--",
+            "/usr/local/bin/sharedos-gate lie-suite --out /root/lies --step-timeout 180",
+        ],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    let n = sharedos_gate::lies::LIES.len();
+    assert!(n >= 8, "the issue asks for at least eight lies");
+    assert!(
+        stdout.contains(&format!("{n} of {n} lies caught")),
+        "{stdout}"
+    );
+    for target in [
+        "dump",
+        "restore_live_process",
+        "restore_x_state",
+        "isolation",
+        "reset",
+    ] {
+        assert!(
+            sharedos_gate::lies::LIES
+                .iter()
+                .any(|l| l.target.as_str() == target),
+            "no lie targets {target}"
+        );
+    }
 }
 
 fn interrupted_during_the_gates_exits_2_with_a_partial_report_and_nothing_left(

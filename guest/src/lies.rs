@@ -383,6 +383,19 @@ pub fn suite_main(cfg: &SuiteConfig, progress: &mut dyn FnMut(&LieOutcome)) -> R
             cfg.out.display()
         );
     }
+    // Where CRIU itself does not work, every lie would go "uncaught" for want of a dump: say so
+    // once instead.
+    let check = std::process::Command::new(&cfg.real_criu)
+        .arg("check")
+        .output()
+        .with_context(|| format!("running {} check", cfg.real_criu.display()))?;
+    if !check.status.success() {
+        bail!(
+            "`{} check` fails here ({}), and the lying-CRIU suite needs a CRIU that works; run it in the pinned guest: cargo xtask vm-exec --gate-binary GATE -- /usr/local/bin/sharedos-gate lie-suite --out /root/lies",
+            cfg.real_criu.display(),
+            crate::exec::tail(&String::from_utf8_lossy(&check.stderr), 1, 300)
+        );
+    }
     std::fs::create_dir_all(&cfg.out).with_context(|| format!("mkdir {}", cfg.out.display()))?;
     // A fresh scratch directory per suite run: a lie's state file left by an earlier run would
     // keep the wrapper from lying.

@@ -154,9 +154,9 @@ fn run_phases(opts: &VmRunOptions, obs: &mut Observed) -> Result<Report> {
     Ok(report)
 }
 
-/// `vm-exec`: boots the image as a run would, runs `command` (its words joined by spaces, for
-/// the guest's shell, as ssh does) over the pinned session, streams its output, and returns its
-/// exit code. The way into the guest when a gate fails. The boot's logs go to a scratch
+/// `vm-exec`: boots the image as a run would, copies the gate binary in when one is given, runs
+/// `command` (its words joined by spaces, for the guest's shell, as ssh does) over the pinned
+/// session, streams its output, and returns its exit code. The way into the guest when a gate fails. The boot's logs go to a scratch
 /// directory, kept and named only when the rig fails.
 pub fn vm_exec(opts: &VmRunOptions, command: &[String], timeout: Duration) -> i32 {
     if opts.plan {
@@ -186,6 +186,9 @@ pub fn vm_exec(opts: &VmRunOptions, command: &[String], timeout: Duration) -> i3
             let entry = image_phase(opts, &mut obs)?;
             let mut vm = boot::boot(opts, &entry, &mut obs)?;
             let guest = session::connect(&vm, &mut obs)?;
+            if !opts.gate_binary.as_os_str().is_empty() {
+                session::copy(&guest, opts, &mut obs)?;
+            }
             let code = guest.exec_lines(
                 &command.join(" "),
                 Instant::now() + timeout,

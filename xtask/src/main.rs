@@ -73,6 +73,10 @@ enum Command {
         /// Bound on the command, in seconds.
         #[arg(long, default_value_t = 600)]
         timeout: u64,
+        /// Copy this static gate binary to /usr/local/bin/sharedos-gate first (checked by its
+        /// sha256), as vm-run does.
+        #[arg(long)]
+        gate_binary: Option<PathBuf>,
         /// The command, run by the guest's shell (its words joined by spaces, as ssh does).
         #[arg(last = true, required = true)]
         command: Vec<String>,
@@ -160,9 +164,13 @@ fn run_cli(cli: Cli) -> Result<i32> {
         Command::VmExec {
             boot,
             timeout,
+            gate_binary,
             command,
         } => Ok(run::vm_exec(
-            &boot_options(boot),
+            &VmRunOptions {
+                gate_binary: gate_binary.unwrap_or_default(),
+                ..boot_options(boot)
+            },
             &command,
             std::time::Duration::from_secs(timeout),
         )),
