@@ -57,6 +57,8 @@ fn snapshot(dir: &Path, skip: &Path) -> Vec<(PathBuf, String)> {
 
 struct Attack {
     name: &'static str,
+    /// vm-run options the attack needs.
+    options: &'static [&'static str],
     exit: i32,
     /// What the rig's stderr or the verify problems must say.
     says: &'static str,
@@ -64,46 +66,61 @@ struct Attack {
 
 const ATTACKS: &[Attack] = &[
     Attack {
+        options: &[],
         name: "symlink-out",
         exit: 2,
         says: "png/x.png: a symbolic link",
     },
     Attack {
+        options: &[],
         name: "symlink-in",
         exit: 2,
         says: "png/same.png: a symbolic link",
     },
     Attack {
+        options: &[],
         name: "fifo",
         exit: 2,
         says: "logs/criu.log: a FIFO",
     },
     Attack {
+        options: &[],
         name: "device",
         exit: 2,
         says: "logs/null: a character device",
     },
     Attack {
+        options: &[],
         name: "huge-file",
         exit: 2,
         says: "the guest sent logs/huge.log of 314572800 bytes, over the",
     },
     Attack {
+        options: &[],
         name: "endless-line",
         exit: 3,
         says: "[line cut at 65536 bytes]",
     },
     Attack {
+        options: &[],
         name: "overwrite-host-evidence",
         exit: 3,
         says: "REVIEW_REQUIRED",
     },
     Attack {
+        options: &["--gates-timeout", "40"],
+        name: "slow-drip",
+        exit: 2,
+        says: "was still running at its deadline",
+    },
+    Attack {
+        options: &[],
         name: "exit-0-beside-a-failing-gate",
         exit: 1,
         says: "guest/report.json, as the guest wrote it: report.json says exit_code=0, but its gates give FAIL",
     },
     Attack {
+        options: &[],
         name: "duplicate-gate",
         exit: 1,
         says: "report.json has the dump gate 2 times",
@@ -130,6 +147,7 @@ fn a_hostile_guest_cannot_touch_the_host_or_the_verdict() {
         // The image cache fills on the first run; nothing else outside the report may change.
         let before = snapshot(&sb.dir, &sb.dir.join("cache"));
         let mut args = vm_run_args(&sb, &gate, &out_dir, "tcg");
+        args.extend(a.options.iter().map(|o| o.to_string()));
         args.extend(["--".into(), "--attack".into(), a.name.into()]);
         let started = Instant::now();
         let out = sb.run_as_user(

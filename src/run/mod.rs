@@ -44,6 +44,8 @@ pub struct VmRunOptions {
     pub diagnose_args: Vec<String>,
     /// Sign report.json with this OpenSSH private key (report.json.sig).
     pub sign_key: Option<PathBuf>,
+    /// The whole gate phase's bound, instead of the accelerator's default.
+    pub gates_timeout: Option<Duration>,
     pub command_line: Vec<String>,
 }
 
@@ -148,7 +150,11 @@ fn run_phases(opts: &VmRunOptions, obs: &mut Observed) -> Result<Report> {
     let mut vm = boot::boot(opts, &entry, obs)?;
     let guest = session::connect(&vm, obs)?;
     session::copy(&guest, opts, obs)?;
-    session::gates(&guest, opts, vm.bounds(), obs)?;
+    let mut b = vm.bounds();
+    if let Some(t) = opts.gates_timeout {
+        b.gates = t;
+    }
+    session::gates(&guest, opts, b, obs)?;
     let report = fetch::fetch(&guest, vm.bounds(), obs)?;
     boot::end(&mut vm, opts.keep_vm);
     Ok(report)

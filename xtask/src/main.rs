@@ -52,6 +52,9 @@ struct VmArgs {
     /// `sharedos-rig verify --allowed-signers` and `ssh-keygen -Y verify -n sharedos-rig` check).
     #[arg(long, value_name = "KEY")]
     sign_key: Option<PathBuf>,
+    /// Bound on the whole gate phase, in seconds [default: 450 under KVM, 1800 under TCG].
+    #[arg(long, value_name = "SECS")]
+    gates_timeout: Option<u64>,
     /// Arguments passed on to `sharedos-gate diagnose` in the guest.
     #[arg(last = true)]
     diagnose_args: Vec<String>,
@@ -126,6 +129,7 @@ fn boot_options(b: BootArgs) -> VmRunOptions {
         gate_binary: PathBuf::new(),
         diagnose_args: Vec::new(),
         sign_key: None,
+        gates_timeout: None,
         command_line: std::env::args().collect(),
     }
 }
@@ -141,6 +145,7 @@ fn vm_options(a: VmArgs) -> Result<VmRunOptions> {
         gate_binary,
         diagnose_args: a.diagnose_args,
         sign_key: a.sign_key,
+        gates_timeout: a.gates_timeout.map(std::time::Duration::from_secs),
         ..boot_options(a.boot)
     })
 }

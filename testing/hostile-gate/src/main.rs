@@ -126,6 +126,11 @@ fn run(dir: &Path, attack: &str) -> std::io::Result<()> {
             }
             write(dir, &plain)
         }
+        // A line now and then, for ever: no per-read timeout ever fires.
+        "slow-drip" => loop {
+            eprintln!("still working");
+            std::thread::sleep(std::time::Duration::from_secs(2));
+        },
         "exit-0-beside-a-failing-gate" => {
             let r = report(dir, |r| {
                 r.gates[3].status = Status::Fail;
