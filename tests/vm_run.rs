@@ -262,24 +262,26 @@ fn full_run_archives_an_identified_report_that_verify_agrees_with(sb: &Sandbox, 
         .contains("report.json changed after it was signed"));
 }
 
-fn vm_exec_runs_one_command_and_exits_with_its_code(sb: &Sandbox) {
+/// `xtask vm-exec` as the user, on the sandbox's image, with `args` after the boot options.
+fn vm_exec(sb: &Sandbox, args: &[&str]) -> std::process::Output {
     let cache = sb.dir.join("cache").display().to_string();
-    let out = sb.run_as_user(
-        &sb.xtask,
-        &[
-            "vm-exec",
-            "--images-dir",
-            "images",
-            "--cache-dir",
-            &cache,
-            "--mode",
-            "fakechroot",
-            "--accel",
-            "tcg",
-            "--",
-            "uname -r; echo to-stderr >&2; exit 7",
-        ],
-    );
+    let mut all = vec![
+        "vm-exec",
+        "--images-dir",
+        "images",
+        "--cache-dir",
+        &cache,
+        "--mode",
+        "fakechroot",
+        "--accel",
+        "tcg",
+    ];
+    all.extend_from_slice(args);
+    sb.run_as_user(&sb.xtask, &all)
+}
+
+fn vm_exec_runs_one_command_and_exits_with_its_code(sb: &Sandbox) {
+    let out = vm_exec(sb, &["--", "uname -r; echo to-stderr >&2; exit 7"]);
     assert_eq!(out.status.code(), Some(7));
     let stdout = String::from_utf8_lossy(&out.stdout);
     let lines: Vec<&str> = stdout.lines().collect();
@@ -295,19 +297,9 @@ fn vm_exec_runs_one_command_and_exits_with_its_code(sb: &Sandbox) {
 /// Each lie of a lying criu is caught by the gate that looks at what it breaks, in the pinned
 /// guest, where CRIU works.
 fn lying_criu_suite_in_the_guest(sb: &Sandbox, gate: &Path) {
-    let cache = sb.dir.join("cache").display().to_string();
-    let out = sb.run_as_user(
-        &sb.xtask,
+    let out = vm_exec(
+        sb,
         &[
-            "vm-exec",
-            "--images-dir",
-            "images",
-            "--cache-dir",
-            &cache,
-            "--mode",
-            "fakechroot",
-            "--accel",
-            "tcg",
             "--timeout",
             "1800",
             "--gate-binary",
