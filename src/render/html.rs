@@ -27,8 +27,9 @@ code,pre{font-family:ui-monospace,monospace;font-size:.9em}
 td code{overflow-wrap:anywhere}
 pre{white-space:pre-wrap;word-break:break-all;background:#f6f8fa;padding:.4em;margin:.2em 0}
 .pair{border-top:1px solid #d0d7de;margin-bottom:1em}
-figure{display:inline-block;box-sizing:border-box;margin:0 .8em .8em 0;border:1px solid #d0d7de;padding:.5em;vertical-align:top;max-width:31%}
-figure img{display:block;image-rendering:pixelated;max-width:100%}
+.row{display:flex;gap:.8em;overflow-x:auto;align-items:flex-start;padding-bottom:.5em}
+figure{flex:none;margin:0;border:1px solid #d0d7de;padding:.5em}
+figure img{display:block;image-rendering:pixelated}
 figcaption{font-size:.85em;word-break:break-all;max-width:40em}
 .problem{color:#cf222e;font-weight:bold}
 .ok{color:#1a7f37}.bad{color:#cf222e}
@@ -216,20 +217,21 @@ fn write_images(s: &mut String, dir: Option<&Path>, pngs: &[&Artifact]) -> std::
             esc(&a.path),
             esc(expectation(&a.path))
         )?;
+        writeln!(s, "<div class=\"row\">")?;
         let Some(r) = reference else {
             write_image(s, dir, a)?;
             writeln!(
                 s,
-                "<p>The report has no {REFERENCE} to compare with.</p></div>"
+                "</div>\n<p>The report has no {REFERENCE} to compare with.</p></div>"
             )?;
             continue;
         };
         if r.path == a.path {
             write_image(s, dir, a)?;
-            writeln!(s, "</div>")?;
+            writeln!(s, "</div>\n</div>")?;
             continue;
         }
-        write_image(s, dir, r)?;
+        // The image and its diff first, so that both fit a screen unscaled; the reference follows.
         write_image(s, dir, a)?;
         let d = match (&ref_pixels, read_artifact(dir, &a.path)) {
             (Some(Ok(rp)), Ok(bytes)) => pixels::decode(&bytes)
@@ -257,7 +259,9 @@ fn write_images(s: &mut String, dir: Option<&Path>, pngs: &[&Artifact]) -> std::
                 esc(&why)
             )?,
         }
-        writeln!(s, "</figure>\n</div>")?;
+        writeln!(s, "</figure>")?;
+        write_image(s, dir, r)?;
+        writeln!(s, "</div>\n</div>")?;
     }
     Ok(())
 }
