@@ -58,7 +58,8 @@ pub fn boot_bare(
         .with_context(|| format!("creating the floor's directory {}", dir.display()))?;
     let serial_log = dir.join("serial.log");
     let qemu_log = dir.join("qemu.log");
-    let argv_for = |accel| qemu::floor_argv(accel, memory_mib, cpus, kernel, &serial_log);
+    let sandbox = super::sandbox_available();
+    let argv_for = |accel| qemu::floor_argv(accel, memory_mib, cpus, kernel, &serial_log, sandbox);
     let mut booted = boot_argv(choice, &argv_for, &serial_log, &qemu_log, false, say)?;
     let limit = bound(booted.accel);
     let Some((how, elapsed)) = booted.qemu.wait_exit(limit)? else {

@@ -150,18 +150,20 @@ pub const FLOOR_APPEND: &str = "console=ttyS0 panic=-1";
 
 /// The benchmark's floor: the same machine and console as a vm-run, the image's kernel booted
 /// bare (no initrd, no drive, no network) to its no-root panic. Whatever a vm-run's boot costs
-/// beyond this is the rig's and the guest's own.
+/// beyond this is the rig's and the guest's own. It runs under the same sandbox as the run.
 pub fn floor_argv(
     accel: Accel,
     memory_mib: u64,
     cpus: u32,
     kernel: &Path,
     serial_log: &Path,
+    sandbox: bool,
 ) -> Vec<String> {
     let mut v = vec![QEMU.into()];
     v.extend(machine_args(accel, memory_mib, cpus));
     v.extend(console_args(serial_log));
     v.extend(kernel_args(kernel, None, FLOOR_APPEND));
+    v.extend(sandbox_args(sandbox));
     v
 }
 
@@ -345,6 +347,7 @@ mod tests {
             2,
             Path::new("/c/vmlinuz"),
             Path::new("/r/serial.log"),
+            false,
         );
         assert_eq!(
             f.join(" "),
@@ -358,6 +361,15 @@ mod tests {
         // The same machine and console as the vm-run it is the floor of.
         let run = qemu_argv(&spec(Accel::Tcg));
         assert_eq!(f[1..22], run[3..24]);
+        let sandboxed = floor_argv(
+            Accel::Tcg,
+            1024,
+            2,
+            Path::new("/c/vmlinuz"),
+            Path::new("/r/serial.log"),
+            true,
+        );
+        assert_eq!(sandboxed[sandboxed.len() - 2..], sandbox_args(true)[..]);
     }
 
     #[test]
