@@ -498,7 +498,7 @@ fn another_schema_version_is_refused_clearly() {
     assert_eq!(code(&v), 2);
 }
 
-/// The attacks issue 9 tried by hand: a PNG replaced by a link to a host file with its hash made
+/// A report a hostile guest could leave: a PNG replaced by a link to a host file with its hash made
 /// to match, a FIFO in place of a log, report.json itself a link. Nothing is followed, nothing
 /// blocks, and verify fails naming the file.
 #[test]
