@@ -44,13 +44,31 @@ pub fn parse(text: &str) -> SerialState {
 }
 
 pub fn read(path: &Path) -> SerialState {
-    let bytes = std::fs::read(path).unwrap_or_default();
-    parse(&String::from_utf8_lossy(&bytes))
+    parse(&String::from_utf8_lossy(&head_bytes(path, MAX_PARSED)))
 }
 
-/// The last lines of the console, for error messages.
+/// The console is the guest's to write: its markers come in the first kilobytes, so only this
+/// much is read, however much a guest prints.
+const MAX_PARSED: u64 = 4 << 20;
+
+fn head_bytes(path: &Path, max: u64) -> Vec<u8> {
+    use std::io::Read;
+    let mut out = Vec::new();
+    if let Ok(f) = std::fs::File::open(path) {
+        let _ = f.take(max).read_to_end(&mut out);
+    }
+    out
+}
+
+/// The last lines of the console, for error messages; only its last 64 KiB are read.
 pub fn tail(path: &Path, lines: usize) -> String {
-    let bytes = std::fs::read(path).unwrap_or_default();
+    use std::io::{Read, Seek, SeekFrom};
+    let mut bytes = Vec::new();
+    if let Ok(mut f) = std::fs::File::open(path) {
+        let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+        let _ = f.seek(SeekFrom::Start(len.saturating_sub(64 << 10)));
+        let _ = f.take(64 << 10).read_to_end(&mut bytes);
+    }
     sharedos_gate::exec::tail(&String::from_utf8_lossy(&bytes), lines, 3000)
 }
 
@@ -83,5 +101,25 @@ mod tests {
         assert!(s.host_key.is_none(), "only SHA256 fingerprints are pinned");
         assert!(s.panic.is_some());
         assert!(!parse("SHAREDOS-READY-ish").ready);
+    }
+
+    #[test]
+    fn a_flooded_console_is_read_only_so_far() {
+        let p = std::env::temp_dir().join(format!("serial-flood-{}", std::process::id()));
+        let mut text = String::from("SHAREDOS-HOSTKEY SHA256:abc\nSHAREDOS-READY\n");
+        text.push_str(&"x".repeat((MAX_PARSED as usize) * 2));
+        text.push_str("\nthe last line\n");
+        std::fs::write(&p, &text).unwrap();
+        let s = read(&p);
+        assert!(s.ready && s.host_key.is_some());
+        assert!(tail(&p, 1).ends_with("the last line"), "{}", tail(&p, 1));
+        // What lies past the bound is not parsed: a guest cannot hide a late marker in a flood.
+        std::fs::write(
+            &p,
+            "x".repeat(MAX_PARSED as usize + 10) + "\nSHAREDOS-READY\n",
+        )
+        .unwrap();
+        assert!(!read(&p).ready);
+        std::fs::remove_file(&p).unwrap();
     }
 }
