@@ -113,7 +113,7 @@ mod tests {
         let s = read(&p);
         assert!(s.ready && s.host_key.is_some());
         assert!(tail(&p, 1).ends_with("the last line"), "{}", tail(&p, 1));
-        // What lies past the bound is not parsed: a guest cannot hide a late marker in a flood.
+        // What lies past the bound is never parsed, whatever it says.
         std::fs::write(
             &p,
             "x".repeat(MAX_PARSED as usize + 10) + "\nSHAREDOS-READY\n",
