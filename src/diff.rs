@@ -400,7 +400,7 @@ mod tests {
             value: serde_json::json!(v),
             expected: String::new(),
         };
-        a.gates[2].checks.push(check(3, true));
+        a.gates[2].checks = vec![check(3, true)];
         let mut b = a.clone();
         b.gates[2].checks[0] = check(3, false);
         b.gates[2].checks.push(check(9, true));

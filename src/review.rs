@@ -385,7 +385,16 @@ pub(crate) mod tests {
                 } else {
                     Status::Pass
                 };
-                Gate::new(*n, s, format!("{n} reason"))
+                let mut g = Gate::new(*n, s, format!("{n} reason"));
+                if s == Status::Pass {
+                    g.checks.push(report::Check {
+                        name: format!("{n}_holds"),
+                        passed: true,
+                        value: serde_json::json!(true),
+                        expected: "true".into(),
+                    });
+                }
+                g
             })
             .collect();
         let mut r = Report {

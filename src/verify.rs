@@ -176,16 +176,26 @@ pub fn gate_list_problems(gates: &[Gate]) -> Vec<String> {
 pub fn inconsistencies(r: &Report) -> Vec<String> {
     let v = report::verdict(&r.gates);
     let mut out = gate_list_problems(&r.gates);
-    for g in r
-        .gates
-        .iter()
-        .filter(|g| g.name == GateName::GuiPixelReview)
-    {
-        if g.status == Status::Pass {
+    for g in r.gates.iter().filter(|g| g.status == Status::Pass) {
+        if g.name == GateName::GuiPixelReview {
             out.push(format!(
                 "report.json says {} PASS, but only a valid {} can pass that gate",
                 g.name,
                 report::REVIEW_FILE
+            ));
+            continue;
+        }
+        // A PASS stands on the checks behind it: with none, or a failed one, it is only a claim.
+        if g.checks.is_empty() {
+            out.push(format!(
+                "report.json says {} PASS, but records no check behind it",
+                g.name
+            ));
+        }
+        for c in g.checks.iter().filter(|c| !c.passed) {
+            out.push(format!(
+                "report.json says {} PASS, but its check {} failed",
+                g.name, c.name
             ));
         }
     }
@@ -514,6 +524,23 @@ mod tests {
             verdict_meaning(&o),
             "the report cannot be trusted as it stands"
         );
+    }
+
+    #[test]
+    fn a_pass_needs_checks_behind_it_and_none_failed() {
+        let mut r = fresh_report();
+        r.gates[3].checks.clear();
+        r.gates[4].checks[0].passed = false;
+        r.seal();
+        let p = inconsistencies(&r);
+        assert_eq!(
+            p,
+            vec![
+                "report.json says dump PASS, but records no check behind it",
+                "report.json says restore_live_process PASS, but its check restore_live_process_holds failed",
+            ]
+        );
+        assert_eq!(judge(&r, ReviewFile::Absent, vec![]).exit_code, 1);
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! tests/hostile_guest.rs runs it through the real vm-run.
 
 use sharedos_gate::digest;
-use sharedos_gate::report::{Environment, Gate, GateName, Report, Status, SCHEMA_VERSION};
+use sharedos_gate::report::{Check, Environment, Gate, GateName, Report, Status, SCHEMA_VERSION};
 use std::path::{Path, PathBuf};
 
 fn arg(args: &[String], flag: &str) -> Option<String> {
@@ -37,7 +37,16 @@ fn report(dir: &Path, tweak: impl FnOnce(&mut Report)) -> Report {
             } else {
                 Status::Pass
             };
-            Gate::new(*n, s, "acted by hostile-gate")
+            let mut g = Gate::new(*n, s, "acted by hostile-gate");
+            if s == Status::Pass {
+                g.checks.push(Check {
+                    name: "acted".into(),
+                    passed: true,
+                    value: serde_json::json!(true),
+                    expected: "true".into(),
+                });
+            }
+            g
         })
         .collect();
     let mut r = Report {
