@@ -131,6 +131,8 @@ fn boot_options(b: BootArgs) -> VmRunOptions {
 }
 
 fn vm_options(a: VmArgs) -> Result<VmRunOptions> {
+    // Before the gate binary's build: a typo must cost nothing.
+    image::require_image(&a.boot.image)?;
     let gate_binary = match a.gate_binary {
         Some(p) => p,
         None if a.boot.image.plan => gate_binary::default_gate_binary(&workspace()),
@@ -166,14 +168,17 @@ fn run_cli(cli: Cli) -> Result<i32> {
             timeout,
             gate_binary,
             command,
-        } => Ok(run::vm_exec(
-            &VmRunOptions {
-                gate_binary: gate_binary.unwrap_or_default(),
-                ..boot_options(boot)
-            },
-            &command,
-            std::time::Duration::from_secs(timeout),
-        )),
+        } => {
+            image::require_image(&boot.image)?;
+            Ok(run::vm_exec(
+                &VmRunOptions {
+                    gate_binary: gate_binary.unwrap_or_default(),
+                    ..boot_options(boot)
+                },
+                &command,
+                std::time::Duration::from_secs(timeout),
+            ))
+        }
         Command::BenchImage { opts, iterations } => {
             print!("{}", bench::bench_image(&opts, iterations.max(1))?);
             Ok(0)
