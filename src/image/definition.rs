@@ -259,7 +259,7 @@ pub fn require_image(images_dir: &Path, name: &str) -> Result<()> {
     };
     bail!(
         "there is no image {name:?} in {}: the images there are {listed}.\n\
-         Pick one with --image NAME, or add one as a new directory {}/{name}/ holding {DEFINITION_FILE} \
+         Name one of those, or add an image as a new directory {}/{name}/ holding {DEFINITION_FILE} \
          (see images/README.md)",
         images_dir.display(),
         images_dir.display()
