@@ -654,7 +654,7 @@ pub fn tool_versions(mode: BuilderMode) -> BTreeMap<String, String> {
 }
 
 /// Picks the mode: an explicit choice, else unshare when the probe works and this user has
-/// subordinate id ranges, else fakechroot. Returns the reason in words.
+/// subordinate id ranges (root needs none), else fakechroot. Returns the reason in words.
 pub fn choose_mode(explicit: Option<BuilderMode>) -> (BuilderMode, String) {
     if let Some(m) = explicit {
         return (m, "chosen with --mode".into());
@@ -670,7 +670,10 @@ pub fn choose_mode(explicit: Option<BuilderMode>) -> (BuilderMode, String) {
             .map(|t| subid_has(&t, &name, uid.as_raw()))
             .unwrap_or(false)
     };
-    if !has_range("/etc/subuid") || !has_range("/etc/subgid") {
+    // As root, mmdebstrap's unshare mode maps ids without subordinate ranges, and root
+    // usually has none: requiring them sent root to fakechroot, which cannot build a suite
+    // newer than the host's.
+    if !uid.is_root() && (!has_range("/etc/subuid") || !has_range("/etc/subgid")) {
         return (
             BuilderMode::Fakechroot,
             format!("user {name} has no range in /etc/subuid and /etc/subgid, so unshare mode cannot map ids"),
