@@ -263,6 +263,12 @@ pub fn cell_from_report(image: &str, r: &Report, exit_code: i32) -> Cell {
         expected: None,
         differences: Vec::new(),
     };
+    if cell.outcome == CellOutcome::RigFailed {
+        cell.fix = format!(
+            "read {image}/serial.log (the guest's console) and {image}.log, then run the image \
+             alone: `cargo xtask vm-run --image {image}`"
+        );
+    }
     if cell.kernel_release.is_empty() {
         if let Some(v) = vm {
             cell.kernel_release = v.kernel_release_pinned.clone();
