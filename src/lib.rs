@@ -8,6 +8,7 @@ pub mod diff;
 pub mod gate_binary;
 pub mod image;
 pub mod list;
+pub mod matrix;
 pub mod render;
 pub mod review;
 pub mod run;

@@ -6,7 +6,7 @@
 use anyhow::Result;
 use clap::{Parser, Subcommand, ValueEnum};
 use sharedos_rig::report::{self, ReviewDecision};
-use sharedos_rig::{diff, list, render, review, sign, verify};
+use sharedos_rig::{diff, list, matrix, render, review, sign, verify};
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -51,13 +51,14 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         allowed_signers: Option<PathBuf>,
     },
-    /// Render a report (taking review.json into account).
+    /// Render a report (taking review.json into account), or a matrix directory (from
+    /// `cargo xtask vm-matrix`) as one table: a row per image, a column per gate.
     Show {
         report_dir: PathBuf,
         #[arg(long, value_enum, default_value_t = render::Format::Text)]
         format: render::Format,
     },
-    /// What changed from report A to report B.
+    /// What changed from report A to report B (or, for two matrix directories, cell by cell).
     Diff {
         report_a: PathBuf,
         report_b: PathBuf,
@@ -119,6 +120,39 @@ fn run(cmd: Command) -> Result<u8> {
             };
             emit(&format!("{o}\n"))?;
             Ok(exit_byte(o.exit_code))
+        }
+        Command::Show { report_dir, format } if matrix::is_matrix_dir(&report_dir) => {
+            let (m, problems) = matrix::load(&report_dir)?;
+            for p in &problems {
+                eprintln!("warning: {p}");
+            }
+            emit(&match format {
+                render::Format::Text => matrix::render::text(&m),
+                render::Format::Md => matrix::render::md(&m),
+                render::Format::Html => matrix::render::html(&m),
+                render::Format::Junit => matrix::render::junit(&m),
+            })?;
+            Ok(0)
+        }
+        Command::Diff { report_a, report_b }
+            if matrix::is_matrix_dir(&report_a) || matrix::is_matrix_dir(&report_b) =>
+        {
+            if !(matrix::is_matrix_dir(&report_a) && matrix::is_matrix_dir(&report_b)) {
+                anyhow::bail!(
+                    "one of {} and {} is a matrix directory and the other is not: diff two matrices or two reports",
+                    report_a.display(),
+                    report_b.display()
+                );
+            }
+            let (a, _) = matrix::load(&report_a)?;
+            let (b, _) = matrix::load(&report_b)?;
+            emit(&matrix::render::diff(
+                &a,
+                &b,
+                &report_a.display().to_string(),
+                &report_b.display().to_string(),
+            ))?;
+            Ok(0)
         }
         Command::Show { report_dir, format } => {
             let o = verify::verify_dir(&report_dir)?;

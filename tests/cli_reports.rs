@@ -704,3 +704,116 @@ fn a_signed_report_verifies_and_fails_after_one_changed_byte() {
         stdout(&o)
     );
 }
+
+/// A matrix directory as vm-matrix leaves it: each image's report under its name, one image
+/// that never ran, and matrix.json written through the library's one schema.
+fn write_matrix(dir: &Path, dump_fails_on: Option<&str>) {
+    use sharedos_rig::matrix;
+    let mut cells = Vec::new();
+    for (image, kernel, criu) in [
+        ("bookworm", "6.1.0-50-cloud-amd64", "3.17.1"),
+        ("trixie", "6.12.57+deb13-cloud-amd64", "4.1.1"),
+    ] {
+        let rd = dir.join(image);
+        write_report(&rd, "2026-12-01T06:00:00.000Z", |r| {
+            r.environment.kernel_release = kernel.into();
+            r.environment.criu_version = Some(criu.into());
+            if dump_fails_on == Some(image) {
+                r.gates[3].status = Status::Fail;
+                r.gates[3].reason = "criu dump: vdso: Unexpected rt vDSO area bounds".into();
+            }
+        });
+        let r = read_report(&rd);
+        let code = sharedos_rig::verify::verify_dir(&rd).unwrap().exit_code;
+        cells.push(matrix::cell_from_report(image, &r, code));
+    }
+    cells.push(matrix::not_run_cell(
+        "forky",
+        "the image could not be built: criu 4.2.1-1 is not on the mirror",
+        "7.2.12-cloud-amd64",
+    ));
+    let m = matrix::Matrix {
+        schema_version: matrix::MATRIX_SCHEMA_VERSION,
+        started_at: "2026-12-01T06:00:00Z".into(),
+        finished_at: "2026-12-01T06:09:00Z".into(),
+        jobs: 1,
+        jobs_reason: "2 host cores / 2 vCPUs per guest, at least 1".into(),
+        command_line: vec!["xtask".into(), "vm-matrix".into()],
+        exit_code: matrix::exit_code(&cells),
+        cells,
+    };
+    matrix::write_matrix(dir, &m).unwrap();
+}
+
+#[test]
+fn show_and_diff_read_a_matrix_directory() {
+    let s = Scratch::new("matrix");
+    let a = s.0.join("matrix-a");
+    let b = s.0.join("matrix-b");
+    write_matrix(&a, None);
+    write_matrix(&b, Some("trixie"));
+
+    let o = rig(&["show", a.to_str().unwrap()]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let t = stdout(&o);
+    assert!(t.starts_with("matrix: 3 image(s), exit 2"), "{t}");
+    let row = t.lines().find(|l| l.starts_with("trixie ")).unwrap();
+    let words: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(
+        words[1..4],
+        ["6.12.57+deb13-cloud-amd64", "4.1.1", "tcg"],
+        "{row}"
+    );
+    assert!(t.contains("forky: to fix: refresh its lock"), "{t}");
+    for (format, want) in [
+        ("md", "| trixie | 6.12.57+deb13-cloud-amd64 | 4.1.1 | tcg |"),
+        ("html", "<td>trixie</td>"),
+        ("junit", "<testsuite name=\"trixie\""),
+    ] {
+        let o = rig(&["show", a.to_str().unwrap(), "--format", format]);
+        assert_eq!(code(&o), 0, "{format}: {}", stderr(&o));
+        assert!(stdout(&o).contains(want), "{format}:\n{}", stdout(&o));
+    }
+
+    let o = rig(&["diff", a.to_str().unwrap(), b.to_str().unwrap()]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let d = stdout(&o);
+    assert!(d.contains("trixie:\n  dump: PASS -> FAIL"), "{d}");
+    assert!(d.contains("bookworm: same gate statuses"), "{d}");
+
+    // A matrix beside a single report is not a comparison anyone meant.
+    let o = rig(&[
+        "diff",
+        a.to_str().unwrap(),
+        a.join("bookworm").to_str().unwrap(),
+    ]);
+    assert_eq!(code(&o), 2);
+    assert!(
+        stderr(&o).contains("matrix directory and the other is not"),
+        "{}",
+        stderr(&o)
+    );
+
+    // The per-image report wins over a matrix.json that says otherwise, and show says so.
+    let text = std::fs::read_to_string(a.join("matrix.json")).unwrap();
+    let forged = text.replacen(
+        "\"name\": \"dump\",\n          \"status\": \"PASS\"",
+        "\"name\": \"dump\",\n          \"status\": \"FAIL\"",
+        1,
+    );
+    assert_ne!(forged, text);
+    std::fs::write(a.join("matrix.json"), forged).unwrap();
+    let o = rig(&["show", a.to_str().unwrap()]);
+    assert_eq!(code(&o), 0);
+    assert!(
+        stderr(&o).contains("differ from bookworm/report.json"),
+        "{}",
+        stderr(&o)
+    );
+    let row = stdout(&o)
+        .lines()
+        .find(|l| l.starts_with("bookworm "))
+        .unwrap()
+        .to_string();
+    assert!(!row.contains("FAIL"), "{row}");
+}

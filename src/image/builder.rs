@@ -132,12 +132,19 @@ pub fn mmdebstrap_cmd(
         "--setup-hook=upload {} /etc/apt/preferences.d/sharedos-lock",
         p(&work.pins)
     ));
-    let sources = format!(
-        "deb {} {} {}",
-        def.mirror,
-        def.suite,
-        def.components.join(" ")
-    );
+    // One line per suite, each a separate printf argument so that each ends in a newline.
+    let sources = def
+        .suites()
+        .iter()
+        .map(|suite| {
+            quote(&format!(
+                "deb {} {suite} {}",
+                def.mirror,
+                def.components.join(" ")
+            ))
+        })
+        .collect::<Vec<_>>()
+        .join(" ");
     let hosts = format!("127.0.0.1\tlocalhost\n127.0.1.1\t{CANONICAL_HOSTNAME}\n::1\t\tlocalhost ip6-localhost ip6-loopback\n");
     let hooks: Vec<String> = vec![
         // What was installed, and the sha256 of every .deb it came from, for the lock check.
@@ -153,7 +160,7 @@ pub fn mmdebstrap_cmd(
         format!("upload {} {GUEST_INIT_PATH}", p(&image_dir.join(PID1_FILE))),
         format!("upload {} {SSHD_CONFIG_PATH}", p(&image_dir.join(SSHD_CONFIG_FILE))),
         format!("chmod 0755 \"$1{GUEST_INIT_PATH}\" && chmod 0644 \"$1{SSHD_CONFIG_PATH}\""),
-        format!("printf '%s\\n' {} > \"$1/etc/apt/sources.list\"", quote(&sources)),
+        format!("printf '%s\\n' {sources} > \"$1/etc/apt/sources.list\""),
         format!("printf '%s\\n' {CANONICAL_HOSTNAME} > \"$1/etc/hostname\""),
         format!("printf '%s' {} > \"$1/etc/hosts\"", quote(&hosts)),
         "printf 'nameserver 10.0.2.3\\n' > \"$1/etc/resolv.conf\"".into(),
@@ -165,6 +172,11 @@ pub fn mmdebstrap_cmd(
     a.push(def.suite.clone());
     a.push(p(&work.tarball));
     a.push(mirror.to_string());
+    // mmdebstrap appends each further MIRROR to the build's sources.list; one starting with
+    // `deb ` is taken as it stands.
+    if let Some(extra) = &def.extra_suite {
+        a.push(format!("deb {mirror} {extra} {}", def.components.join(" ")));
+    }
     Cmd::new(a).env("SOURCE_DATE_EPOCH", &def.source_date_epoch.to_string())
 }
 
@@ -418,15 +430,24 @@ pub fn build(plan: &BuildPlan, progress: &Progress) -> Result<BuildResult> {
             plan.mirror, def.suite
         )
     })?;
-    let idx = index::read_index(&plan.apt_dir.join("state/lists"))?;
+    let idx = index::read_index(&plan.apt_dir.join("state/lists"), &def.suites())?;
     if let Some(lock) = &plan.lock {
-        if lock.suite != def.suite || lock.architecture != def.architecture {
+        if lock.suite != def.suite
+            || lock.architecture != def.architecture
+            || lock.extra_suite != def.extra_suite
+        {
+            let extra =
+                |e: &Option<String>| e.as_deref().map(|e| format!(" + {e}")).unwrap_or_default();
             bail!(
-                "the lock is for {} {}, the definition says {} {}: run --update-lock",
+                "the lock is for {}{} {}, the definition says {}{} {}: run \
+                 `cargo xtask image --image {} --update-lock`",
                 lock.suite,
+                extra(&lock.extra_suite),
                 lock.architecture,
                 def.suite,
-                def.architecture
+                extra(&def.extra_suite),
+                def.architecture,
+                plan.image.name
             );
         }
         let problems = index::missing_pins(lock, &idx);
@@ -469,12 +490,17 @@ pub fn build(plan: &BuildPlan, progress: &Progress) -> Result<BuildResult> {
             (lock.clone(), None)
         }
         None => {
-            let l = Lock::from_installed(
+            let mut l = Lock::from_installed(
                 &def.suite,
                 &def.architecture,
                 &def.kernel_flavour,
                 &installed,
                 &debs,
+            )?;
+            l.assign_suites(
+                def.extra_suite.as_deref(),
+                &def.extra_packages,
+                &|k: &PkgKey| idx.suites_of(k),
             )?;
             let disagree = index::missing_pins(&l, &idx);
             if !disagree.is_empty() {
@@ -628,7 +654,7 @@ pub fn tool_versions(mode: BuilderMode) -> BTreeMap<String, String> {
 }
 
 /// Picks the mode: an explicit choice, else unshare when the probe works and this user has
-/// subordinate id ranges, else fakechroot. Returns the reason in words.
+/// subordinate id ranges (root needs none), else fakechroot. Returns the reason in words.
 pub fn choose_mode(explicit: Option<BuilderMode>) -> (BuilderMode, String) {
     if let Some(m) = explicit {
         return (m, "chosen with --mode".into());
@@ -644,7 +670,10 @@ pub fn choose_mode(explicit: Option<BuilderMode>) -> (BuilderMode, String) {
             .map(|t| subid_has(&t, &name, uid.as_raw()))
             .unwrap_or(false)
     };
-    if !has_range("/etc/subuid") || !has_range("/etc/subgid") {
+    // As root, mmdebstrap's unshare mode maps ids without subordinate ranges, and root
+    // usually has none: requiring them sent root to fakechroot, which cannot build a suite
+    // newer than the host's.
+    if !uid.is_root() && (!has_range("/etc/subuid") || !has_range("/etc/subgid")) {
         return (
             BuilderMode::Fakechroot,
             format!("user {name} has no range in /etc/subuid and /etc/subgid, so unshare mode cannot map ids"),
@@ -774,6 +803,48 @@ mod tests {
             c.argv[2..],
             "only the mode differs between the modes"
         );
+    }
+
+    #[test]
+    fn an_extra_suite_adds_a_source_and_chooses_its_packages_suite() {
+        let w = WorkPaths::new(Path::new("/c/tmp/k.1"));
+        let plain = mmdebstrap_cmd(
+            &def(),
+            Path::new("/i"),
+            "http://snap/debian",
+            BuilderMode::Unshare,
+            &w,
+        );
+        assert!(plain
+            .argv
+            .iter()
+            .any(|x| x.ends_with("printf '%s\\n' 'deb http://deb.debian.org/debian bookworm main' > \"$1/etc/apt/sources.list\"")));
+        let mut d = def();
+        d.extra_suite = Some("bookworm-backports".into());
+        d.extra_packages = vec!["linux-image-cloud-amd64".into()];
+        let c = mmdebstrap_cmd(
+            &d,
+            Path::new("/i"),
+            "http://snap/debian",
+            BuilderMode::Unshare,
+            &w,
+        );
+        assert_eq!(
+            &c.argv[c.argv.len() - 4..],
+            &[
+                "bookworm",
+                "/c/tmp/k.1/rootfs.tar",
+                "http://snap/debian",
+                "deb http://snap/debian bookworm-backports main"
+            ]
+        );
+        assert!(c.argv.contains(
+            &"--include=criu,xterm,linux-image-cloud-amd64/bookworm-backports".to_string()
+        ));
+        assert!(c.argv.iter().any(|x| x.ends_with(
+            "printf '%s\\n' 'deb http://deb.debian.org/debian bookworm main' \
+             'deb http://deb.debian.org/debian bookworm-backports main' > \"$1/etc/apt/sources.list\""
+        )), "{:?}", c.argv);
     }
 
     #[test]

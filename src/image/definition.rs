@@ -29,6 +29,11 @@ pub struct Definition {
     pub variant: String,
     pub kernel_flavour: String,
     pub packages: Vec<String>,
+    /// A second suite on the same mirror and components (e.g. `bookworm-backports`), from which
+    /// only `extra_packages` are taken; everything else still comes from `suite`.
+    pub extra_suite: Option<String>,
+    /// Packages taken from `extra_suite` (with whatever of their dependencies only it has).
+    pub extra_packages: Vec<String>,
     /// dpkg path filters in file order: (is_include, glob).
     pub dpkg_filters: Vec<(bool, String)>,
     pub source_date_epoch: u64,
@@ -42,15 +47,37 @@ impl Definition {
         format!("linux-image-{}", self.kernel_flavour)
     }
 
-    /// The requested packages plus the kernel, in file order, without repeats.
+    /// The requested packages plus the kernel, in file order, without repeats. A package taken
+    /// from the extra suite is written `name/suite`, apt's way of choosing a package's suite (apt
+    /// then takes from that suite the dependencies only it can satisfy).
     pub fn include_packages(&self) -> Vec<String> {
         let mut out: Vec<String> = Vec::new();
         for p in self.packages.iter().cloned().chain([self.kernel_package()]) {
+            let p = match &self.extra_suite {
+                Some(extra) if self.extra_packages.contains(&p) => format!("{p}/{extra}"),
+                _ => p,
+            };
             if !out.contains(&p) {
                 out.push(p);
             }
         }
         out
+    }
+
+    /// The requested packages plus the kernel, names only.
+    fn include_packages_plain(&self) -> Vec<String> {
+        self.packages
+            .iter()
+            .cloned()
+            .chain([self.kernel_package()])
+            .collect()
+    }
+
+    /// Every suite the image takes packages from: `suite` first, then the extra one.
+    pub fn suites(&self) -> Vec<String> {
+        std::iter::once(self.suite.clone())
+            .chain(self.extra_suite.clone())
+            .collect()
     }
 
     pub fn parse(text: &str) -> Result<Definition> {
@@ -60,6 +87,8 @@ impl Definition {
         let mut architecture = None;
         let mut variant = None;
         let mut kernel_flavour = None;
+        let mut extra_suite = None;
+        let mut extra_packages = Vec::new();
         let mut packages = Vec::new();
         let mut dpkg_filters = Vec::new();
         let mut sde = None;
@@ -94,6 +123,8 @@ impl Definition {
                 "architecture" => once(&mut architecture)?,
                 "variant" => once(&mut variant)?,
                 "kernel_flavour" => once(&mut kernel_flavour)?,
+                "extra_suite" => once(&mut extra_suite)?,
+                "extra_suite_package" => extra_packages.push(v.clone()),
                 "component" => components.push(v.clone()),
                 "package" => packages.push(v.clone()),
                 "dpkg_exclude" => dpkg_filters.push((false, v.clone())),
@@ -116,6 +147,8 @@ impl Definition {
             variant: need(variant, "variant")?,
             kernel_flavour: need(kernel_flavour, "kernel_flavour")?,
             packages,
+            extra_suite,
+            extra_packages,
             dpkg_filters,
             source_date_epoch: sde.context("source_date_epoch is missing")?,
             disk_size_mib: disk.context("disk_size_mib is missing")?,
@@ -123,6 +156,30 @@ impl Definition {
         };
         if def.components.is_empty() {
             bail!("no component given");
+        }
+        match (&def.extra_suite, def.extra_packages.is_empty()) {
+            (None, false) => bail!(
+                "extra_suite_package is given but extra_suite is not: name the suite they come from"
+            ),
+            (Some(s), true) => bail!(
+                "extra_suite = {s} takes no package: add `extra_suite_package = NAME` lines, e.g. \
+                 extra_suite_package = {}",
+                def.kernel_package()
+            ),
+            (Some(s), false) if *s == def.suite => {
+                bail!("extra_suite = {s} is the image's own suite")
+            }
+            _ => {}
+        }
+        let wanted = def.include_packages_plain();
+        for p in &def.extra_packages {
+            if !wanted.contains(p) {
+                bail!(
+                    "extra_suite_package = {p} is neither a `package` nor the kernel {}: \
+                     list it as a package too",
+                    def.kernel_package()
+                );
+            }
         }
         if def.disk_size_mib < 256 {
             bail!(
@@ -145,9 +202,7 @@ pub struct ImageDir {
 
 impl ImageDir {
     pub fn load(images_dir: &Path, name: &str) -> Result<ImageDir> {
-        if name.is_empty() || name.contains('/') || name.starts_with('.') {
-            bail!("image name {name:?} is not a plain directory name");
-        }
+        require_image(images_dir, name)?;
         let dir = images_dir.join(name);
         let path = dir.join(DEFINITION_FILE);
         let definition_text = std::fs::read_to_string(&path)
@@ -169,6 +224,46 @@ impl ImageDir {
     pub fn file(&self, name: &str) -> PathBuf {
         self.dir.join(name)
     }
+}
+
+/// The images under `images_dir`: the directories holding an image.conf, sorted by name.
+pub fn list_images(images_dir: &Path) -> Vec<String> {
+    let Ok(rd) = std::fs::read_dir(images_dir) else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = rd
+        .flatten()
+        .filter(|e| e.path().join(DEFINITION_FILE).is_file())
+        .filter_map(|e| e.file_name().to_str().map(str::to_string))
+        .filter(|n| !n.starts_with('.'))
+        .collect();
+    names.sort();
+    names
+}
+
+/// Fails, naming the images that do exist, when `name` is not an image under `images_dir`.
+/// Cheap on purpose: callers check a name before anything costly (the gate binary's build, a
+/// report directory) so that a typo costs nothing.
+pub fn require_image(images_dir: &Path, name: &str) -> Result<()> {
+    if name.is_empty() || name.contains('/') || name.starts_with('.') {
+        bail!("image name {name:?} is not a plain directory name");
+    }
+    if images_dir.join(name).join(DEFINITION_FILE).is_file() {
+        return Ok(());
+    }
+    let known = list_images(images_dir);
+    let listed = if known.is_empty() {
+        "none".to_string()
+    } else {
+        known.join(", ")
+    };
+    bail!(
+        "there is no image {name:?} in {}: the images there are {listed}.\n\
+         Name one of those, or add an image as a new directory {}/{name}/ holding {DEFINITION_FILE} \
+         (see images/README.md)",
+        images_dir.display(),
+        images_dir.display()
+    )
 }
 
 /// Where `images/` is: an explicit choice, then `$SHAREDOS_RIG_IMAGES`, then `./images` when it
@@ -226,6 +321,46 @@ mod tests {
     }
 
     #[test]
+    fn takes_the_kernel_from_an_extra_suite() {
+        let d = Definition::parse(&format!(
+            "{SAMPLE}extra_suite = bookworm-backports\nextra_suite_package = linux-image-cloud-amd64\n"
+        ))
+        .unwrap();
+        assert_eq!(d.extra_suite.as_deref(), Some("bookworm-backports"));
+        assert_eq!(
+            d.include_packages(),
+            [
+                "criu",
+                "xterm",
+                "linux-image-cloud-amd64/bookworm-backports"
+            ]
+        );
+        assert_eq!(d.suites(), ["bookworm", "bookworm-backports"]);
+        assert_eq!(Definition::parse(SAMPLE).unwrap().suites(), ["bookworm"]);
+        assert!(Definition::parse(SAMPLE).unwrap().extra_packages.is_empty());
+
+        let e = Definition::parse(&format!("{SAMPLE}extra_suite_package = criu\n")).unwrap_err();
+        assert!(e.to_string().contains("extra_suite is not"), "{e}");
+        let e =
+            Definition::parse(&format!("{SAMPLE}extra_suite = bookworm-backports\n")).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("extra_suite_package = linux-image-cloud-amd64"),
+            "{e}"
+        );
+        let e = Definition::parse(&format!(
+            "{SAMPLE}extra_suite = bookworm\nextra_suite_package = criu\n"
+        ))
+        .unwrap_err();
+        assert!(e.to_string().contains("the image's own suite"), "{e}");
+        let e = Definition::parse(&format!(
+            "{SAMPLE}extra_suite = bookworm-backports\nextra_suite_package = qemu\n"
+        ))
+        .unwrap_err();
+        assert!(e.to_string().contains("list it as a package"), "{e}");
+    }
+
+    #[test]
     fn rejects_unknown_repeated_and_missing_keys() {
         let e = Definition::parse(&format!("{SAMPLE}colour = red\n")).unwrap_err();
         assert!(e.to_string().contains("unknown key"), "{e}");
@@ -235,6 +370,31 @@ mod tests {
         assert!(e.to_string().contains("suite is missing"), "{e}");
         let e = Definition::parse(&format!("{SAMPLE}package = a b\n")).unwrap_err();
         assert!(e.to_string().contains("one word"), "{e}");
+    }
+
+    #[test]
+    fn an_unknown_image_is_refused_with_the_images_that_exist() {
+        let dir = std::env::temp_dir().join(format!("images-list-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        for n in ["zeta", "alpha"] {
+            std::fs::create_dir_all(dir.join(n)).unwrap();
+            std::fs::write(dir.join(n).join(DEFINITION_FILE), SAMPLE).unwrap();
+        }
+        // A directory without a definition is not an image.
+        std::fs::create_dir_all(dir.join("notes")).unwrap();
+        assert_eq!(list_images(&dir), ["alpha", "zeta"]);
+        assert!(require_image(&dir, "alpha").is_ok());
+        let e = require_image(&dir, "nosuch").unwrap_err().to_string();
+        assert!(e.contains("no image \"nosuch\""), "{e}");
+        assert!(e.contains("the images there are alpha, zeta"), "{e}");
+        let e = require_image(&dir, "notes").unwrap_err().to_string();
+        assert!(e.contains("alpha, zeta"), "{e}");
+        assert!(require_image(&dir, "../alpha").is_err());
+        let e = require_image(&dir.join("missing"), "x")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("the images there are none"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! instead of after a full bootstrap.
 
 use super::definition::Definition;
-use super::lock::Lock;
+use super::lock::{Lock, PkgKey};
 use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
 
@@ -12,15 +12,34 @@ pub const DEBIAN_KEYRING: &str = "/usr/share/keyrings/debian-archive-keyring.gpg
 /// (name, version, architecture) -> sha256 of the .deb, from every Packages file fetched.
 pub type Index = super::lock::DebHashes;
 
-/// The one-line sources entry both apt here and mmdebstrap use.
+/// The mirror's index with the suites each package version is in.
+#[derive(Debug, Default, Clone)]
+pub struct SuiteIndex {
+    pub debs: Index,
+    pub suites: std::collections::BTreeMap<PkgKey, Vec<String>>,
+}
+
+impl SuiteIndex {
+    pub fn suites_of(&self, key: &PkgKey) -> Vec<String> {
+        self.suites.get(key).cloned().unwrap_or_default()
+    }
+}
+
+/// The sources entries both apt here and mmdebstrap use, one line per suite (one line, as
+/// ever, for an image of one suite).
 pub fn sources_line(def: &Definition, mirror: &str) -> String {
     // Valid-Until is off because dated snapshot mirrors serve long-expired Release files; the
     // lock's sha256 pins are what make the content trustworthy, not the Release's age.
-    format!(
-        "deb [signed-by={DEBIAN_KEYRING} check-valid-until=no] {mirror} {} {}",
-        def.suite,
-        def.components.join(" ")
-    )
+    def.suites()
+        .iter()
+        .map(|suite| {
+            format!(
+                "deb [signed-by={DEBIAN_KEYRING} check-valid-until=no] {mirror} {suite} {}",
+                def.components.join(" ")
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// `apt-get update` into `dir` only. Host apt.conf.d may still be read (apt reads it before any
@@ -65,18 +84,41 @@ pub fn prepare_dir(dir: &Path, def: &Definition, mirror: &str) -> Result<()> {
     Ok(())
 }
 
-/// Reads every `*_Packages` file apt left in `lists`.
-pub fn read_index(lists: &Path) -> Result<Index> {
-    let mut index = Index::new();
+/// The suite a lists file belongs to: apt names it `<mirror>_dists_<suite>_<component>_..._Packages`.
+pub fn suite_of_list_file<'a>(name: &str, suites: &'a [String]) -> Option<&'a str> {
+    let rest = &name[name.rfind("_dists_")? + "_dists_".len()..];
+    suites
+        .iter()
+        .find(|s| {
+            rest.strip_prefix(s.as_str())
+                .is_some_and(|r| r.starts_with('_'))
+        })
+        .map(String::as_str)
+}
+
+/// Reads every `*_Packages` file apt left in `lists`, noting each version's suites.
+pub fn read_index(lists: &Path, suites: &[String]) -> Result<SuiteIndex> {
+    let mut index = SuiteIndex::default();
     let mut files = 0;
     for e in std::fs::read_dir(lists).with_context(|| format!("listing {}", lists.display()))? {
         let p: PathBuf = e?.path();
         let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
         if name.ends_with("_Packages") {
             files += 1;
+            let suite = suite_of_list_file(name, suites).with_context(|| {
+                format!("{name} belongs to none of the suites {}", suites.join(", "))
+            })?;
             let text =
                 std::fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))?;
-            parse_packages(&text, &mut index);
+            let mut one = Index::new();
+            parse_packages(&text, &mut one);
+            for (k, h) in one {
+                let s = index.suites.entry(k.clone()).or_default();
+                if !s.iter().any(|x| x == suite) {
+                    s.push(suite.to_string());
+                }
+                index.debs.insert(k, h);
+            }
         }
     }
     anyhow::ensure!(
@@ -108,13 +150,26 @@ pub fn parse_packages(text: &str, into: &mut Index) {
     }
 }
 
-/// Every locked package must be on the mirror at its exact version with the locked sha256.
-pub fn missing_pins(lock: &Lock, index: &Index) -> Vec<String> {
+/// Every locked package must be on the mirror at its exact version with the locked sha256, in
+/// the suite the lock names.
+pub fn missing_pins(lock: &Lock, sindex: &SuiteIndex) -> Vec<String> {
     let mut out = Vec::new();
+    let index = &sindex.debs;
     for p in &lock.packages {
         let key = (p.name.clone(), p.version.clone(), p.architecture.clone());
         match index.get(&key) {
-            Some(h) if *h == p.sha256 => {}
+            Some(h) if *h == p.sha256 => {
+                let has = sindex.suites_of(&key);
+                if !has.contains(&p.suite) {
+                    out.push(format!(
+                        "{} {} is on the mirror in {}, not in {} where the lock has it",
+                        p.name,
+                        p.version,
+                        has.join(", "),
+                        p.suite
+                    ));
+                }
+            }
             Some(h) => out.push(format!(
                 "{} {} is on the mirror with sha256 {h}, the lock says {}",
                 p.name, p.version, p.sha256
@@ -194,7 +249,14 @@ mod tests {
             h('3')
         );
         let lock = Lock::parse(&lock_text).unwrap();
-        let m = missing_pins(&lock, &idx).join("\n");
+        let sidx = SuiteIndex {
+            suites: idx
+                .keys()
+                .map(|k| (k.clone(), vec!["bookworm".to_string()]))
+                .collect(),
+            debs: idx,
+        };
+        let m = missing_pins(&lock, &sidx).join("\n");
         assert!(
             m.contains(
                 "criu 3.17.1-2+deb12u9 is not on the mirror (the mirror has 3.17.1-2+deb12u2)"
@@ -210,6 +272,70 @@ mod tests {
                 "linux-image-6.1.0-1-cloud-amd64 1 is not on the mirror (the mirror has no version"
             ),
             "{m}"
+        );
+    }
+
+    #[test]
+    fn list_files_name_their_suite_and_pins_their_suite() {
+        let suites = ["bookworm".to_string(), "bookworm-backports".to_string()];
+        let f = |n: &str| suite_of_list_file(n, &suites);
+        assert_eq!(
+            f("deb.debian.org_debian_dists_bookworm_main_binary-amd64_Packages"),
+            Some("bookworm")
+        );
+        assert_eq!(
+            f("deb.debian.org_debian_dists_bookworm-backports_main_binary-amd64_Packages"),
+            Some("bookworm-backports")
+        );
+        assert_eq!(
+            f("snapshot.debian.org_archive_debian_20251201T000000Z_dists_bookworm-backports_main_binary-amd64_Packages"),
+            Some("bookworm-backports")
+        );
+        assert_eq!(
+            f("deb.debian.org_debian_dists_trixie_main_binary-amd64_Packages"),
+            None
+        );
+
+        let h = |c: char| -> String { std::iter::repeat(c).take(64).collect() };
+        let lock = Lock::parse(&format!(
+            "suite bookworm\nextra-suite bookworm-backports\narchitecture amd64\n\
+             kernel-release 6.12.1-cloud-amd64\n\
+             package linux-image-6.12.1-cloud-amd64 6.12.1-1 amd64 {} bookworm-backports\n",
+            h('1')
+        ))
+        .unwrap();
+        let key = (
+            "linux-image-6.12.1-cloud-amd64".to_string(),
+            "6.12.1-1".to_string(),
+            "amd64".to_string(),
+        );
+        let mut sidx = SuiteIndex::default();
+        sidx.debs.insert(key.clone(), h('1'));
+        sidx.suites
+            .insert(key.clone(), vec!["bookworm-backports".into()]);
+        assert!(missing_pins(&lock, &sidx).is_empty());
+        sidx.suites.insert(key, vec!["bookworm".into()]);
+        let m = missing_pins(&lock, &sidx).join("\n");
+        assert!(
+            m.contains("is on the mirror in bookworm, not in bookworm-backports"),
+            "{m}"
+        );
+
+        let def = super::super::definition::Definition::parse(
+            "suite = bookworm\nextra_suite = bookworm-backports\nextra_suite_package = linux-image-cloud-amd64\n\
+             mirror = http://m\ncomponent = main\narchitecture = amd64\nvariant = apt\n\
+             kernel_flavour = cloud-amd64\nsource_date_epoch = 1\ndisk_size_mib = 1024\n",
+        )
+        .unwrap();
+        let lines = sources_line(&def, "http://m");
+        assert_eq!(lines.lines().count(), 2, "{lines}");
+        assert!(
+            lines
+                .lines()
+                .nth(1)
+                .unwrap()
+                .ends_with("http://m bookworm-backports main"),
+            "{lines}"
         );
     }
 

@@ -1,6 +1,11 @@
 //! The package lock: every package the image holds, its exact version, architecture and the
 //! sha256 of its .deb, and the kernel release. Plain text, one package per line, so a change
 //! reviews as a diff.
+//!
+//! The suite each package comes from: a lock of one suite names it once (`suite S`) and its
+//! package lines have five fields, as every lock written before extra suites existed; a lock
+//! whose image also takes packages from an extra suite has an `extra-suite S` line and names the
+//! suite at the end of every package line.
 
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
@@ -18,11 +23,16 @@ pub struct LockedPackage {
     pub version: String,
     pub architecture: String,
     pub sha256: String,
+    /// The suite the .deb came from: the lock's `suite` unless its line names another.
+    #[serde(default)]
+    pub suite: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lock {
     pub suite: String,
+    /// The second suite some packages come from (e.g. `bookworm-backports`).
+    pub extra_suite: Option<String>,
     pub architecture: String,
     pub kernel_release: String,
     /// Sorted by name; names are unique.
@@ -32,6 +42,7 @@ pub struct Lock {
 impl Lock {
     pub fn parse(text: &str) -> Result<Lock> {
         let mut suite = None;
+        let mut extra_suite = None;
         let mut arch = None;
         let mut kernel = None;
         let mut packages: BTreeMap<String, LockedPackage> = BTreeMap::new();
@@ -44,9 +55,10 @@ impl Lock {
             let n = i + 1;
             match (f[0], f.len()) {
                 ("suite", 2) => suite = Some(f[1].to_string()),
+                ("extra-suite", 2) => extra_suite = Some(f[1].to_string()),
                 ("architecture", 2) => arch = Some(f[1].to_string()),
                 ("kernel-release", 2) => kernel = Some(f[1].to_string()),
-                ("package", 5) => {
+                ("package", 5 | 6) => {
                     if f[4].len() != 64 || !f[4].bytes().all(|b| b.is_ascii_hexdigit()) {
                         bail!("line {n}: {:?} is not a sha256", f[4]);
                     }
@@ -55,6 +67,8 @@ impl Lock {
                         version: f[2].to_string(),
                         architecture: f[3].to_string(),
                         sha256: f[4].to_ascii_lowercase(),
+                        // Filled in below, once the `suite` line is known.
+                        suite: f.get(5).map(|s| s.to_string()).unwrap_or_default(),
                     };
                     if packages.insert(p.name.clone(), p).is_some() {
                         bail!("line {n}: package {} locked twice", f[1]);
@@ -62,15 +76,34 @@ impl Lock {
                 }
                 _ => bail!(
                     "line {n}: expected `suite S`, `architecture A`, `kernel-release R` or \
-                     `package NAME VERSION ARCH SHA256`, got {raw:?}"
+                     `extra-suite S`, `package NAME VERSION ARCH SHA256 [SUITE]`, got {raw:?}"
                 ),
             }
         }
+        let suite = suite.context("the lock has no `suite` line")?;
+        let mut packages: Vec<LockedPackage> = packages.into_values().collect();
+        for p in &mut packages {
+            if p.suite.is_empty() {
+                p.suite = suite.clone();
+            } else if p.suite != suite && Some(&p.suite) != extra_suite.as_ref() {
+                bail!(
+                    "package {} comes from suite {}, which is neither the lock's suite {suite} \
+                     nor its extra-suite{}",
+                    p.name,
+                    p.suite,
+                    extra_suite
+                        .as_deref()
+                        .map(|e| format!(" {e}"))
+                        .unwrap_or_else(|| " (there is none)".into())
+                );
+            }
+        }
         let lock = Lock {
-            suite: suite.context("the lock has no `suite` line")?,
+            suite,
+            extra_suite,
             architecture: arch.context("the lock has no `architecture` line")?,
             kernel_release: kernel.context("the lock has no `kernel-release` line")?,
-            packages: packages.into_values().collect(),
+            packages,
         };
         let kernel_pkg = format!("linux-image-{}", lock.kernel_release);
         if lock.get(&kernel_pkg).is_none() {
@@ -88,14 +121,23 @@ impl Lock {
              # with these sha256. Written by `cargo xtask image --image {image} --update-lock`.\n"
         );
         let _ = writeln!(s, "suite {}", self.suite);
+        if let Some(extra) = &self.extra_suite {
+            let _ = writeln!(s, "extra-suite {extra}");
+        }
         let _ = writeln!(s, "architecture {}", self.architecture);
         let _ = writeln!(s, "kernel-release {}", self.kernel_release);
         for p in &self.packages {
-            let _ = writeln!(
+            let _ = write!(
                 s,
                 "package {} {} {} {}",
                 p.name, p.version, p.architecture, p.sha256
             );
+            // A lock of one suite keeps the five-field lines every earlier lock has, so its
+            // bytes (and the image cache key made from them) do not change.
+            if self.extra_suite.is_some() {
+                let _ = write!(s, " {}", p.suite);
+            }
+            s.push('\n');
         }
         s
     }
@@ -129,16 +171,70 @@ impl Lock {
                 version: key.1.clone(),
                 architecture: key.2.clone(),
                 sha256: sha256.clone(),
+                suite: suite.to_string(),
             });
         }
         packages.sort_by(|a, b| a.name.cmp(&b.name));
         let kernel_release = kernel_release_of(&packages, kernel_flavour)?;
         Ok(Lock {
             suite: suite.to_string(),
+            extra_suite: None,
             architecture: architecture.to_string(),
             kernel_release,
             packages,
         })
+    }
+
+    /// Names each package's suite from where the mirror's index has it: the image's own suite
+    /// when it has that version there, else the extra suite. `extra_packages` must come from the
+    /// extra suite: a kernel the definition takes from backports that resolved to the main
+    /// suite's is a wrong image, not a detail.
+    pub fn assign_suites(
+        &mut self,
+        extra_suite: Option<&str>,
+        extra_packages: &[String],
+        suites_of: &dyn Fn(&PkgKey) -> Vec<String>,
+    ) -> Result<()> {
+        self.extra_suite = extra_suite.map(str::to_string);
+        let mut problems = Vec::new();
+        for p in &mut self.packages {
+            let key = (p.name.clone(), p.version.clone(), p.architecture.clone());
+            let has = suites_of(&key);
+            if has.contains(&self.suite) {
+                p.suite = self.suite.clone();
+            } else if let Some(e) = extra_suite.filter(|e| has.iter().any(|h| h == e)) {
+                p.suite = e.to_string();
+            } else {
+                problems.push(format!(
+                    "{} {} is in none of the suites {}{}",
+                    p.name,
+                    p.version,
+                    self.suite,
+                    extra_suite.map(|e| format!(", {e}")).unwrap_or_default()
+                ));
+            }
+        }
+        if let Some(e) = extra_suite {
+            for name in extra_packages {
+                match self.get(name) {
+                    Some(p) if p.suite == e => {}
+                    Some(p) => problems.push(format!(
+                        "{name} {} came from {}, but the definition takes it from {e}",
+                        p.version, p.suite
+                    )),
+                    None => {
+                        problems.push(format!("{name} is to come from {e} but was not installed"))
+                    }
+                }
+            }
+        }
+        if !problems.is_empty() {
+            bail!(
+                "cannot name every package's suite:\n  {}",
+                problems.join("\n  ")
+            );
+        }
+        Ok(())
     }
 
     /// Compares what a build installed with the lock; every difference is one line.
@@ -219,6 +315,10 @@ pub fn diff(old: Option<&Lock>, new: &Lock) -> Vec<String> {
             Some(op) if op.version != np.version => {
                 out.push(format!("~ {name} {} -> {}", op.version, np.version))
             }
+            Some(op) if op.suite != np.suite => out.push(format!(
+                "~ {name} {} from {} -> {}",
+                np.version, op.suite, np.suite
+            )),
             Some(op) if op.sha256 != np.sha256 || op.architecture != np.architecture => out.push(
                 format!("~ {name} {} (same version, different .deb)", np.version),
             ),
@@ -280,6 +380,115 @@ mod tests {
         assert_eq!(Lock::parse(&l.render("bookworm")).unwrap(), l);
         assert_eq!(l.get("criu").unwrap().version, "3.17.1-2+deb12u2");
         assert!(l.get("xterm").is_none());
+    }
+
+    #[test]
+    fn the_shipped_bookworm_lock_renders_to_its_own_bytes() {
+        let text = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("images/bookworm/packages.lock"),
+        )
+        .unwrap();
+        let l = Lock::parse(&text).unwrap();
+        assert_eq!(l.extra_suite, None);
+        assert!(l.packages.iter().all(|p| p.suite == "bookworm"));
+        assert_eq!(l.render("bookworm"), text, "the bookworm lock would change");
+    }
+
+    fn backports_lock_text() -> String {
+        format!(
+            "suite bookworm\nextra-suite bookworm-backports\narchitecture amd64\n\
+             kernel-release 6.12.48+bpo-cloud-amd64\n\
+             package criu 3.17.1-2+deb12u2 amd64 {} bookworm\n\
+             package linux-image-6.12.48+bpo-cloud-amd64 6.12.48-1~bpo12+1 amd64 {} bookworm-backports\n",
+            h('a'),
+            h('b')
+        )
+    }
+
+    #[test]
+    fn a_lock_with_an_extra_suite_names_each_packages_suite() {
+        let l = Lock::parse(&backports_lock_text()).unwrap();
+        assert_eq!(l.extra_suite.as_deref(), Some("bookworm-backports"));
+        assert_eq!(l.get("criu").unwrap().suite, "bookworm");
+        assert_eq!(
+            l.get("linux-image-6.12.48+bpo-cloud-amd64").unwrap().suite,
+            "bookworm-backports"
+        );
+        let text = l.render("bookworm-bpo");
+        assert!(
+            text.contains("\nextra-suite bookworm-backports\n"),
+            "{text}"
+        );
+        assert!(
+            text.lines()
+                .filter(|x| x.starts_with("package "))
+                .all(|x| x.split(' ').count() == 6),
+            "{text}"
+        );
+        assert_eq!(Lock::parse(&text).unwrap(), l);
+        // A five-field line in such a lock is from the main suite.
+        let short = backports_lock_text()
+            .replace(&format!("{} bookworm\n", h('a')), &format!("{}\n", h('a')));
+        assert_ne!(short, backports_lock_text());
+        assert_eq!(
+            Lock::parse(&short).unwrap().get("criu").unwrap().suite,
+            "bookworm"
+        );
+        // A suite the lock does not declare is refused.
+        let sid = format!(
+            "{}package xterm 379-1 amd64 {} sid\n",
+            backports_lock_text(),
+            h('c')
+        );
+        let e = Lock::parse(&sid).unwrap_err();
+        assert!(e.to_string().contains("comes from suite sid"), "{e}");
+        let e = Lock::parse(&backports_lock_text().replace("extra-suite bookworm-backports\n", ""))
+            .unwrap_err();
+        assert!(e.to_string().contains("(there is none)"), "{e}");
+    }
+
+    #[test]
+    fn suites_come_from_the_index_and_extra_packages_must_come_from_the_extra_suite() {
+        let mut l = sample();
+        let kernel = "linux-image-6.1.0-50-cloud-amd64";
+        let in_bpo = |k: &PkgKey| -> Vec<String> {
+            if k.0 == "linux-image-6.1.0-50-cloud-amd64" {
+                vec!["bookworm-backports".into()]
+            } else {
+                vec!["bookworm".into(), "bookworm-backports".into()]
+            }
+        };
+        l.assign_suites(Some("bookworm-backports"), &[kernel.to_string()], &in_bpo)
+            .unwrap();
+        assert_eq!(l.get(kernel).unwrap().suite, "bookworm-backports");
+        assert_eq!(
+            l.get("criu").unwrap().suite,
+            "bookworm",
+            "the main suite wins"
+        );
+        assert_eq!(Lock::parse(&l.render("x")).unwrap(), l);
+
+        let mut l = sample();
+        let e = l
+            .assign_suites(Some("bookworm-backports"), &["criu".to_string()], &in_bpo)
+            .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("criu 3.17.1-2+deb12u2 came from bookworm, but the definition takes it from bookworm-backports"),
+            "{e}"
+        );
+        let mut l = sample();
+        let e = l
+            .assign_suites(None, &[], &|_: &PkgKey| vec!["sid".to_string()])
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("is in none of the suites bookworm"),
+            "{e}"
+        );
+        let mut l = sample();
+        l.assign_suites(None, &[], &|_: &PkgKey| vec!["bookworm".to_string()])
+            .unwrap();
+        assert_eq!(l, sample(), "a one-suite lock is unchanged");
     }
 
     #[test]

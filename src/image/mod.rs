@@ -98,6 +98,13 @@ pub fn authorized_key_param(pubkey_line: &str) -> Result<String> {
     Ok(format!("sharedos.authorized_key={},{}", f[0], f[1]))
 }
 
+/// Fails, listing the images that exist, when `opts.image` is not one: the check to make before
+/// anything costly.
+pub fn require_image(opts: &BuildOptions) -> Result<()> {
+    let images_dir = definition::find_images_dir(opts.images_dir.as_deref(), &opts.image);
+    definition::require_image(&images_dir, &opts.image)
+}
+
 struct Inputs {
     image: ImageDir,
     lock_text: Option<String>,

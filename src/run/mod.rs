@@ -116,6 +116,8 @@ pub fn vm_run(opts: &VmRunOptions) -> i32 {
 /// None when only the plan was asked for.
 fn start(opts: &VmRunOptions) -> Result<Option<Observed>> {
     signals::install().context("installing signal handlers")?;
+    // Before the report directory: a name that is not an image is bad input, not a run.
+    image::require_image(&opts.image)?;
     if opts.plan {
         print!("{}", plan::plan(opts)?);
         return Ok(None);

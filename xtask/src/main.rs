@@ -60,6 +60,93 @@ struct VmArgs {
     diagnose_args: Vec<String>,
 }
 
+#[derive(clap::Args, Clone)]
+struct MatrixArgs {
+    /// Images in row order, comma-separated [default: every directory under images/].
+    #[arg(long)]
+    images: Option<String>,
+    /// vm-runs at once [default: host cores / --cpus, at least 1].
+    #[arg(long)]
+    jobs: Option<usize>,
+    #[arg(long, value_enum, default_value = "auto")]
+    accel: AccelChoice,
+    /// Guest memory in MiB, per guest.
+    #[arg(long, default_value_t = 1024)]
+    memory: u64,
+    /// Guest CPUs, per guest.
+    #[arg(long, default_value_t = sharedos_rig::matrix::DEFAULT_GUEST_CPUS)]
+    cpus: u32,
+    /// Use this static sharedos-gate instead of building it.
+    #[arg(long)]
+    gate_binary: Option<PathBuf>,
+    /// Where images/ is (default: $SHAREDOS_RIG_IMAGES, ./images, then the source tree).
+    #[arg(long)]
+    images_dir: Option<PathBuf>,
+    /// The image cache root.
+    #[arg(long)]
+    cache_dir: Option<PathBuf>,
+    /// Fetch packages from this mirror instead of each definition's.
+    #[arg(long)]
+    mirror: Option<String>,
+    /// Force the image builder's mode.
+    #[arg(long, value_enum)]
+    mode: Option<image::BuilderMode>,
+    /// Where matrix-<UTC>/ goes.
+    #[arg(long, default_value = "reports")]
+    reports_root: PathBuf,
+}
+
+fn vm_matrix(a: MatrixArgs) -> Result<i32> {
+    use sharedos_rig::matrix::{self, MatrixOptions};
+    let mut build = BuildOptions::new(image::DEFAULT_IMAGE);
+    build.images_dir = a.images_dir.map(|d| std::path::absolute(&d).unwrap_or(d));
+    build.cache_dir = a.cache_dir;
+    build.mirror = a.mirror;
+    build.mode = a.mode;
+    let mut opts = MatrixOptions {
+        images: a
+            .images
+            .as_deref()
+            .map(matrix::parse_images_arg)
+            .unwrap_or_default(),
+        jobs: a.jobs,
+        build,
+        reports_root: a.reports_root,
+        vm_run: vec![
+            std::env::current_exe()
+                .map_err(|e| anyhow::anyhow!("finding this program to run vm-run with: {e}"))?
+                .display()
+                .to_string(),
+            "vm-run".into(),
+        ],
+        extra_args: vec![
+            "--accel".into(),
+            match a.accel {
+                AccelChoice::Auto => "auto",
+                AccelChoice::Kvm => "kvm",
+                AccelChoice::Tcg => "tcg",
+            }
+            .into(),
+            "--memory".into(),
+            a.memory.to_string(),
+            "--cpus".into(),
+            a.cpus.to_string(),
+        ],
+        guest_cpus: a.cpus,
+        command_line: std::env::args().collect(),
+    };
+    // Every name is checked before the gate binary is built: a typo costs nothing.
+    matrix::resolve_images(&opts)?;
+    let gate = match a.gate_binary {
+        Some(p) => p,
+        None => gate_binary::build_gate_binary(&workspace())?,
+    };
+    let gate = std::path::absolute(&gate).unwrap_or(gate);
+    opts.extra_args
+        .extend(["--gate-binary".into(), gate.display().to_string()]);
+    Ok(matrix::vm_matrix(&opts))
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Build (or find in the cache) the pinned guest image; prints the entry directory last.
@@ -84,6 +171,12 @@ enum Command {
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
+    /// vm-run for each image; archives reports/matrix-<UTC>/<image>/ and matrix.json, prints
+    /// the matrix directory last. Exits 0 when every cell is as its images/<name>/expected-gates
+    /// says (or, without one, passed), 1 when a cell differs or failed, 3 when only the GUI
+    /// review is outstanding, 2 when the rig failed for a cell (an image that would not build
+    /// included: its cell is NOT_RUN and the others still run).
+    VmMatrix(MatrixArgs),
     /// Benchmark of the cached image no-op alone.
     BenchImage {
         #[command(flatten)]
@@ -135,6 +228,8 @@ fn boot_options(b: BootArgs) -> VmRunOptions {
 }
 
 fn vm_options(a: VmArgs) -> Result<VmRunOptions> {
+    // Before the gate binary's build: a typo must cost nothing.
+    image::require_image(&a.boot.image)?;
     let gate_binary = match a.gate_binary {
         Some(p) => p,
         None if a.boot.image.plan => gate_binary::default_gate_binary(&workspace()),
@@ -171,14 +266,18 @@ fn run_cli(cli: Cli) -> Result<i32> {
             timeout,
             gate_binary,
             command,
-        } => Ok(run::vm_exec(
-            &VmRunOptions {
-                gate_binary: gate_binary.unwrap_or_default(),
-                ..boot_options(boot)
-            },
-            &command,
-            std::time::Duration::from_secs(timeout),
-        )),
+        } => {
+            image::require_image(&boot.image)?;
+            Ok(run::vm_exec(
+                &VmRunOptions {
+                    gate_binary: gate_binary.unwrap_or_default(),
+                    ..boot_options(boot)
+                },
+                &command,
+                std::time::Duration::from_secs(timeout),
+            ))
+        }
+        Command::VmMatrix(a) => vm_matrix(a),
         Command::BenchImage { opts, iterations } => {
             print!("{}", bench::bench_image(&opts, iterations.max(1))?);
             Ok(0)

@@ -1,0 +1,1063 @@
+//! `vm-matrix`: one vm-run per image, the per-image reports side by side in
+//! `reports/matrix-<UTC>/<image>/`, and `matrix.json` (the [`Matrix`] schema below, its one
+//! definition) with one cell per image. Each image's build comes first, one at a time; an image
+//! that cannot be built is a NOT_RUN cell that says why and how to refresh its lock, and the
+//! others still run. The runs themselves are child `vm-run` processes, as many at once as
+//! `--jobs` allows.
+//!
+//! Exit code: 2 when the rig failed for any cell (an image that would not build, a vm-run that
+//! exited 2); else 1 when any cell differs from its image's `expected-gates`, or, for an image
+//! without one, when its own verdict is FAIL; else 3 when an image without expectations only
+//! awaits the human review, as vm-run exits; else 0.
+
+pub mod render;
+
+use crate::image::{self, definition, BuildOptions};
+use crate::report::{GateName, Report, Status, REPORT_FILE, RIG_FAILURE_EXIT};
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use sharedos_gate::{clock, signals};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// File name of the matrix summary inside a matrix directory.
+pub const MATRIX_FILE: &str = "matrix.json";
+/// An image's committed expectations, beside its image.conf.
+pub const EXPECTATIONS_FILE: &str = "expected-gates";
+/// Bumped whenever a field changes meaning or disappears.
+pub const MATRIX_SCHEMA_VERSION: u32 = 1;
+/// The vCPUs each guest gets unless told otherwise (vm-run's `--cpus` default).
+pub const DEFAULT_GUEST_CPUS: u32 = 2;
+
+/// How a cell ended, before any expectation is applied.
+#[derive(Serialize, Deserialize, Clone, Copy, PartialEq, Eq, Debug)]
+#[serde(rename_all = "snake_case")]
+pub enum CellOutcome {
+    /// vm-run ran to its end and its report judged 0, 1 or 3.
+    Ran,
+    /// The image could not be built: nothing ran.
+    NotRun,
+    /// vm-run itself failed (exit 2): boot, SSH, a refused fetch...
+    RigFailed,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct CellGate {
+    pub name: GateName,
+    pub status: Status,
+}
+
+/// One image's row.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct Cell {
+    pub image: String,
+    pub outcome: CellOutcome,
+    /// vm-run's exit code; None when it never ran.
+    pub exit_code: Option<i32>,
+    /// The image's report, relative to the matrix directory; None when nothing was archived.
+    pub report_dir: Option<String>,
+    /// vm-run's output (stdout and stderr), relative to the matrix directory.
+    pub log: Option<String>,
+    /// Why the cell is NOT_RUN or a rig failure; empty otherwise.
+    #[serde(default)]
+    pub reason: String,
+    /// How to get the cell to run, when it did not.
+    #[serde(default)]
+    pub fix: String,
+    pub kernel_release: String,
+    pub criu_version: String,
+    pub accelerator: String,
+    /// The ten gates in SPEC order; all NOT_RUN when nothing ran.
+    pub gates: Vec<CellGate>,
+    pub dump_seconds: Option<f64>,
+    pub restore_seconds: Option<f64>,
+    /// Size of the CRIU images the dump wrote, in MB (10^6 bytes).
+    pub image_mb: Option<f64>,
+    /// The image's committed expectations, when it has any.
+    pub expected: Option<Vec<CellGate>>,
+    /// One line per gate whose status differs from the expectation.
+    #[serde(default)]
+    pub differences: Vec<String>,
+}
+
+impl Cell {
+    pub fn status(&self, gate: GateName) -> Status {
+        self.gates
+            .iter()
+            .find(|g| g.name == gate)
+            .map(|g| g.status)
+            .unwrap_or(Status::NotRun)
+    }
+
+    /// This cell's exit code as the matrix weighs it (0, 1, 2 or 3).
+    pub fn judgement(&self) -> i32 {
+        match (self.outcome, &self.expected) {
+            (CellOutcome::NotRun | CellOutcome::RigFailed, _) => RIG_FAILURE_EXIT,
+            (CellOutcome::Ran, Some(_)) => i32::from(!self.differences.is_empty()),
+            (CellOutcome::Ran, None) => self.exit_code.unwrap_or(RIG_FAILURE_EXIT),
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct Matrix {
+    pub schema_version: u32,
+    pub started_at: String,
+    pub finished_at: String,
+    pub jobs: usize,
+    /// How `jobs` was chosen, in words.
+    pub jobs_reason: String,
+    pub command_line: Vec<String>,
+    pub cells: Vec<Cell>,
+    pub exit_code: i32,
+}
+
+/// The matrix's exit code from its cells: 2 > 1 > 3 > 0.
+pub fn exit_code(cells: &[Cell]) -> i32 {
+    let codes: Vec<i32> = cells.iter().map(Cell::judgement).collect();
+    for worst in [RIG_FAILURE_EXIT, 1, 3] {
+        if codes.contains(&worst) {
+            return worst;
+        }
+    }
+    0
+}
+
+/// Parallel runs: one per `guest_cpus` host cores, at least one. Under TCG each vCPU is a host
+/// thread that keeps a core busy, so more guests than that only slow every run down.
+pub fn default_jobs(host_cores: usize, guest_cpus: u32) -> (usize, String) {
+    let per = (guest_cpus.max(1)) as usize;
+    let jobs = (host_cores / per).max(1);
+    (
+        jobs,
+        format!("{host_cores} host cores / {per} vCPUs per guest, at least 1"),
+    )
+}
+
+/// Reads an `expected-gates` file: `gate STATUS` per line, `#` comments, every gate once.
+pub fn parse_expectations(text: &str) -> Result<Vec<CellGate>> {
+    let mut seen: BTreeMap<GateName, Status> = BTreeMap::new();
+    for (i, raw) in text.lines().enumerate() {
+        let line = raw.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let [gate, status] = f.as_slice() else {
+            bail!("line {}: expected `GATE STATUS`, got {raw:?}", i + 1);
+        };
+        let name: GateName = serde_json::from_value(serde_json::Value::String(gate.to_string()))
+            .with_context(|| {
+                format!(
+                    "line {}: {gate:?} is not a gate (the gates: {})",
+                    i + 1,
+                    GateName::ALL.map(|g| g.as_str()).join(", ")
+                )
+            })?;
+        let status: Status = serde_json::from_value(serde_json::Value::String(status.to_string()))
+            .with_context(|| {
+                format!(
+                    "line {}: {status:?} is not a status (PASS, FAIL, NOT_RUN, REVIEW_REQUIRED)",
+                    i + 1
+                )
+            })?;
+        if seen.insert(name, status).is_some() {
+            bail!("line {}: {gate} is given twice", i + 1);
+        }
+    }
+    let missing: Vec<&str> = GateName::ALL
+        .iter()
+        .filter(|g| !seen.contains_key(g))
+        .map(|g| g.as_str())
+        .collect();
+    if !missing.is_empty() {
+        bail!("no expectation for {}", missing.join(", "));
+    }
+    Ok(GateName::ALL
+        .iter()
+        .map(|g| CellGate {
+            name: *g,
+            status: seen[g],
+        })
+        .collect())
+}
+
+/// The expectations committed for an image, if it has any.
+pub fn load_expectations(images_dir: &Path, image: &str) -> Result<Option<Vec<CellGate>>> {
+    let path = images_dir.join(image).join(EXPECTATIONS_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(t) => parse_expectations(&t)
+            .map(Some)
+            .with_context(|| format!("parsing {}", path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+    }
+}
+
+/// Fills `differences` from the gates and the expectations.
+pub fn compare(cell: &mut Cell) {
+    cell.differences.clear();
+    let Some(expected) = &cell.expected else {
+        return;
+    };
+    for e in expected {
+        let got = cell.status(e.name);
+        if got != e.status {
+            cell.differences
+                .push(format!("{}: expected {}, got {got}", e.name, e.status));
+        }
+    }
+}
+
+fn all_not_run() -> Vec<CellGate> {
+    GateName::ALL
+        .iter()
+        .map(|g| CellGate {
+            name: *g,
+            status: Status::NotRun,
+        })
+        .collect()
+}
+
+fn data_f64(r: &Report, gate: GateName, key: &str) -> Option<f64> {
+    r.gate(gate)?.data.get(key)?.as_f64()
+}
+
+/// A cell from an archived report: the gates as the report has them (a gate missing from it
+/// counts as NOT_RUN), where it ran, and the CRIU figures.
+pub fn cell_from_report(image: &str, r: &Report, exit_code: i32) -> Cell {
+    let round = |x: f64, places: i32| {
+        let k = 10f64.powi(places);
+        (x * k).round() / k
+    };
+    let vm = r.vm.as_ref();
+    let rig_error = vm.and_then(|v| v.rig_error.clone());
+    let mut cell = Cell {
+        image: image.to_string(),
+        outcome: if exit_code == RIG_FAILURE_EXIT || rig_error.is_some() {
+            CellOutcome::RigFailed
+        } else {
+            CellOutcome::Ran
+        },
+        exit_code: Some(exit_code),
+        report_dir: Some(image.to_string()),
+        log: Some(format!("{image}.log")),
+        reason: rig_error.unwrap_or_default(),
+        fix: String::new(),
+        kernel_release: r.environment.kernel_release.clone(),
+        criu_version: r.environment.criu_version.clone().unwrap_or_default(),
+        accelerator: vm.map(|v| v.accel.clone()).unwrap_or_default(),
+        gates: GateName::ALL
+            .iter()
+            .map(|g| CellGate {
+                name: *g,
+                status: r.gate(*g).map(|x| x.status).unwrap_or(Status::NotRun),
+            })
+            .collect(),
+        dump_seconds: data_f64(r, GateName::Dump, "dump_ms").map(|ms| round(ms / 1000.0, 2)),
+        restore_seconds: data_f64(r, GateName::RestoreLiveProcess, "restore_ms")
+            .map(|ms| round(ms / 1000.0, 2)),
+        image_mb: data_f64(r, GateName::Dump, "image_bytes").map(|b| round(b / 1e6, 1)),
+        expected: None,
+        differences: Vec::new(),
+    };
+    if cell.outcome == CellOutcome::RigFailed {
+        cell.fix = format!(
+            "read {image}/serial.log (the guest's console) and {image}.log, then run the image \
+             alone: `cargo xtask vm-run --image {image}`"
+        );
+    }
+    if cell.kernel_release.is_empty() {
+        if let Some(v) = vm {
+            cell.kernel_release = v.kernel_release_pinned.clone();
+        }
+    }
+    cell
+}
+
+/// A cell for an image that was not built, with the way to refresh it.
+pub fn not_run_cell(image: &str, reason: &str, kernel_pinned: &str) -> Cell {
+    Cell {
+        image: image.to_string(),
+        outcome: CellOutcome::NotRun,
+        exit_code: None,
+        report_dir: None,
+        log: None,
+        reason: reason.to_string(),
+        fix: format!(
+            "refresh its lock with `cargo xtask image --image {image} --update-lock` (review and \
+             commit the new packages.lock), or build the locked versions from a dated snapshot: \
+             `cargo xtask image --image {image} --mirror http://snapshot.debian.org/archive/debian/<YYYYMMDDTHHMMSSZ>`"
+        ),
+        kernel_release: kernel_pinned.to_string(),
+        criu_version: String::new(),
+        accelerator: String::new(),
+        gates: all_not_run(),
+        dump_seconds: None,
+        restore_seconds: None,
+        image_mb: None,
+        expected: None,
+        differences: Vec::new(),
+    }
+}
+
+/// What `cargo xtask vm-matrix` was asked for.
+#[derive(Debug, Clone)]
+pub struct MatrixOptions {
+    /// Images in row order; empty for every image under images/.
+    pub images: Vec<String>,
+    /// None: [`default_jobs`].
+    pub jobs: Option<usize>,
+    /// The build options every image shares (`image` is replaced per cell).
+    pub build: BuildOptions,
+    /// Where `matrix-<UTC>/` goes.
+    pub reports_root: PathBuf,
+    /// The program and leading arguments that run one vm-run (e.g. `[xtask, "vm-run"]`); the
+    /// matrix appends `--image`, `--out`, the shared image options and `extra_args`.
+    pub vm_run: Vec<String>,
+    /// Options every vm-run gets (`--accel`, `--gate-binary`, ...).
+    pub extra_args: Vec<String>,
+    pub guest_cpus: u32,
+    pub command_line: Vec<String>,
+}
+
+impl MatrixOptions {
+    fn images_dir(&self, image: &str) -> PathBuf {
+        definition::find_images_dir(self.build.images_dir.as_deref(), image)
+    }
+}
+
+/// The images to run: the ones asked for, each checked, or every image there is.
+pub fn resolve_images(opts: &MatrixOptions) -> Result<Vec<String>> {
+    if opts.images.is_empty() {
+        let dir = opts.images_dir(image::DEFAULT_IMAGE);
+        let all = definition::list_images(&dir);
+        if all.is_empty() {
+            bail!(
+                "no image under {}: run from a checkout, or pass --images-dir",
+                dir.display()
+            );
+        }
+        return Ok(all);
+    }
+    let mut out: Vec<String> = Vec::new();
+    for name in &opts.images {
+        definition::require_image(&opts.images_dir(name), name)?;
+        if out.contains(name) {
+            bail!("--images names {name} twice");
+        }
+        out.push(name.clone());
+    }
+    Ok(out)
+}
+
+/// Splits `a,b,c` into names.
+pub fn parse_images_arg(s: &str) -> Vec<String> {
+    s.split(',')
+        .map(str::trim)
+        .filter(|x| !x.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+/// The vm-run command of one cell.
+pub fn vm_run_argv(opts: &MatrixOptions, image: &str, out: &Path) -> Vec<String> {
+    let mut a = opts.vm_run.clone();
+    a.extend(["--image".into(), image.into()]);
+    let b = &opts.build;
+    if let Some(d) = &b.images_dir {
+        a.extend(["--images-dir".into(), d.display().to_string()]);
+    }
+    if let Some(d) = &b.cache_dir {
+        a.extend(["--cache-dir".into(), d.display().to_string()]);
+    }
+    if let Some(m) = &b.mirror {
+        a.extend(["--mirror".into(), m.clone()]);
+    }
+    if let Some(m) = b.mode {
+        a.extend(["--mode".into(), m.as_str().into()]);
+    }
+    a.extend(opts.extra_args.iter().cloned());
+    a.extend(["--out".into(), out.display().to_string()]);
+    a
+}
+
+struct Running {
+    index: usize,
+    child: Child,
+    started: Instant,
+}
+
+/// Runs the matrix; returns its exit code. Prints the matrix directory on the last line of
+/// stdout whenever one was created.
+pub fn vm_matrix(opts: &MatrixOptions) -> i32 {
+    vm_matrix_with(opts, &|b: &BuildOptions| {
+        image::ensure_image(b).map(|entry| {
+            format!(
+                "kernel {}, {}",
+                entry.manifest.kernel_release,
+                if entry.built { "built" } else { "cached" }
+            )
+        })
+    })
+}
+
+/// [`vm_matrix`] with the image step given: it builds or finds one image, and says what it got.
+pub fn vm_matrix_with(
+    opts: &MatrixOptions,
+    build: &dyn Fn(&BuildOptions) -> Result<String>,
+) -> i32 {
+    match run(opts, build) {
+        Ok((dir, code)) => {
+            println!("{}", dir.display());
+            code
+        }
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            RIG_FAILURE_EXIT
+        }
+    }
+}
+
+fn run(
+    opts: &MatrixOptions,
+    build: &dyn Fn(&BuildOptions) -> Result<String>,
+) -> Result<(PathBuf, i32)> {
+    signals::install().context("installing signal handlers")?;
+    let images = resolve_images(opts)?;
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let (jobs, jobs_reason) = match opts.jobs {
+        Some(j) => (j.max(1), "chosen with --jobs".to_string()),
+        None => default_jobs(cores, opts.guest_cpus),
+    };
+    let started_at = clock::now_rfc3339();
+    let dir = opts
+        .reports_root
+        .join(format!("matrix-{}", clock::compact_utc_now()));
+    if dir.exists() {
+        bail!(
+            "{} already exists: start the matrix again in a second",
+            dir.display()
+        );
+    }
+    std::fs::create_dir_all(&dir).with_context(|| {
+        format!(
+            "creating the matrix directory {}: is {} writable?",
+            dir.display(),
+            opts.reports_root.display()
+        )
+    })?;
+    eprintln!(
+        "[vm-matrix] {} image(s): {}; {jobs} at a time ({jobs_reason}); into {}",
+        images.len(),
+        images.join(", "),
+        dir.display()
+    );
+
+    // Builds first, one at a time: they share the network, the package index and the cores.
+    let mut cells: Vec<Option<Cell>> = vec![None; images.len()];
+    let mut to_run = Vec::new();
+    for (i, name) in images.iter().enumerate() {
+        if signals::interrupted().is_some() {
+            cells[i] = Some(not_run_cell(name, "the matrix was interrupted", ""));
+            continue;
+        }
+        let mut b = opts.build.clone();
+        b.image = name.clone();
+        b.plan = false;
+        b.update_lock = false;
+        eprintln!("[vm-matrix] image {name} ...");
+        match build(&b) {
+            Ok(what) => {
+                eprintln!("[vm-matrix] image {name}: {what}");
+                to_run.push(i);
+            }
+            Err(e) => {
+                let reason = format!("the image could not be built: {e:#}");
+                eprintln!("[vm-matrix] {name}: NOT_RUN: {}", one_line(&reason));
+                cells[i] = Some(not_run_cell(name, &reason, &pinned_kernel(opts, name)));
+            }
+        }
+    }
+
+    let mut queue = to_run.into_iter();
+    let mut running: Vec<Running> = Vec::new();
+    let mut forwarded = false;
+    loop {
+        while running.len() < jobs && signals::interrupted().is_none() {
+            let Some(i) = queue.next() else { break };
+            match spawn_cell(opts, &dir, &images[i]) {
+                Ok(child) => running.push(Running {
+                    index: i,
+                    child,
+                    started: Instant::now(),
+                }),
+                Err(e) => {
+                    let mut c = not_run_cell(&images[i], &format!("{e:#}"), "");
+                    c.outcome = CellOutcome::RigFailed;
+                    c.fix = "see the error: the rig could not start vm-run".into();
+                    cells[i] = Some(c);
+                }
+            }
+        }
+        if running.is_empty() {
+            break;
+        }
+        if let (Some(sig), false) = (signals::interrupted(), forwarded) {
+            // Ctrl-C at a terminal reaches the children too; a SIGTERM sent to the matrix alone
+            // is passed on, so that every vm-run archives what it has and ends its QEMU.
+            for r in &running {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(r.child.id() as i32),
+                    nix::sys::signal::Signal::SIGTERM,
+                );
+            }
+            eprintln!("[vm-matrix] interrupted by {sig}: waiting for the running vm-runs to end");
+            forwarded = true;
+        }
+        let mut still = Vec::new();
+        for mut r in running {
+            match r.child.try_wait() {
+                Ok(Some(status)) => {
+                    let name = &images[r.index];
+                    let code = status.code().unwrap_or(RIG_FAILURE_EXIT);
+                    let cell = finished_cell(&dir, name, code);
+                    eprintln!(
+                        "[vm-matrix] {name}: vm-run exit {code} after {:.0} s: {}",
+                        r.started.elapsed().as_secs_f64(),
+                        gates_line(&cell)
+                    );
+                    cells[r.index] = Some(cell);
+                }
+                Ok(None) => still.push(r),
+                Err(e) => {
+                    let name = &images[r.index];
+                    let mut c = not_run_cell(name, &format!("waiting for vm-run: {e}"), "");
+                    c.outcome = CellOutcome::RigFailed;
+                    cells[r.index] = Some(c);
+                }
+            }
+        }
+        running = still;
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
+    let mut cells: Vec<Cell> = cells
+        .into_iter()
+        .zip(&images)
+        .map(|(c, name)| c.unwrap_or_else(|| not_run_cell(name, "the matrix was interrupted", "")))
+        .collect();
+    for c in &mut cells {
+        c.expected = load_expectations(&opts.images_dir(&c.image), &c.image)?;
+        compare(c);
+    }
+    let code = exit_code(&cells);
+    let m = Matrix {
+        schema_version: MATRIX_SCHEMA_VERSION,
+        started_at,
+        finished_at: clock::now_rfc3339(),
+        jobs,
+        jobs_reason,
+        command_line: opts.command_line.clone(),
+        cells,
+        exit_code: code,
+    };
+    write_matrix(&dir, &m)?;
+    eprint!("{}", render::text(&m));
+    Ok((dir, code))
+}
+
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+fn gates_line(c: &Cell) -> String {
+    c.gates
+        .iter()
+        .map(|g| format!("{} {}", g.name, g.status))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The kernel release the image's lock pins, for a row that never booted.
+fn pinned_kernel(opts: &MatrixOptions, image: &str) -> String {
+    let dir = opts.images_dir(image).join(image);
+    std::fs::read_to_string(dir.join(definition::LOCK_FILE))
+        .ok()
+        .and_then(|t| image::lock::Lock::parse(&t).ok())
+        .map(|l| l.kernel_release)
+        .unwrap_or_default()
+}
+
+fn spawn_cell(opts: &MatrixOptions, dir: &Path, image: &str) -> Result<Child> {
+    let out = dir.join(image);
+    let argv = vm_run_argv(opts, image, &out);
+    let log_path = dir.join(format!("{image}.log"));
+    let log = std::fs::File::create(&log_path)
+        .with_context(|| format!("creating {}", log_path.display()))?;
+    let err = log.try_clone().context("duplicating the log handle")?;
+    eprintln!(
+        "[vm-matrix] {image}: {} (log: {})",
+        argv.join(" "),
+        log_path.display()
+    );
+    let mut cmd = Command::new(&argv[0]);
+    cmd.args(&argv[1..])
+        .stdin(Stdio::null())
+        .stdout(log)
+        .stderr(err);
+    // SAFETY: prctl is async-signal-safe. A matrix that dies, even by SIGKILL, ends its
+    // vm-runs with SIGTERM, which they turn into an archived partial report and a stopped QEMU.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        cmd.pre_exec(|| {
+            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGTERM)
+                .map_err(std::io::Error::from)
+        });
+    }
+    cmd.spawn()
+        .with_context(|| format!("starting {}", argv.join(" ")))
+}
+
+/// The cell of a vm-run that ended with `code`, from the report it archived.
+pub fn finished_cell(dir: &Path, image: &str, code: i32) -> Cell {
+    let report_dir = dir.join(image);
+    let read = std::fs::read(report_dir.join(REPORT_FILE))
+        .map_err(anyhow::Error::from)
+        .and_then(|b| crate::verify::parse_report(&b));
+    match read {
+        Ok(r) => cell_from_report(image, &r, code),
+        Err(e) => {
+            let mut c = not_run_cell(
+                image,
+                &format!(
+                    "vm-run exited {code} and archived no readable report ({e:#}); see {image}.log"
+                ),
+                "",
+            );
+            c.outcome = CellOutcome::RigFailed;
+            c.exit_code = Some(code);
+            c.log = Some(format!("{image}.log"));
+            c.fix = format!("read {image}.log in the matrix directory");
+            c
+        }
+    }
+}
+
+pub fn write_matrix(dir: &Path, m: &Matrix) -> Result<()> {
+    let text = serde_json::to_string_pretty(m).context("serialising matrix.json")?;
+    crate::digest::replace_in_report(dir, MATRIX_FILE, (text + "\n").as_bytes())
+        .with_context(|| format!("writing {}", dir.join(MATRIX_FILE).display()))
+}
+
+/// Whether `dir` is a matrix directory rather than one report.
+pub fn is_matrix_dir(dir: &Path) -> bool {
+    dir.join(MATRIX_FILE).is_file() && !dir.join(REPORT_FILE).exists()
+}
+
+/// Reads a matrix directory. Each cell that archived a report is read again from that report,
+/// so what is shown is what the per-image reports say; a matrix.json that disagrees with them
+/// is named in the returned problems.
+pub fn load(dir: &Path) -> Result<(Matrix, Vec<String>)> {
+    let path = dir.join(MATRIX_FILE);
+    let bytes = read_regular(&path)?;
+    let mut m: Matrix = serde_json::from_slice(&bytes)
+        .with_context(|| format!("{} is not a matrix.json", path.display()))?;
+    if m.schema_version != MATRIX_SCHEMA_VERSION {
+        bail!(
+            "{} has schema version {}, this rig reads {MATRIX_SCHEMA_VERSION}",
+            path.display(),
+            m.schema_version
+        );
+    }
+    let mut problems = Vec::new();
+    for c in &mut m.cells {
+        let Some(rel) = c.report_dir.clone() else {
+            continue;
+        };
+        if rel.contains('/') || rel.starts_with('.') {
+            problems.push(format!(
+                "{}: report_dir {rel:?} is not a plain name",
+                c.image
+            ));
+            continue;
+        }
+        let read = read_regular(&dir.join(&rel).join(REPORT_FILE))
+            .and_then(|b| crate::verify::parse_report(&b));
+        match read {
+            Ok(r) => {
+                let mut fresh =
+                    cell_from_report(&c.image, &r, c.exit_code.unwrap_or(RIG_FAILURE_EXIT));
+                fresh.expected = c.expected.clone();
+                compare(&mut fresh);
+                fresh.log = c.log.clone();
+                if fresh.outcome == CellOutcome::RigFailed && fresh.reason.is_empty() {
+                    fresh.reason = c.reason.clone();
+                }
+                if fresh.gates != c.gates {
+                    problems.push(format!(
+                        "{}: matrix.json's gate statuses differ from {rel}/report.json; showing the report's",
+                        c.image
+                    ));
+                }
+                *c = fresh;
+            }
+            Err(e) => problems.push(format!("{}: {rel}/report.json: {e:#}", c.image)),
+        }
+    }
+    let code = exit_code(&m.cells);
+    if code != m.exit_code {
+        problems.push(format!(
+            "matrix.json says exit {}, its cells give {code}",
+            m.exit_code
+        ));
+        m.exit_code = code;
+    }
+    Ok((m, problems))
+}
+
+/// A regular file, never through a link, with a size cap: a matrix directory is read with the
+/// same suspicion as a report.
+fn read_regular(path: &Path) -> Result<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    const CAP: u64 = 64 << 20;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
+        .open(path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    let meta = f.metadata()?;
+    if !meta.is_file() {
+        bail!("{} is not a regular file", path.display());
+    }
+    if meta.len() > CAP {
+        bail!("{} is larger than {CAP} bytes", path.display());
+    }
+    let mut v = Vec::new();
+    f.take(CAP).read_to_end(&mut v)?;
+    Ok(v)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::report::{Environment, Gate, VmProvenance};
+
+    pub(crate) fn report(statuses: &[(GateName, Status)], kernel: &str, criu: &str) -> Report {
+        let mut r: Report = crate::review::tests::fresh_report();
+        for (n, s) in statuses {
+            if let Some(g) = r.gates.iter_mut().find(|g| g.name == *n) {
+                g.status = *s;
+            }
+        }
+        r.environment = Environment {
+            kernel_release: kernel.into(),
+            criu_version: Some(criu.into()),
+            ..r.environment.clone()
+        };
+        let mut dump = Gate::new(GateName::Dump, Status::Pass, "");
+        dump.data.insert("dump_ms".into(), serde_json::json!(6543));
+        dump.data
+            .insert("image_bytes".into(), serde_json::json!(27_400_000u64));
+        if let Some(g) = r.gates.iter_mut().find(|g| g.name == GateName::Dump) {
+            g.data = dump.data;
+        }
+        if let Some(g) = r
+            .gates
+            .iter_mut()
+            .find(|g| g.name == GateName::RestoreLiveProcess)
+        {
+            g.data.insert("restore_ms".into(), serde_json::json!(4012));
+        }
+        r.vm = Some(VmProvenance {
+            accel: "tcg".into(),
+            ..Default::default()
+        });
+        r.seal();
+        r
+    }
+
+    pub(crate) fn cell(image: &str, fail: Option<GateName>, kernel: &str, criu: &str) -> Cell {
+        let st: Vec<(GateName, Status)> = fail.map(|g| vec![(g, Status::Fail)]).unwrap_or_default();
+        let r = report(&st, kernel, criu);
+        let code = crate::verify::evaluate_report(&r, None).exit_code;
+        cell_from_report(image, &r, code)
+    }
+
+    fn expectations_text(c: &Cell) -> String {
+        c.gates
+            .iter()
+            .map(|g| format!("{} {}  # why\n", g.name, g.status))
+            .collect()
+    }
+
+    #[test]
+    fn jobs_default_to_cores_over_guest_cpus_and_at_least_one() {
+        assert_eq!(default_jobs(2, 2).0, 1);
+        assert_eq!(default_jobs(8, 2).0, 4);
+        assert_eq!(default_jobs(1, 2).0, 1);
+        assert_eq!(default_jobs(3, 0).0, 3);
+        assert!(default_jobs(2, 2)
+            .1
+            .contains("2 host cores / 2 vCPUs per guest"));
+    }
+
+    #[test]
+    fn a_cell_carries_where_it_ran_and_the_criu_figures() {
+        let c = cell("trixie", None, "6.12.57+deb13-cloud-amd64", "4.1.1");
+        assert_eq!(c.outcome, CellOutcome::Ran);
+        assert_eq!(c.kernel_release, "6.12.57+deb13-cloud-amd64");
+        assert_eq!(c.criu_version, "4.1.1");
+        assert_eq!(c.accelerator, "tcg");
+        assert_eq!(c.dump_seconds, Some(6.54));
+        assert_eq!(c.restore_seconds, Some(4.01));
+        assert_eq!(c.image_mb, Some(27.4));
+        assert_eq!(c.gates.len(), 10);
+        assert_eq!(c.report_dir.as_deref(), Some("trixie"));
+    }
+
+    #[test]
+    fn expectations_parse_strictly() {
+        let c = cell("b", None, "k", "c");
+        let e = parse_expectations(&expectations_text(&c)).unwrap();
+        assert_eq!(e, c.gates);
+        let t = expectations_text(&c);
+        let err = parse_expectations(&t.replacen("prerequisites", "prereq", 1)).unwrap_err();
+        assert!(format!("{err:#}").contains("is not a gate"), "{err:#}");
+        let err = parse_expectations(&t.replacen("PASS", "OK", 1)).unwrap_err();
+        assert!(format!("{err:#}").contains("is not a status"), "{err:#}");
+        let err = parse_expectations(&format!("{t}dump PASS\n")).unwrap_err();
+        assert!(format!("{err:#}").contains("given twice"), "{err:#}");
+        let short: String = t.lines().skip(1).map(|l| format!("{l}\n")).collect();
+        let err = parse_expectations(&short).unwrap_err();
+        assert!(
+            format!("{err:#}").contains("no expectation for prerequisites"),
+            "{err:#}"
+        );
+    }
+
+    #[test]
+    fn exit_codes_follow_expectations_then_verdicts() {
+        let pass = cell("a", None, "k", "c");
+        assert_eq!(
+            pass.judgement(),
+            3,
+            "a fresh run awaits the review, as vm-run"
+        );
+        let fail = cell("b", Some(GateName::Dump), "k", "c");
+        assert_eq!(fail.judgement(), 1);
+        assert_eq!(exit_code(&[pass.clone(), fail.clone()]), 1);
+        assert_eq!(exit_code(std::slice::from_ref(&pass)), 3);
+
+        // A known FAIL that is expected is a match: 0.
+        let mut known = fail.clone();
+        known.expected = Some(fail.gates.clone());
+        compare(&mut known);
+        assert!(known.differences.is_empty());
+        assert_eq!(known.judgement(), 0);
+        assert_eq!(exit_code(&[known.clone()]), 0);
+
+        // The same expectation on a run that now passes: an improvement to record, 1.
+        let mut better = pass.clone();
+        better.expected = Some(fail.gates.clone());
+        compare(&mut better);
+        assert_eq!(better.differences, ["dump: expected FAIL, got PASS"]);
+        assert_eq!(exit_code(&[known.clone(), better]), 1);
+
+        // Any rig failure or unbuilt image outranks everything.
+        let nr = not_run_cell("forky", "stale pin", "7.2.12-cloud-amd64");
+        assert_eq!(nr.judgement(), 2);
+        assert!(nr
+            .fix
+            .contains("cargo xtask image --image forky --update-lock"));
+        assert!(nr.gates.iter().all(|g| g.status == Status::NotRun));
+        assert_eq!(exit_code(&[known, nr]), 2);
+    }
+
+    #[test]
+    fn vm_run_argv_carries_the_shared_options() {
+        let mut build = BuildOptions::new("x");
+        build.images_dir = Some("/src/images".into());
+        build.cache_dir = Some("/c".into());
+        build.mode = Some(crate::image::BuilderMode::Unshare);
+        let o = MatrixOptions {
+            images: vec![],
+            jobs: None,
+            build,
+            reports_root: "reports".into(),
+            vm_run: vec!["/bin/xtask".into(), "vm-run".into()],
+            extra_args: vec!["--accel".into(), "tcg".into()],
+            guest_cpus: 2,
+            command_line: vec![],
+        };
+        assert_eq!(
+            vm_run_argv(&o, "trixie", Path::new("/m/trixie")),
+            [
+                "/bin/xtask",
+                "vm-run",
+                "--image",
+                "trixie",
+                "--images-dir",
+                "/src/images",
+                "--cache-dir",
+                "/c",
+                "--mode",
+                "unshare",
+                "--accel",
+                "tcg",
+                "--out",
+                "/m/trixie"
+            ]
+        );
+        assert_eq!(parse_images_arg("a, b,,c"), ["a", "b", "c"]);
+    }
+
+    /// The whole run with a stand-in vm-run (a script that archives a prepared report) and a
+    /// stand-in build that fails for one image: that cell is NOT_RUN with the way to refresh
+    /// its lock, the others still run, matrix.json is written and the exit code is the rig's.
+    #[test]
+    fn an_image_that_will_not_build_is_not_run_and_the_others_still_run() {
+        use std::os::unix::fs::PermissionsExt;
+        let root = std::env::temp_dir().join(format!("matrix-run-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let images = root.join("images");
+        for n in ["good", "stale", "failing"] {
+            std::fs::create_dir_all(images.join(n)).unwrap();
+            std::fs::write(images.join(n).join(definition::DEFINITION_FILE), "").unwrap();
+        }
+        let src = root.join("src");
+        std::fs::create_dir_all(&src).unwrap();
+        let good = report(&[], "6.12.57+deb13-cloud-amd64", "4.1.1");
+        let failing = report(&[(GateName::Prerequisites, Status::Fail)], "7.3.1", "4.1.1");
+        std::fs::write(src.join("good.json"), serde_json::to_string(&good).unwrap()).unwrap();
+        std::fs::write(
+            src.join("failing.json"),
+            serde_json::to_string(&failing).unwrap(),
+        )
+        .unwrap();
+        // The failing image's known FAIL is committed as its expectation.
+        let exp: String = cell_from_report("failing", &failing, 1)
+            .gates
+            .iter()
+            .map(|g| format!("{} {}\n", g.name, g.status))
+            .collect();
+        std::fs::write(images.join("failing").join(EXPECTATIONS_FILE), exp).unwrap();
+        let script = root.join("fake-vm-run");
+        std::fs::write(
+            &script,
+            format!(
+                "#!/bin/sh\nwhile [ $# -gt 0 ]; do case \"$1\" in --image) img=$2; shift;; \
+                 --out) out=$2; shift;; esac; shift; done\n\
+                 mkdir -p \"$out\" && cp {}/\"$img\".json \"$out/report.json\" || exit 2\n\
+                 echo \"ran $img\"\n[ \"$img\" = good ] && exit 3\nexit 1\n",
+                src.display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let mut build = BuildOptions::new("good");
+        build.images_dir = Some(images.clone());
+        let opts = MatrixOptions {
+            images: vec!["good".into(), "stale".into(), "failing".into()],
+            jobs: Some(2),
+            build,
+            reports_root: root.join("reports"),
+            vm_run: vec![script.display().to_string()],
+            extra_args: vec![],
+            guest_cpus: 2,
+            command_line: vec!["test".into()],
+        };
+        let stale_build = |b: &BuildOptions| -> Result<String> {
+            if b.image == "stale" {
+                bail!("the lock of image stale does not match the mirror: criu 9 is not on the mirror")
+            }
+            Ok("cached".into())
+        };
+        let (dir, code) = run(&opts, &stale_build).unwrap();
+        assert_eq!(
+            code, 2,
+            "an image that would not build is the rig's failure"
+        );
+        let (m, problems) = load(&dir).unwrap();
+        assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!(m.exit_code, 2);
+        let names: Vec<&str> = m.cells.iter().map(|c| c.image.as_str()).collect();
+        assert_eq!(names, ["good", "stale", "failing"]);
+        assert_eq!(m.cells[0].outcome, CellOutcome::Ran);
+        assert_eq!(m.cells[0].exit_code, Some(3));
+        assert_eq!(m.cells[0].criu_version, "4.1.1");
+        assert_eq!(m.cells[1].outcome, CellOutcome::NotRun);
+        assert!(
+            m.cells[1].reason.contains("criu 9 is not on the mirror"),
+            "{:?}",
+            m.cells[1]
+        );
+        assert!(m.cells[1].fix.contains("--update-lock"));
+        assert!(m.cells[1].report_dir.is_none());
+        assert!(!dir.join("stale").exists());
+        assert_eq!(m.cells[2].status(GateName::Prerequisites), Status::Fail);
+        assert!(
+            m.cells[2].differences.is_empty(),
+            "the known FAIL is expected"
+        );
+        assert_eq!(m.cells[2].judgement(), 0);
+        assert!(std::fs::read_to_string(dir.join("good.log"))
+            .unwrap()
+            .contains("ran good"));
+
+        // Without the unbuildable image: the good one awaits review (3), the failing one is as
+        // expected (0), so 3.
+        let mut o2 = opts.clone();
+        o2.images = vec!["good".into(), "failing".into()];
+        o2.reports_root = root.join("reports2");
+        let (_, code) = run(&o2, &stale_build).unwrap();
+        assert_eq!(code, 3);
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn load_rereads_each_cell_from_its_report() {
+        let dir = std::env::temp_dir().join(format!("matrix-load-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("bookworm")).unwrap();
+        let r = report(&[], "6.1.0-50-cloud-amd64", "3.17.1");
+        std::fs::write(
+            dir.join("bookworm/report.json"),
+            serde_json::to_string(&r).unwrap(),
+        )
+        .unwrap();
+        let c = cell_from_report("bookworm", &r, 3);
+        let nr = not_run_cell("forky", "stale", "");
+        let mut m = Matrix {
+            schema_version: MATRIX_SCHEMA_VERSION,
+            started_at: "s".into(),
+            finished_at: "f".into(),
+            jobs: 1,
+            jobs_reason: "r".into(),
+            command_line: vec![],
+            cells: vec![c.clone(), nr],
+            exit_code: 2,
+        };
+        write_matrix(&dir, &m).unwrap();
+        assert!(is_matrix_dir(&dir));
+        let (got, problems) = load(&dir).unwrap();
+        assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!(got, m);
+
+        // A matrix.json that claims more than its report: the report wins, and it is said.
+        m.cells[0].gates[3].status = Status::Fail;
+        write_matrix(&dir, &m).unwrap();
+        let (got, problems) = load(&dir).unwrap();
+        assert_eq!(got.cells[0].status(GateName::Dump), Status::Pass);
+        assert!(
+            problems[0].contains("differ from bookworm/report.json"),
+            "{problems:?}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

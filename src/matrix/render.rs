@@ -1,0 +1,481 @@
+//! A matrix as one table: rows are images (kernel release, CRIU version, accelerator), columns
+//! are the ten gates, then dump and restore seconds and the CRIU image size. Text for a
+//! terminal, Markdown, one HTML page, JUnit XML with one test suite per image, and the
+//! cell-by-cell difference of two matrices. Pure functions of the [`Matrix`].
+
+use super::{Cell, CellOutcome, Matrix};
+use crate::render::{
+    html::esc as html_esc, junit::esc as xml_esc, md::esc as md_esc, text::one_line,
+};
+use crate::report::{GateName, Status};
+use std::fmt::Write;
+
+/// Short column headings, in gate order.
+pub fn gate_heading(g: GateName) -> &'static str {
+    match g {
+        GateName::Prerequisites => "prereq",
+        GateName::Launch => "launch",
+        GateName::LiveStateProbe => "probe",
+        GateName::Dump => "dump",
+        GateName::RestoreLiveProcess => "restore",
+        GateName::RestoreXState => "x_state",
+        GateName::Isolation => "isolation",
+        GateName::Reset => "reset",
+        GateName::GuiPixelReview => "gui_review",
+        GateName::Cleanup => "cleanup",
+    }
+}
+
+fn short(s: Status) -> &'static str {
+    match s {
+        Status::Pass => "PASS",
+        Status::Fail => "FAIL",
+        Status::NotRun => "NOT_RUN",
+        Status::ReviewRequired => "REVIEW",
+    }
+}
+
+fn num(v: Option<f64>, places: usize) -> String {
+    v.map(|x| format!("{x:.places$}"))
+        .unwrap_or_else(|| "-".into())
+}
+
+fn or_dash(s: &str) -> String {
+    if s.is_empty() {
+        "-".into()
+    } else {
+        one_line(s)
+    }
+}
+
+fn verdict_word(code: i32) -> &'static str {
+    match code {
+        0 => "every cell as expected (or passed)",
+        1 => "a cell differs from its expectation, or failed",
+        3 => "every gate passed; the GUI review is outstanding",
+        _ => "the rig failed for a cell",
+    }
+}
+
+/// Cells of one row, as strings, in column order.
+fn row(c: &Cell) -> Vec<String> {
+    let mut r = vec![
+        c.image.clone(),
+        or_dash(&c.kernel_release),
+        or_dash(&c.criu_version),
+        or_dash(&c.accelerator),
+    ];
+    r.extend(c.gates.iter().map(|g| short(g.status).to_string()));
+    r.extend([
+        num(c.dump_seconds, 2),
+        num(c.restore_seconds, 2),
+        num(c.image_mb, 1),
+        match (c.outcome, &c.expected) {
+            (CellOutcome::NotRun, _) => "NOT_RUN".into(),
+            (CellOutcome::RigFailed, _) => "RIG FAILURE".into(),
+            (CellOutcome::Ran, Some(_)) if c.differences.is_empty() => "as expected".into(),
+            (CellOutcome::Ran, Some(_)) => "DIFFERS".into(),
+            (CellOutcome::Ran, None) => format!("exit {}", c.exit_code.unwrap_or(2)),
+        },
+    ]);
+    r
+}
+
+fn headings() -> Vec<String> {
+    let mut h: Vec<String> = ["image", "kernel", "criu", "accel"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    h.extend(GateName::ALL.iter().map(|g| gate_heading(*g).to_string()));
+    h.extend(
+        ["dump s", "restore s", "image MB", "cell"]
+            .iter()
+            .map(|s| s.to_string()),
+    );
+    h
+}
+
+/// Notes under the table: why a cell did not run, how to fix it, and what differs.
+fn notes(m: &Matrix) -> Vec<String> {
+    let mut out = Vec::new();
+    for c in &m.cells {
+        if !c.reason.is_empty() {
+            out.push(format!("{}: {}", c.image, one_line(&c.reason)));
+        }
+        if !c.fix.is_empty() {
+            out.push(format!("{}: to fix: {}", c.image, one_line(&c.fix)));
+        }
+        for d in &c.differences {
+            out.push(format!("{}: {d}", c.image));
+        }
+    }
+    out
+}
+
+pub fn text(m: &Matrix) -> String {
+    let mut rows = vec![headings()];
+    rows.extend(m.cells.iter().map(row));
+    let cols = rows[0].len();
+    let widths: Vec<usize> = (0..cols)
+        .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
+        .collect();
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "matrix: {} image(s), exit {}: {}",
+        m.cells.len(),
+        m.exit_code,
+        verdict_word(m.exit_code)
+    );
+    for r in &rows {
+        let line: Vec<String> = r
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        let _ = writeln!(s, "{}", line.join("  ").trim_end());
+    }
+    for n in notes(m) {
+        let _ = writeln!(s, "{n}");
+    }
+    s
+}
+
+pub fn md(m: &Matrix) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "**Matrix: exit {}** ({}), {} image(s), {} at a time.\n",
+        m.exit_code,
+        verdict_word(m.exit_code),
+        m.cells.len(),
+        m.jobs
+    );
+    let h = headings();
+    let _ = writeln!(s, "| {} |", h.join(" | "));
+    let align: Vec<&str> = h
+        .iter()
+        .enumerate()
+        .map(|(i, _)| if (14..17).contains(&i) { "---:" } else { "---" })
+        .collect();
+    let _ = writeln!(s, "| {} |", align.join(" | "));
+    for c in &m.cells {
+        let r: Vec<String> = row(c).iter().map(|x| md_esc(x)).collect();
+        let _ = writeln!(s, "| {} |", r.join(" | "));
+    }
+    let n = notes(m);
+    if !n.is_empty() {
+        s.push('\n');
+        for x in n {
+            let _ = writeln!(s, "- {}", md_esc(&x));
+        }
+    }
+    s
+}
+
+fn colour(s: &str) -> &'static str {
+    match s {
+        "PASS" | "as expected" => "#1a7f37",
+        "FAIL" | "DIFFERS" | "RIG FAILURE" => "#cf222e",
+        "REVIEW" => "#9a6700",
+        "NOT_RUN" => "#6e7781",
+        _ => "inherit",
+    }
+}
+
+pub fn html(m: &Matrix) -> String {
+    let mut s = String::new();
+    let _ = write!(
+        s,
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <title>sharedos-rig matrix</title>\
+         <style>body{{font-family:sans-serif}}table{{border-collapse:collapse}}\
+         td,th{{border:1px solid #ccc;padding:3px 6px}}td.n{{text-align:right}}</style>\
+         </head><body>\n<h1>sharedos-rig matrix: exit {}</h1>\n<p>{}; {} image(s), {} at a time; \
+         {} to {}.</p>\n<table>\n<tr>",
+        m.exit_code,
+        html_esc(verdict_word(m.exit_code)),
+        m.cells.len(),
+        m.jobs,
+        html_esc(&m.started_at),
+        html_esc(&m.finished_at)
+    );
+    for h in headings() {
+        let _ = write!(s, "<th>{}</th>", html_esc(&h));
+    }
+    s.push_str("</tr>\n");
+    for c in &m.cells {
+        s.push_str("<tr>");
+        for (i, x) in row(c).iter().enumerate() {
+            let class = if (14..17).contains(&i) {
+                " class=\"n\""
+            } else {
+                ""
+            };
+            let style = match colour(x) {
+                "inherit" => String::new(),
+                col => format!(" style=\"color:{col};font-weight:bold\""),
+            };
+            let _ = write!(s, "<td{class}{style}>{}</td>", html_esc(x));
+        }
+        s.push_str("</tr>\n");
+    }
+    s.push_str("</table>\n");
+    let n = notes(m);
+    if !n.is_empty() {
+        s.push_str("<ul>\n");
+        for x in n {
+            let _ = writeln!(s, "<li>{}</li>", html_esc(&x));
+        }
+        s.push_str("</ul>\n");
+    }
+    s.push_str("</body></html>\n");
+    s
+}
+
+/// One test suite per image, one test case per gate: FAIL is a failure, NOT_RUN and
+/// REVIEW_REQUIRED are skipped; a cell that did not run or whose rig failed also carries an
+/// error case, and a cell that differs from its expectation a failing `expectations` case.
+pub fn junit(m: &Matrix) -> String {
+    let mut s = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+    let _ = writeln!(s, "<testsuites name=\"sharedos-rig-matrix\">");
+    for c in &m.cells {
+        let failures = c.gates.iter().filter(|g| g.status == Status::Fail).count()
+            + usize::from(!c.differences.is_empty());
+        let skipped = c
+            .gates
+            .iter()
+            .filter(|g| matches!(g.status, Status::NotRun | Status::ReviewRequired))
+            .count();
+        let errors = usize::from(c.outcome != CellOutcome::Ran);
+        let tests = c.gates.len() + errors + usize::from(c.expected.is_some());
+        let _ = writeln!(
+            s,
+            "  <testsuite name=\"{}\" tests=\"{tests}\" failures=\"{failures}\" errors=\"{errors}\" skipped=\"{skipped}\">",
+            xml_esc(&c.image)
+        );
+        let _ = writeln!(
+            s,
+            "    <properties><property name=\"kernel_release\" value=\"{}\"/><property name=\"criu_version\" value=\"{}\"/><property name=\"accelerator\" value=\"{}\"/></properties>",
+            xml_esc(&c.kernel_release),
+            xml_esc(&c.criu_version),
+            xml_esc(&c.accelerator)
+        );
+        for g in &c.gates {
+            let name = format!("{}.{}", c.image, g.name);
+            let _ = write!(
+                s,
+                "    <testcase classname=\"{}\" name=\"{}\"",
+                xml_esc(&c.image),
+                xml_esc(&name)
+            );
+            match g.status {
+                Status::Pass => s.push_str("/>\n"),
+                Status::Fail => {
+                    let _ = writeln!(s, "><failure message=\"{} FAIL\"/></testcase>", g.name);
+                }
+                Status::NotRun | Status::ReviewRequired => {
+                    let _ = writeln!(s, "><skipped message=\"{}\"/></testcase>", g.status);
+                }
+            }
+        }
+        if errors > 0 {
+            let _ = writeln!(
+                s,
+                "    <testcase classname=\"{0}\" name=\"{0}.run\"><error message=\"{1}\">{2}</error></testcase>",
+                xml_esc(&c.image),
+                if c.outcome == CellOutcome::NotRun { "NOT_RUN" } else { "rig failure" },
+                xml_esc(&format!("{} {}", one_line(&c.reason), one_line(&c.fix)))
+            );
+        }
+        if c.expected.is_some() {
+            let _ = write!(
+                s,
+                "    <testcase classname=\"{0}\" name=\"{0}.expectations\"",
+                xml_esc(&c.image)
+            );
+            if c.differences.is_empty() {
+                s.push_str("/>\n");
+            } else {
+                let _ = writeln!(
+                    s,
+                    "><failure message=\"differs from expected-gates\">{}</failure></testcase>",
+                    xml_esc(&c.differences.join("; "))
+                );
+            }
+        }
+        s.push_str("  </testsuite>\n");
+    }
+    s.push_str("</testsuites>\n");
+    s
+}
+
+/// Cell by cell, what changed from matrix A to matrix B: images only in one, and for each image
+/// in both, its kernel, criu and every gate whose status changed.
+pub fn diff(a: &Matrix, b: &Matrix, a_label: &str, b_label: &str) -> String {
+    let mut s = format!("A: {a_label}\nB: {b_label}\n");
+    let mut changes = 0;
+    for ca in &a.cells {
+        let Some(cb) = b.cells.iter().find(|c| c.image == ca.image) else {
+            let _ = writeln!(s, "{}: only in A", ca.image);
+            changes += 1;
+            continue;
+        };
+        let mut lines = Vec::new();
+        if ca.outcome != cb.outcome {
+            lines.push(format!("cell: {:?} -> {:?}", ca.outcome, cb.outcome));
+        }
+        for (what, x, y) in [
+            ("kernel", &ca.kernel_release, &cb.kernel_release),
+            ("criu", &ca.criu_version, &cb.criu_version),
+            ("accel", &ca.accelerator, &cb.accelerator),
+        ] {
+            if x != y {
+                lines.push(format!("{what}: {} -> {}", or_dash(x), or_dash(y)));
+            }
+        }
+        for g in GateName::ALL {
+            let (x, y) = (ca.status(g), cb.status(g));
+            if x != y {
+                lines.push(format!("{g}: {x} -> {y}"));
+            }
+        }
+        if lines.is_empty() {
+            let _ = writeln!(s, "{}: same gate statuses", ca.image);
+        } else {
+            changes += lines.len();
+            let _ = writeln!(s, "{}:", ca.image);
+            for l in lines {
+                let _ = writeln!(s, "  {l}");
+            }
+        }
+    }
+    for cb in &b.cells {
+        if !a.cells.iter().any(|c| c.image == cb.image) {
+            let _ = writeln!(s, "{}: only in B", cb.image);
+            changes += 1;
+        }
+    }
+    if a.exit_code != b.exit_code {
+        let _ = writeln!(s, "exit: {} -> {}", a.exit_code, b.exit_code);
+    }
+    if changes == 0 {
+        s.push_str("no differences in any cell\n");
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::cell;
+    use super::super::*;
+    use super::*;
+
+    fn matrix() -> Matrix {
+        let a = cell("bookworm", None, "6.1.0-50-cloud-amd64", "3.17.1");
+        let mut b = cell(
+            "bookworm-bpo",
+            Some(GateName::Prerequisites),
+            "6.12.48+bpo-cloud-amd64",
+            "3.17.1",
+        );
+        b.expected = Some(b.gates.clone());
+        compare(&mut b);
+        let c = not_run_cell(
+            "forky",
+            "the image could not be built: criu 4.2.1-1 is not on the mirror",
+            "7.2.12-cloud-amd64",
+        );
+        let cells = vec![a, b, c];
+        Matrix {
+            schema_version: MATRIX_SCHEMA_VERSION,
+            started_at: "2026-12-01T06:00:00Z".into(),
+            finished_at: "2026-12-01T06:05:00Z".into(),
+            jobs: 1,
+            jobs_reason: "2 host cores / 2 vCPUs per guest, at least 1".into(),
+            command_line: vec![],
+            exit_code: exit_code(&cells),
+            cells,
+        }
+    }
+
+    #[test]
+    fn text_has_one_row_per_image_and_a_column_per_gate() {
+        let m = matrix();
+        let t = text(&m);
+        let lines: Vec<&str> = t.lines().collect();
+        assert!(lines[0].contains("exit 2"), "{t}");
+        for g in GateName::ALL {
+            assert!(lines[1].contains(gate_heading(g)), "{t}");
+        }
+        assert!(
+            lines[1].contains("dump s") && lines[1].contains("image MB"),
+            "{t}"
+        );
+        let bw = lines.iter().find(|l| l.starts_with("bookworm ")).unwrap();
+        assert!(bw.contains("6.1.0-50-cloud-amd64") && bw.contains("3.17.1") && bw.contains("tcg"));
+        assert!(
+            bw.contains("6.54") && bw.contains("4.01") && bw.contains("27.4"),
+            "{bw}"
+        );
+        assert!(bw.contains("exit 3"), "{bw}");
+        let bpo = lines
+            .iter()
+            .find(|l| l.starts_with("bookworm-bpo"))
+            .unwrap();
+        assert!(bpo.contains("FAIL") && bpo.contains("as expected"), "{bpo}");
+        let fk = lines.iter().find(|l| l.starts_with("forky")).unwrap();
+        assert_eq!(fk.matches("NOT_RUN").count(), 11, "{fk}");
+        assert!(t.contains("forky: to fix: refresh its lock with `cargo xtask image --image forky --update-lock`"), "{t}");
+        assert!(t.contains("criu 4.2.1-1 is not on the mirror"), "{t}");
+    }
+
+    #[test]
+    fn md_and_html_carry_the_same_rows_escaped() {
+        let mut m = matrix();
+        m.cells[0].criu_version = "<b>3|17</b>".into();
+        let md = md(&m);
+        assert_eq!(md.lines().filter(|l| l.starts_with("| ")).count(), 2 + 3);
+        assert!(md.contains("&lt;b&gt;3\\|17&lt;/b&gt;"), "{md}");
+        let h = html(&m);
+        assert!(!h.contains("<b>3|17</b>"));
+        assert!(h.contains("&lt;b&gt;3|17&lt;/b&gt;"), "{h}");
+        assert_eq!(h.matches("<tr>").count(), 4);
+        assert_eq!(h.matches("<th>").count(), 18);
+    }
+
+    #[test]
+    fn junit_has_one_suite_per_image_and_parses() {
+        let m = matrix();
+        let x = junit(&m);
+        let doc = roxmltree::Document::parse(&x).unwrap();
+        let suites: Vec<_> = doc
+            .descendants()
+            .filter(|n| n.has_tag_name("testsuite"))
+            .collect();
+        assert_eq!(suites.len(), 3);
+        assert_eq!(suites[0].attribute("name"), Some("bookworm"));
+        assert_eq!(suites[1].attribute("failures"), Some("1"));
+        assert_eq!(suites[2].attribute("errors"), Some("1"));
+        let forky_cases = suites[2]
+            .children()
+            .filter(|n| n.has_tag_name("testcase"))
+            .count();
+        assert_eq!(forky_cases, 11);
+        assert!(x.contains("forky.run"));
+    }
+
+    #[test]
+    fn diff_names_each_changed_cell() {
+        let a = matrix();
+        let mut b = matrix();
+        b.cells[0].gates[3].status = Status::Fail;
+        b.cells[0].kernel_release = "6.1.0-51-cloud-amd64".into();
+        b.cells.remove(2);
+        let d = diff(&a, &b, "A", "B");
+        assert!(d.contains("bookworm:\n  kernel: 6.1.0-50-cloud-amd64 -> 6.1.0-51-cloud-amd64\n  dump: PASS -> FAIL"), "{d}");
+        assert!(d.contains("bookworm-bpo: same gate statuses"), "{d}");
+        assert!(d.contains("forky: only in A"), "{d}");
+        assert!(diff(&a, &a, "A", "A").contains("no differences in any cell"));
+    }
+}
