@@ -108,6 +108,12 @@ const ATTACKS: &[Attack] = &[
         says: "REVIEW_REQUIRED",
     },
     Attack {
+        options: &[],
+        name: "kernel-panic",
+        exit: 2,
+        says: "the guest kernel panicked",
+    },
+    Attack {
         options: &["--gates-timeout", "40"],
         name: "slow-drip",
         exit: 2,

@@ -54,6 +54,15 @@ pub fn finish(mut obs: Observed, result: Result<Report>, sign_key: Option<&Path>
     let mut report = match result {
         Ok(report) => report,
         Err(e) => {
+            // A guest kernel that panicked mid-session shows up first as a broken SSH read; the
+            // console says what really happened.
+            let console = crate::vm::serial::read(&obs.report_dir.join("serial.log"));
+            let e = match console.panic {
+                Some(p) if !format!("{e:#}").contains("panicked") => {
+                    e.context(format!("the guest kernel panicked ({p})"))
+                }
+                _ => e,
+            };
             let msg = format!("{e:#}");
             eprintln!("error: the rig failed: {}", one_line(&msg));
             obs.vm.rig_error = Some(msg);

@@ -135,6 +135,11 @@ fn run(dir: &Path, attack: &str) -> std::io::Result<()> {
             }
             write(dir, &plain)
         }
+        // The guest kernel dies under the session.
+        "kernel-panic" => {
+            std::fs::write("/proc/sysrq-trigger", b"c")?;
+            write(dir, &plain)
+        }
         // A line now and then, for ever: no per-read timeout ever fires.
         "slow-drip" => loop {
             eprintln!("still working");
