@@ -204,13 +204,25 @@ fn write_images(s: &mut String, dir: Option<&Path>, pngs: &[&Artifact]) -> std::
     if pngs.is_empty() {
         return writeln!(s, "<p>The report lists no PNG.</p>");
     }
-    let reference = pngs
+    // Each file is read once, however many rows show it.
+    let read: Vec<(&Artifact, Result<Vec<u8>, String>)> = pngs
         .iter()
-        .find(|a| a.path.rsplit('/').next() == Some(REFERENCE));
-    let ref_pixels = reference.map(|a| {
-        read_artifact(dir, &a.path).and_then(|b| pixels::decode(&b).map_err(|e| format!("{e:#}")))
+        .map(|a| (*a, read_artifact(dir, &a.path)))
+        .collect();
+    let reference = read
+        .iter()
+        .find(|(a, _)| a.path.rsplit('/').next() == Some(REFERENCE));
+    let ref_pixels = reference.map(|(_, bytes)| {
+        bytes
+            .clone()
+            .and_then(|b| pixels::decode(&b).map_err(|e| format!("{e:#}")))
     });
-    for a in pngs {
+    let ref_figure = reference.map(|(r, bytes)| {
+        let mut f = String::new();
+        let _ = write_image(&mut f, r, bytes);
+        f
+    });
+    for (a, bytes) in &read {
         writeln!(
             s,
             "<div class=\"pair\">\n<p><code>{}</code>: {}</p>",
@@ -218,8 +230,8 @@ fn write_images(s: &mut String, dir: Option<&Path>, pngs: &[&Artifact]) -> std::
             esc(expectation(&a.path))
         )?;
         writeln!(s, "<div class=\"row\">")?;
-        let Some(r) = reference else {
-            write_image(s, dir, a)?;
+        write_image(s, a, bytes)?;
+        let (Some((r, _)), Some(ref_figure)) = (reference, &ref_figure) else {
             writeln!(
                 s,
                 "</div>\n<p>The report has no {REFERENCE} to compare with.</p></div>"
@@ -227,18 +239,16 @@ fn write_images(s: &mut String, dir: Option<&Path>, pngs: &[&Artifact]) -> std::
             continue;
         };
         if r.path == a.path {
-            write_image(s, dir, a)?;
             writeln!(s, "</div>\n</div>")?;
             continue;
         }
         // The image and its diff first, so that both fit a screen unscaled; the reference follows.
-        write_image(s, dir, a)?;
-        let d = match (&ref_pixels, read_artifact(dir, &a.path)) {
-            (Some(Ok(rp)), Ok(bytes)) => pixels::decode(&bytes)
+        let d = match (&ref_pixels, bytes) {
+            (Some(Ok(rp)), Ok(bytes)) => pixels::decode(bytes)
                 .and_then(|ap| pixels::diff(rp, &ap))
                 .map_err(|e| format!("{e:#}")),
             (Some(Err(why)), _) => Err(format!("the reference: {why}")),
-            (_, Err(why)) => Err(why),
+            (_, Err(why)) => Err(why.clone()),
             (None, _) => Err("no reference".into()),
         };
         writeln!(s, "<figure>")?;
@@ -260,18 +270,19 @@ fn write_images(s: &mut String, dir: Option<&Path>, pngs: &[&Artifact]) -> std::
             )?,
         }
         writeln!(s, "</figure>")?;
-        write_image(s, dir, r)?;
+        s.push_str(ref_figure);
         writeln!(s, "</div>\n</div>")?;
     }
     Ok(())
 }
 
-fn write_image(s: &mut String, dir: Option<&Path>, a: &Artifact) -> std::fmt::Result {
+/// One PNG as read from the report, with its sha256 and whatever keeps it from being shown.
+fn write_image(s: &mut String, a: &Artifact, read: &Result<Vec<u8>, String>) -> std::fmt::Result {
     writeln!(s, "<figure>")?;
     let mut note = String::new();
-    match read_artifact(dir, &a.path) {
+    match read {
         Ok(bytes) => {
-            let on_disk = digest::sha256_hex(&bytes);
+            let on_disk = digest::sha256_hex(bytes);
             if on_disk != a.sha256 {
                 note = format!(
                     "MISMATCH: the file on disk has sha256 {on_disk}, not the one the report lists"
@@ -280,7 +291,7 @@ fn write_image(s: &mut String, dir: Option<&Path>, a: &Artifact) -> std::fmt::Re
             writeln!(
                 s,
                 "<img src=\"data:image/png;base64,{}\" alt=\"{}\">",
-                digest::base64(&bytes, true),
+                digest::base64(bytes, true),
                 esc(&a.path)
             )?;
         }
