@@ -107,9 +107,10 @@ pub fn finish(mut obs: Observed, result: Result<Report>, sign_key: Option<&Path>
     code
 }
 
-/// verify's exit code for the archived report, its problems printed.
+/// verify's exit code for the archived report, its problems printed. Its artifacts were hashed
+/// from disk a moment ago, so they are not hashed again; `sharedos-rig verify` does that.
 fn judge(dir: &Path) -> i32 {
-    match verify::verify_dir(dir) {
+    match verify::load_dir(dir) {
         Ok(o) => {
             for p in o.problems() {
                 eprintln!("[vm-run] problem: {}", one_line(&p));

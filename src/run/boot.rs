@@ -232,13 +232,7 @@ fn start_and_wait(
         match vm::wait_ready(&mut booted, serial_log, limit) {
             Ok(s) => return Ok((booted, port, s)),
             Err(e) => {
-                let log = sharedos_gate::digest::read_in_report(
-                    qemu_log.parent().unwrap_or(Path::new(".")),
-                    "qemu.log",
-                    64 << 10,
-                )
-                .map(|b| String::from_utf8_lossy(&b).into_owned())
-                .unwrap_or_default();
+                let log = vm::log_tail(qemu_log);
                 // Another process took the port between our probe and QEMU's bind.
                 if attempt < 3 && log.contains("hostfwd") {
                     eprintln!("[vm-run] port {port} was taken; retrying with another");

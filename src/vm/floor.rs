@@ -73,7 +73,7 @@ pub fn boot_bare(
     let bytes = std::fs::read(&serial_log)
         .with_context(|| format!("reading the floor's console {}", serial_log.display()))?;
     let panic = judge_console(&String::from_utf8_lossy(&bytes)).with_context(|| {
-        let qemu_said = std::fs::read_to_string(&qemu_log).unwrap_or_default();
+        let qemu_said = super::log_tail(&qemu_log);
         format!(
             "QEMU exited ({how}) after {:.2} s; QEMU said: {}",
             elapsed.as_secs_f64(),

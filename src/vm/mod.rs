@@ -40,6 +40,20 @@ pub fn kvm_openable() -> Result<(), String> {
 }
 
 /// The first line of `qemu-system-x86_64 --version`.
+/// The end of a log QEMU or the guest writes (the console, QEMU's own output), for messages:
+/// only its last 64 KiB are read, however large it grew; empty when it cannot be read.
+pub fn log_tail(path: &Path) -> String {
+    use std::io::{Read, Seek, SeekFrom};
+    const LAST: u64 = 64 << 10;
+    let mut bytes = Vec::new();
+    if let Ok(mut f) = std::fs::File::open(path) {
+        let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+        let _ = f.seek(SeekFrom::Start(len.saturating_sub(LAST)));
+        let _ = f.take(LAST).read_to_end(&mut bytes);
+    }
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
 /// Whether this QEMU was built with its seccomp sandbox: `-sandbox` is then a known option, and
 /// `-version` after it exits 0 without starting a machine.
 pub fn sandbox_available() -> bool {
@@ -165,7 +179,7 @@ pub fn boot_argv(
                     });
                 }
                 if let Some(how) = qemu.exited() {
-                    let log = std::fs::read_to_string(qemu_log).unwrap_or_default();
+                    let log = log_tail(qemu_log);
                     let last = log.lines().last().unwrap_or("").to_string();
                     drop(qemu);
                     return tcg(

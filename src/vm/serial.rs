@@ -60,16 +60,9 @@ fn head_bytes(path: &Path, max: u64) -> Vec<u8> {
     out
 }
 
-/// The last lines of the console, for error messages; only its last 64 KiB are read.
+/// The last lines of the console, for error messages.
 pub fn tail(path: &Path, lines: usize) -> String {
-    use std::io::{Read, Seek, SeekFrom};
-    let mut bytes = Vec::new();
-    if let Ok(mut f) = std::fs::File::open(path) {
-        let len = f.metadata().map(|m| m.len()).unwrap_or(0);
-        let _ = f.seek(SeekFrom::Start(len.saturating_sub(64 << 10)));
-        let _ = f.take(64 << 10).read_to_end(&mut bytes);
-    }
-    sharedos_gate::exec::tail(&String::from_utf8_lossy(&bytes), lines, 3000)
+    sharedos_gate::exec::tail(&super::log_tail(path), lines, 3000)
 }
 
 #[cfg(test)]
