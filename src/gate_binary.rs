@@ -1,6 +1,8 @@
 //! The static `sharedos-gate` that vm-run copies into the guest: how cargo builds it, and the
 //! check that it names no dynamic loader. A developer's step before a run, not a phase of one.
 
+use crate::cmd::Cmd;
+use crate::progress::Progress;
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 
@@ -10,8 +12,8 @@ pub const GATE_PACKAGE: &str = "sharedos-gate";
 /// The cargo invocation that builds a package's binary statically, so it runs in any x86_64
 /// guest. RUSTFLAGS reach only the target given with --target, never build scripts or proc
 /// macros.
-pub fn static_build_argv(cargo: &str, package: &str) -> Vec<String> {
-    [
+pub fn static_build_cmd(cargo: &str, package: &str) -> Cmd {
+    let argv = [
         cargo,
         "build",
         "--release",
@@ -22,12 +24,13 @@ pub fn static_build_argv(cargo: &str, package: &str) -> Vec<String> {
     ]
     .iter()
     .map(|s| s.to_string())
-    .collect()
+    .collect();
+    Cmd::new(argv).env("RUSTFLAGS", GATE_RUSTFLAGS)
 }
 
 /// The gate binary's build.
-pub fn gate_build_argv(cargo: &str) -> Vec<String> {
-    static_build_argv(cargo, GATE_PACKAGE)
+pub fn gate_build_cmd(cargo: &str) -> Cmd {
+    static_build_cmd(cargo, GATE_PACKAGE)
 }
 
 pub const GATE_RUSTFLAGS: &str = "-C target-feature=+crt-static";
@@ -40,21 +43,18 @@ pub fn build_gate_binary(workspace: &Path) -> Result<PathBuf> {
 /// Builds `package`'s binary (named as the package) statically and returns its path.
 pub fn build_static(workspace: &Path, package: &str) -> Result<PathBuf> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let argv = static_build_argv(&cargo, package);
-    eprintln!(
-        "[vm-run] building {package}: RUSTFLAGS='{GATE_RUSTFLAGS}' {}",
-        argv.join(" ")
-    );
-    let status = std::process::Command::new(&argv[0])
-        .args(&argv[1..])
+    let cmd = static_build_cmd(&cargo, package);
+    Progress::new("vm-run").note(&format!("building {package}: {}", cmd.display()));
+    // cargo's own output is the progress here: stdin closed, stdout and stderr inherited.
+    let status = cmd
+        .command()
         .current_dir(workspace)
-        .env("RUSTFLAGS", GATE_RUSTFLAGS)
         .status()
-        .with_context(|| format!("running {}", argv.join(" ")))?;
+        .with_context(|| format!("running {}", cmd.display()))?;
     if !status.success() {
         bail!(
             "building the static {package} failed ({status}): {}",
-            argv.join(" ")
+            cmd.display()
         );
     }
     let bin = static_binary_path(workspace, package);
@@ -113,8 +113,8 @@ mod tests {
     #[test]
     fn gate_build_is_static_and_release() {
         assert_eq!(
-            gate_build_argv("cargo").join(" "),
-            "cargo build --release --package sharedos-gate --target x86_64-unknown-linux-gnu"
+            gate_build_cmd("cargo").display(),
+            "RUSTFLAGS='-C target-feature=+crt-static' cargo build --release --package sharedos-gate --target x86_64-unknown-linux-gnu"
         );
         assert!(GATE_RUSTFLAGS.contains("+crt-static"));
     }

@@ -4,11 +4,13 @@
 pub use sharedos_gate::gates::find_program;
 pub use sharedos_gate::{clock, digest, environment, report, signals};
 
+pub mod cmd;
 pub mod diff;
 pub mod gate_binary;
 pub mod image;
 pub mod list;
 pub mod matrix;
+pub mod progress;
 pub mod render;
 pub mod review;
 pub mod run;

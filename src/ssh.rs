@@ -15,8 +15,8 @@ pub fn fingerprint(sha256: &[u8]) -> String {
 }
 
 /// A fresh ed25519 key pair for one run; the private half never leaves the run directory.
-pub fn keygen_argv(private_key: &Path) -> Vec<String> {
-    vec![
+pub fn keygen_cmd(private_key: &Path) -> crate::cmd::Cmd {
+    crate::cmd::Cmd::new(vec![
         "ssh-keygen".into(),
         "-q".into(),
         "-t".into(),
@@ -27,7 +27,7 @@ pub fn keygen_argv(private_key: &Path) -> Vec<String> {
         "sharedos-rig".into(),
         "-f".into(),
         private_key.display().to_string(),
-    ]
+    ])
 }
 
 pub struct Guest {
@@ -355,7 +355,7 @@ mod tests {
 
     #[test]
     fn keygen_makes_only_ed25519_without_passphrase() {
-        let a = keygen_argv(Path::new("/run/x/id"));
+        let a = keygen_cmd(Path::new("/run/x/id")).argv;
         assert_eq!(
             a.join(" "),
             "ssh-keygen -q -t ed25519 -N  -C sharedos-rig -f /run/x/id"

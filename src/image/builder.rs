@@ -627,14 +627,16 @@ fn read(path: &Path) -> Result<String> {
 pub fn tool_versions(mode: BuilderMode) -> BTreeMap<String, String> {
     let mut v = BTreeMap::new();
     let mut ask = |name: &str, argv: &[&str]| {
-        let line = exec::capture(argv)
-            .ok()
-            .and_then(|o| {
-                o.lines()
-                    .find(|l| !l.trim().is_empty())
-                    .map(|l| l.trim().to_string())
-            })
-            .unwrap_or_else(|| "unknown".into());
+        let line = exec::capture(&exec::Cmd::new(
+            argv.iter().map(|s| s.to_string()).collect(),
+        ))
+        .ok()
+        .and_then(|o| {
+            o.lines()
+                .find(|l| !l.trim().is_empty())
+                .map(|l| l.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown".into());
         v.insert(name.to_string(), line);
     };
     ask("mmdebstrap", &["mmdebstrap", "--version"]);

@@ -224,7 +224,7 @@ fn make_plan(
 /// Returns the verified cache entry for the image, building it first when it is missing or
 /// its hashes no longer match.
 pub fn ensure_image(opts: &BuildOptions) -> Result<ImageEntry> {
-    ensure_image_with(opts, &Progress::new())
+    ensure_image_with(opts, &Progress::new("image"))
 }
 
 pub fn ensure_image_with(opts: &BuildOptions, progress: &Progress) -> Result<ImageEntry> {
@@ -439,7 +439,7 @@ pub fn bench_cached_image(opts: &BuildOptions, iterations: usize) -> Result<Vec<
     let mut times = Vec::with_capacity(iterations);
     for _ in 0..iterations {
         let t = Instant::now();
-        let e = ensure_image_with(opts, &Progress::plain())?;
+        let e = ensure_image_with(opts, &Progress::plain("image"))?;
         times.push(t.elapsed());
         if e.built || e.dir != first.dir {
             bail!("the cached entry was rebuilt during the benchmark");

@@ -64,7 +64,7 @@ pub fn finish(mut obs: Observed, result: Result<Report>, sign_key: Option<&Path>
                 _ => e,
             };
             let msg = format!("{e:#}");
-            eprintln!("error: the rig failed: {}", one_line(&msg));
+            super::progress().error(&format!("the rig failed: {}", one_line(&msg)));
             obs.vm.rig_error = Some(msg);
             partial_report(&obs)
         }
@@ -84,14 +84,14 @@ pub fn finish(mut obs: Observed, result: Result<Report>, sign_key: Option<&Path>
             digest::replace_in_report(&obs.report_dir, REPORT_FILE, (text + "\n").as_bytes())
         });
     if let Err(e) = written {
-        eprintln!("error: writing the report: {e:#}");
+        super::progress().error(&format!("writing the report: {e:#}"));
         return RIG_FAILURE_EXIT;
     }
     if let Some(key) = sign_key {
         match crate::sign::sign(&obs.report_dir, REPORT_FILE, key) {
-            Ok(fp) => eprintln!("[vm-run] signed report.json.sig with {fp}"),
+            Ok(fp) => super::progress().note(&format!("signed report.json.sig with {fp}")),
             Err(e) => {
-                eprintln!("error: signing the report: {e:#}");
+                super::progress().error(&format!("signing the report: {e:#}"));
                 println!("{}", obs.report_dir.display());
                 return RIG_FAILURE_EXIT;
             }
@@ -113,12 +113,12 @@ fn judge(dir: &Path) -> i32 {
     match verify::load_dir(dir) {
         Ok(o) => {
             for p in o.problems() {
-                eprintln!("[vm-run] problem: {}", one_line(&p));
+                super::progress().note(&format!("problem: {}", one_line(&p)));
             }
             o.exit_code
         }
         Err(e) => {
-            eprintln!("error: the archived report does not read back: {e:#}");
+            super::progress().error(&format!("the archived report does not read back: {e:#}"));
             RIG_FAILURE_EXIT
         }
     }
@@ -165,22 +165,22 @@ fn walk(base: &Path, rel: &str, out: &mut Vec<String>) {
 
 fn print_summary(r: &Report, code: i32) {
     let vm = r.vm.as_ref();
-    eprintln!(
-        "[vm-run] guest kernel {} on {} (boot id {}), accelerator {}, image {}",
+    super::progress().note(&format!(
+        "guest kernel {} on {} (boot id {}), accelerator {}, image {}",
         one_line(&r.environment.kernel_release),
         one_line(&r.environment.hostname),
         one_line(&r.environment.boot_id),
         vm.map(|v| v.accel.as_str()).unwrap_or("?"),
         vm.map(|v| v.image_sha256.get(..16).unwrap_or(""))
             .unwrap_or("?"),
-    );
+    ));
     if let Some(v) = vm {
         let phases: Vec<String> = v
             .phases
             .iter()
             .map(|p| format!("{} {:.1} s", p.name, p.duration_ms as f64 / 1000.0))
             .collect();
-        eprintln!("[vm-run] phases: {}", phases.join(", "));
+        super::progress().note(&format!("phases: {}", phases.join(", ")));
     }
     let verdict = match code {
         0 => "PASS",
@@ -188,7 +188,7 @@ fn print_summary(r: &Report, code: i32) {
         RIG_FAILURE_EXIT => "RIG FAILURE (partial report archived)",
         _ => "FAIL",
     };
-    eprintln!("[vm-run] verdict: {verdict}, exit {code}");
+    super::progress().note(&format!("verdict: {verdict}, exit {code}"));
 }
 
 /// One line per gate from the guest's progress output: `gate 3/10 live_state_probe PASS 123ms: ...`.

@@ -4,6 +4,7 @@
 //! run that reached its end keeps it.
 
 use super::{bounds, Bounds, Observed, VmRunOptions};
+use crate::cmd::Cmd;
 use crate::image::{self, ImageEntry};
 use crate::vm::{self, qemu, Booted};
 use anyhow::{Context, Result};
@@ -102,13 +103,13 @@ pub fn free_port() -> Result<u16> {
 }
 
 /// The run's client key, made fresh.
-pub fn keygen_argv(run_dir: &Path) -> Vec<String> {
-    crate::ssh::keygen_argv(&run_dir.join("id_ed25519"))
+pub fn keygen_cmd(run_dir: &Path) -> Cmd {
+    crate::ssh::keygen_cmd(&run_dir.join("id_ed25519"))
 }
 
 /// The run's overlay on the cached disk.
-pub fn overlay_argv(disk: &Path, run_dir: &Path) -> Vec<String> {
-    qemu::overlay_argv(disk, &run_dir.join("overlay.qcow2"))
+pub fn overlay_cmd(disk: &Path, run_dir: &Path) -> Cmd {
+    qemu::overlay_cmd(disk, &run_dir.join("overlay.qcow2"))
 }
 
 /// The kernel command line: the image's own plus the run's public key.
@@ -153,10 +154,9 @@ pub fn qemu_spec(
     }
 }
 
-/// `argv` through the image builder's runner (which names argv, status and stderr on failure).
-fn run_tool(argv: &[String], missing_hint: &str) -> Result<String> {
-    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
-    image::exec::capture(&argv).context(missing_hint.to_string())
+/// A quick tool of the run; a failure names its command line, status and stderr.
+fn run_tool(cmd: &Cmd, missing_hint: &str) -> Result<String> {
+    crate::cmd::capture(cmd).context(missing_hint.to_string())
 }
 
 /// Key, overlay, QEMU, and the wait for the guest's ready line.
@@ -164,13 +164,13 @@ pub fn boot(opts: &VmRunOptions, entry: &ImageEntry, obs: &mut Observed) -> Resu
     let id = short_id();
     let run_dir = RunDir::create(&id)?;
     run_tool(
-        &keygen_argv(&run_dir.path),
+        &keygen_cmd(&run_dir.path),
         "making the run's SSH key (ssh-keygen comes with openssh-client)",
     )?;
     let pubkey = std::fs::read_to_string(run_dir.path.join("id_ed25519.pub"))
         .context("reading the run's public key")?;
     run_tool(
-        &overlay_argv(&entry.disk(), &run_dir.path),
+        &overlay_cmd(&entry.disk(), &run_dir.path),
         "making the run's overlay (qemu-img comes with qemu-utils)",
     )?;
     let media = Media {
@@ -217,17 +217,17 @@ fn start_and_wait(
         let port = free_port()?;
         let spec = qemu_spec(opts, id, qemu::Accel::Tcg, media, serial_log, port, sandbox);
         let mut booted = vm::boot(opts.accel, &spec, qemu_log, opts.keep_vm, &mut |s| {
-            eprintln!("[vm-run] {s}")
+            super::progress().note(s)
         })?;
         QEMU_PID.store(booted.qemu.pid as i32, Ordering::SeqCst);
         obs.vm.accel = booted.accel.as_str().into();
         obs.vm.accel_reason = booted.accel_reason.clone();
         obs.vm.cpu_model = booted.accel.cpu_model().into();
-        obs.vm.qemu_argv = booted.argv.clone();
-        eprintln!(
-            "[vm-run] booting (QEMU pid {}, ssh port {port}) ...",
+        obs.vm.qemu_argv = booted.cmd.argv.clone();
+        super::progress().note(&format!(
+            "booting (QEMU pid {}, ssh port {port}) ...",
             booted.qemu.pid
-        );
+        ));
         let limit = bounds(booted.accel).boot;
         match vm::wait_ready(&mut booted, serial_log, limit) {
             Ok(s) => return Ok((booted, port, s)),
@@ -235,7 +235,8 @@ fn start_and_wait(
                 let log = vm::log_tail(qemu_log);
                 // Another process took the port between our probe and QEMU's bind.
                 if attempt < 3 && log.contains("hostfwd") {
-                    eprintln!("[vm-run] port {port} was taken; retrying with another");
+                    super::progress()
+                        .note(&format!("port {port} was taken; retrying with another"));
                     continue;
                 }
                 let qemu_said = sharedos_gate::exec::tail(&log, 5, 1500);
@@ -254,19 +255,18 @@ pub fn end(vm: &mut Vm, keep_vm: bool) {
     QEMU_PID.store(0, Ordering::SeqCst);
     let interrupted = signals::interrupted();
     if let (true, Some(sig)) = (keep_vm, interrupted) {
-        eprintln!("[vm-run] --keep-vm: not kept, {sig} arrived");
+        super::progress().note(&format!("--keep-vm: not kept, {sig} arrived"));
     }
     if keep_vm && interrupted.is_none() {
         vm.booted.qemu.keep = true;
         vm.run_dir.keep = true;
-        eprintln!(
-            "[vm-run] --keep-vm: QEMU pid {} keeps running; ssh -i {} -p {} -o StrictHostKeyChecking=no root@127.0.0.1 (host key {}); run dir {}",
+        super::progress().note(&format!("--keep-vm: QEMU pid {} keeps running; ssh -i {} -p {} -o StrictHostKeyChecking=no root@127.0.0.1 (host key {}); run dir {}",
             vm.booted.qemu.pid,
             vm.key.display(),
             vm.port,
             vm.host_key,
             vm.run_dir.path.display()
-        );
+        ));
     } else {
         vm.booted.qemu.stop();
     }

@@ -13,6 +13,7 @@ pub mod provenance;
 pub mod session;
 
 use crate::image::{self, BuildOptions, ImageEntry};
+use crate::progress::Progress;
 use crate::vm::{qemu, AccelChoice};
 use anyhow::{Context, Result};
 use sharedos_gate::report::{Phase, Report, VmProvenance};
@@ -74,6 +75,11 @@ pub fn bounds(accel: qemu::Accel) -> Bounds {
     }
 }
 
+/// Every line vm-run and vm-exec tell the person waiting goes through this one progress.
+pub(crate) fn progress() -> Progress {
+    Progress::new("vm-run")
+}
+
 /// What the run has observed so far; on a rig failure it becomes the partial report.
 pub struct Observed {
     pub report_dir: PathBuf,
@@ -106,7 +112,7 @@ pub fn vm_run(opts: &VmRunOptions) -> i32 {
         }
         Ok(None) => 0,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            progress().error(&format!("{e:#}"));
             RIG_FAILURE_EXIT
         }
     }
@@ -124,10 +130,9 @@ fn start(opts: &VmRunOptions) -> Result<Option<Observed>> {
     }
     if !opts.gate_binary.is_file() {
         anyhow::bail!(
-            "the gate binary {} does not exist: build it with `cargo xtask vm-run` (which builds it) or `RUSTFLAGS='{}' {}`",
+            "the gate binary {} does not exist: build it with `cargo xtask vm-run` (which builds it) or `{}`",
             opts.gate_binary.display(),
-            crate::gate_binary::GATE_RUSTFLAGS,
-            crate::gate_binary::gate_build_argv("cargo").join(" ")
+            crate::gate_binary::gate_build_cmd("cargo").display()
         );
     }
     if let Some(key) = &opts.sign_key {
@@ -212,10 +217,10 @@ pub fn vm_exec(opts: &VmRunOptions, command: &[String], timeout: Duration) -> i3
             code
         }
         Err(e) => {
-            eprintln!(
-                "error: {e:#}\n(the boot's serial console and QEMU log are in {})",
+            progress().error(&format!(
+                "{e:#}\n(the boot's serial console and QEMU log are in {})",
                 scratch.display()
-            );
+            ));
             RIG_FAILURE_EXIT
         }
     }
@@ -223,16 +228,16 @@ pub fn vm_exec(opts: &VmRunOptions, command: &[String], timeout: Duration) -> i3
 
 fn image_phase(opts: &VmRunOptions, obs: &mut Observed) -> Result<ImageEntry> {
     let t = Instant::now();
-    eprintln!("[vm-run] image {} ...", opts.image.image);
+    progress().note(&format!("image {} ...", opts.image.image));
     let entry = image::ensure_image(&opts.image);
     obs.phase("image", t);
     let entry = entry.context("ensuring the guest image")?;
     provenance::image(&mut obs.vm, &entry);
-    eprintln!(
-        "[vm-run] image {} ({})",
+    progress().note(&format!(
+        "image {} ({})",
         entry.dir.display(),
         &entry.manifest.image_sha256
-    );
+    ));
     Ok(entry)
 }
 

@@ -2,6 +2,7 @@
 //! placeholders only where a value exists once the run is under way (its id, port, key).
 
 use super::{archive, boot, bounds, fetch, session, VmRunOptions, GUEST_GATE};
+use crate::cmd::Cmd;
 use crate::image;
 use crate::ssh;
 use crate::vm::{self, qemu, AccelChoice};
@@ -20,12 +21,7 @@ pub fn accels(choice: AccelChoice) -> Vec<qemu::Accel> {
 }
 
 /// The QEMU line the run would start under `accel`, from `boot::qemu_spec`.
-pub fn qemu_argv(
-    opts: &VmRunOptions,
-    accel: qemu::Accel,
-    sandbox: bool,
-    report_dir: &Path,
-) -> Vec<String> {
+pub fn qemu_cmd(opts: &VmRunOptions, accel: qemu::Accel, sandbox: bool, report_dir: &Path) -> Cmd {
     let run = PathBuf::from("<run dir>");
     let media = boot::Media {
         kernel: "<cache entry>/vmlinuz".into(),
@@ -37,7 +33,7 @@ pub fn qemu_argv(
         ),
     };
     let serial_log = report_dir.join("serial.log");
-    qemu::qemu_argv(&boot::qemu_spec(
+    qemu::qemu_cmd(&boot::qemu_spec(
         opts,
         "<id>",
         accel,
@@ -79,14 +75,11 @@ fn write_boot(s: &mut String, opts: &VmRunOptions, report_dir: &Path) -> std::fm
         Err(e) => writeln!(s, "    (cannot plan the image: {e:#})")?,
     }
     let run = Path::new("<run dir>");
-    writeln!(s, "[keys]\n    {}", shell_words(&boot::keygen_argv(run)))?;
+    writeln!(s, "[keys]\n    {}", boot::keygen_cmd(run).display())?;
     writeln!(
         s,
         "[overlay]\n    {}",
-        shell_words(&boot::overlay_argv(
-            Path::new("<cache entry>/disk.img"),
-            run
-        ))
+        boot::overlay_cmd(Path::new("<cache entry>/disk.img"), run).display()
     )?;
     let sandbox = vm::sandbox_available();
     for a in accels(opts.accel) {
@@ -102,7 +95,7 @@ fn write_boot(s: &mut String, opts: &VmRunOptions, report_dir: &Path) -> std::fm
             s,
             "[qemu {}]{when}\n    {}",
             a.as_str(),
-            shell_words(&qemu_argv(opts, a, sandbox, report_dir))
+            qemu_cmd(opts, a, sandbox, report_dir).display()
         )?;
     }
     if !sandbox {

@@ -43,7 +43,10 @@ pub fn prep_command(epoch_seconds: &str) -> String {
 }
 
 pub fn connect(vm: &Vm, obs: &mut Observed) -> Result<Guest> {
-    eprintln!("[vm-run] guest ready; host key {}; connecting", vm.host_key);
+    super::progress().note(&format!(
+        "guest ready; host key {}; connecting",
+        vm.host_key
+    ));
     let guest = Guest::connect(vm.port, &vm.host_key, &vm.key, vm.bounds().ssh);
     obs.phase("boot_to_ssh", vm.started);
     guest.context("opening the SSH session to the guest")
@@ -86,13 +89,13 @@ pub fn copy(guest: &Guest, opts: &VmRunOptions, obs: &mut Observed) -> Result<()
 pub fn gates(guest: &Guest, opts: &VmRunOptions, b: Bounds, obs: &mut Observed) -> Result<()> {
     let t = Instant::now();
     let argv = diagnose_argv(b.guest_step, &opts.diagnose_args);
-    eprintln!("[vm-run] gates: {}", shell_words(&argv));
+    super::progress().note(&format!("gates: {}", shell_words(&argv)));
     let mut kept = 0usize;
     let mut dropped = 0usize;
     let transcript = &mut obs.transcript;
     let ran = guest.exec_lines(&shell_words(&argv), t + b.gates, MAX_LINE, &mut |line| {
         if line.starts_with("gate ") {
-            eprintln!("[vm-run]   {}", one_line(line));
+            super::progress().note(&format!("  {}", one_line(line)));
         }
         if kept + line.len() < MAX_TRANSCRIPT {
             kept += line.len() + 1;

@@ -2,7 +2,7 @@
 //! would get, from QEMU's spawn to its exit after the kernel's no-root panic. It is what any
 //! boot of that kernel in that QEMU costs, so the rig's phases can be read as multiples of it.
 
-use super::{boot_argv, qemu, serial, AccelChoice};
+use super::{boot_cmd, qemu, serial, AccelChoice};
 use anyhow::{bail, Context, Result};
 use std::path::Path;
 use std::time::Duration;
@@ -59,8 +59,8 @@ pub fn boot_bare(
     let serial_log = dir.join("serial.log");
     let qemu_log = dir.join("qemu.log");
     let sandbox = super::sandbox_available();
-    let argv_for = |accel| qemu::floor_argv(accel, memory_mib, cpus, kernel, &serial_log, sandbox);
-    let mut booted = boot_argv(choice, &argv_for, &serial_log, &qemu_log, false, say)?;
+    let cmd_for = |accel| qemu::floor_cmd(accel, memory_mib, cpus, kernel, &serial_log, sandbox);
+    let mut booted = boot_cmd(choice, &cmd_for, &serial_log, &qemu_log, false, say)?;
     let limit = bound(booted.accel);
     let Some((how, elapsed)) = booted.qemu.wait_exit(limit)? else {
         bail!(

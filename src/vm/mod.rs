@@ -5,6 +5,7 @@ pub mod process;
 pub mod qemu;
 pub mod serial;
 
+use crate::cmd::Cmd;
 use anyhow::{bail, Context, Result};
 use process::QemuProcess;
 use qemu::{Accel, QemuSpec};
@@ -57,12 +58,8 @@ pub fn log_tail(path: &Path) -> String {
 /// Whether this QEMU was built with its seccomp sandbox: `-sandbox` is then a known option, and
 /// `-version` after it exits 0 without starting a machine.
 pub fn sandbox_available() -> bool {
-    let mut argv = vec![qemu::QEMU.to_string()];
-    argv.extend(qemu::sandbox_args(true));
-    argv.push("-version".into());
-    std::process::Command::new(&argv[0])
-        .args(&argv[1..])
-        .stdin(std::process::Stdio::null())
+    qemu::sandbox_probe_cmd()
+        .command()
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .status()
@@ -70,9 +67,7 @@ pub fn sandbox_available() -> bool {
 }
 
 pub fn qemu_version() -> Result<String> {
-    let argv = qemu::version_argv();
-    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
-    let out = crate::image::exec::capture(&argv)
+    let out = crate::cmd::capture(&qemu::version_cmd())
         .context("reading QEMU's version (Debian/Ubuntu: apt-get install qemu-system-x86)")?;
     Ok(out.lines().next().unwrap_or("").trim().to_string())
 }
@@ -83,18 +78,18 @@ pub struct Booted {
     pub accel: Accel,
     /// Why this accelerator, including any failed KVM attempt.
     pub accel_reason: String,
-    pub argv: Vec<String>,
+    pub cmd: Cmd,
 }
 
 fn start(
-    argv: Vec<String>,
+    cmd: Cmd,
     serial_log: &Path,
     qemu_log: &Path,
     may_outlive: bool,
-) -> Result<(QemuProcess, Vec<String>)> {
+) -> Result<(QemuProcess, Cmd)> {
     // A fresh console log per attempt: the probe reads only this boot's lines.
     let _ = std::fs::remove_file(serial_log);
-    Ok((QemuProcess::spawn(&argv, qemu_log, may_outlive)?, argv))
+    Ok((QemuProcess::spawn(&cmd, qemu_log, may_outlive)?, cmd))
 }
 
 /// Starts QEMU under the chosen accelerator. `auto` tries KVM and watches the console for the
@@ -106,15 +101,15 @@ pub fn boot(
     may_outlive: bool,
     say: &mut dyn FnMut(&str),
 ) -> Result<Booted> {
-    let argv_for = |accel| {
-        qemu::qemu_argv(&QemuSpec {
+    let cmd_for = |accel| {
+        qemu::qemu_cmd(&QemuSpec {
             accel,
             ..spec.clone()
         })
     };
-    boot_argv(
+    boot_cmd(
         choice,
-        &argv_for,
+        &cmd_for,
         &spec.serial_log,
         qemu_log,
         may_outlive,
@@ -122,12 +117,12 @@ pub fn boot(
     )
 }
 
-/// `boot` for any QEMU command line: `argv_for` builds it for an accelerator, and its serial
+/// `boot` for any QEMU command line: `cmd_for` builds it for an accelerator, and its serial
 /// console must go to `serial_log`. The floor boots through here so that it runs under the
 /// accelerator a vm-run would get.
-pub fn boot_argv(
+pub fn boot_cmd(
     choice: AccelChoice,
-    argv_for: &dyn Fn(Accel) -> Vec<String>,
+    cmd_for: &dyn Fn(Accel) -> Cmd,
     serial_log: &Path,
     qemu_log: &Path,
     may_outlive: bool,
@@ -135,12 +130,12 @@ pub fn boot_argv(
 ) -> Result<Booted> {
     let tcg = |reason: String, say: &mut dyn FnMut(&str)| -> Result<Booted> {
         say(&format!("accelerator: tcg ({reason})"));
-        let (qemu, argv) = start(argv_for(Accel::Tcg), serial_log, qemu_log, may_outlive)?;
+        let (qemu, cmd) = start(cmd_for(Accel::Tcg), serial_log, qemu_log, may_outlive)?;
         Ok(Booted {
             qemu,
             accel: Accel::Tcg,
             accel_reason: reason,
-            argv,
+            cmd,
         })
     };
     match choice {
@@ -149,20 +144,20 @@ pub fn boot_argv(
             if let Err(why) = kvm_openable() {
                 bail!("--accel kvm: {why}; use --accel tcg or --accel auto");
             }
-            let (qemu, argv) = start(argv_for(Accel::Kvm), serial_log, qemu_log, may_outlive)?;
+            let (qemu, cmd) = start(cmd_for(Accel::Kvm), serial_log, qemu_log, may_outlive)?;
             say("accelerator: kvm (forced with --accel kvm)");
             Ok(Booted {
                 qemu,
                 accel: Accel::Kvm,
                 accel_reason: "forced with --accel kvm".into(),
-                argv,
+                cmd,
             })
         }
         AccelChoice::Auto => {
             if let Err(why) = kvm_openable() {
                 return tcg(format!("auto: {why}"), say);
             }
-            let (mut qemu, argv) = start(argv_for(Accel::Kvm), serial_log, qemu_log, may_outlive)?;
+            let (mut qemu, cmd) = start(cmd_for(Accel::Kvm), serial_log, qemu_log, may_outlive)?;
             let started = Instant::now();
             loop {
                 if serial::read(serial_log).kernel_started {
@@ -175,7 +170,7 @@ pub fn boot_argv(
                         qemu,
                         accel: Accel::Kvm,
                         accel_reason: reason,
-                        argv,
+                        cmd,
                     });
                 }
                 if let Some(how) = qemu.exited() {

@@ -1,10 +1,11 @@
 //! The QEMU process: started in its own process group, killed with us even if we are killed,
 //! and ended on every path by Drop.
 
+use crate::cmd::Cmd;
 use anyhow::{Context, Result};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 pub struct QemuProcess {
@@ -20,14 +21,12 @@ pub struct QemuProcess {
 impl QemuProcess {
     /// `may_outlive`: `--keep-vm` asked for QEMU to survive the rig, so it is not tied to the
     /// rig's death; Drop still ends it unless `keep` is set.
-    pub fn spawn(argv: &[String], log: &Path, may_outlive: bool) -> Result<QemuProcess> {
+    pub fn spawn(qemu: &Cmd, log: &Path, may_outlive: bool) -> Result<QemuProcess> {
         let out =
             std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
         let err = out.try_clone()?;
-        let mut cmd = Command::new(&argv[0]);
-        cmd.args(&argv[1..])
-            .stdin(Stdio::null())
-            .stdout(out)
+        let mut cmd = qemu.command();
+        cmd.stdout(out)
             .stderr(err)
             // Ctrl-C at the terminal reaches only the rig, which then ends QEMU itself.
             .process_group(0);
@@ -45,7 +44,7 @@ impl QemuProcess {
         let child = cmd.spawn().with_context(|| {
             format!(
                 "starting {}: is QEMU installed? (Debian/Ubuntu: apt-get install qemu-system-x86)",
-                argv[0]
+                qemu.argv[0]
             )
         })?;
         Ok(QemuProcess {

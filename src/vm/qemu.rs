@@ -1,5 +1,6 @@
 //! QEMU and qemu-img command lines, built by pure functions so the plan prints exactly what runs.
 
+use crate::cmd::Cmd;
 use std::path::{Path, PathBuf};
 
 pub const QEMU: &str = "qemu-system-x86_64";
@@ -133,7 +134,7 @@ pub fn sandbox_args(on: bool) -> Vec<String> {
 }
 
 /// The vm-run's QEMU.
-pub fn qemu_argv(s: &QemuSpec) -> Vec<String> {
+pub fn qemu_cmd(s: &QemuSpec) -> Cmd {
     let mut v = vec![QEMU.into(), "-name".into(), s.name.clone()];
     v.extend(machine_args(s.accel, s.memory_mib, s.cpus));
     v.extend(console_args(&s.serial_log));
@@ -141,7 +142,7 @@ pub fn qemu_argv(s: &QemuSpec) -> Vec<String> {
     v.extend(drive_args(&s.overlay));
     v.extend(net_args(s.ssh_port));
     v.extend(sandbox_args(s.sandbox));
-    v
+    Cmd::new(v)
 }
 
 /// The floor's kernel command line: with no initrd and no disk the kernel cannot mount a root
@@ -151,25 +152,25 @@ pub const FLOOR_APPEND: &str = "console=ttyS0 panic=-1";
 /// The benchmark's floor: the same machine and console as a vm-run, the image's kernel booted
 /// bare (no initrd, no drive, no network) to its no-root panic. Whatever a vm-run's boot costs
 /// beyond this is the rig's and the guest's own. It runs under the same sandbox as the run.
-pub fn floor_argv(
+pub fn floor_cmd(
     accel: Accel,
     memory_mib: u64,
     cpus: u32,
     kernel: &Path,
     serial_log: &Path,
     sandbox: bool,
-) -> Vec<String> {
+) -> Cmd {
     let mut v = vec![QEMU.into()];
     v.extend(machine_args(accel, memory_mib, cpus));
     v.extend(console_args(serial_log));
     v.extend(kernel_args(kernel, None, FLOOR_APPEND));
     v.extend(sandbox_args(sandbox));
-    v
+    Cmd::new(v)
 }
 
 /// A copy-on-write overlay: the cached image is only ever read.
-pub fn overlay_argv(disk: &Path, overlay: &Path) -> Vec<String> {
-    vec![
+pub fn overlay_cmd(disk: &Path, overlay: &Path) -> Cmd {
+    Cmd::new(vec![
         "qemu-img".into(),
         "create".into(),
         "-q".into(),
@@ -180,16 +181,39 @@ pub fn overlay_argv(disk: &Path, overlay: &Path) -> Vec<String> {
         "-b".into(),
         p(disk),
         p(overlay),
-    ]
+    ])
 }
 
-pub fn version_argv() -> Vec<String> {
-    vec![QEMU.into(), "--version".into()]
+/// Exits 0 without starting a machine exactly when this QEMU knows `-sandbox`.
+pub fn sandbox_probe_cmd() -> Cmd {
+    let mut v = vec![QEMU.to_string()];
+    v.extend(sandbox_args(true));
+    v.push("-version".into());
+    Cmd::new(v)
+}
+
+pub fn version_cmd() -> Cmd {
+    Cmd::new(vec![QEMU.into(), "--version".into()])
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn qemu_argv(s: &QemuSpec) -> Vec<String> {
+        qemu_cmd(s).argv
+    }
+
+    fn floor_argv(
+        accel: Accel,
+        memory_mib: u64,
+        cpus: u32,
+        kernel: &Path,
+        serial_log: &Path,
+        sandbox: bool,
+    ) -> Vec<String> {
+        floor_cmd(accel, memory_mib, cpus, kernel, serial_log, sandbox).argv
+    }
 
     fn spec(accel: Accel) -> QemuSpec {
         QemuSpec {
@@ -393,7 +417,7 @@ mod tests {
 
     #[test]
     fn overlay_never_writes_the_base() {
-        let a = overlay_argv(Path::new("/cache/disk.img"), Path::new("/run/o.qcow2"));
+        let a = overlay_cmd(Path::new("/cache/disk.img"), Path::new("/run/o.qcow2")).argv;
         assert_eq!(
             a.join(" "),
             "qemu-img create -q -f qcow2 -F raw -b /cache/disk.img /run/o.qcow2"

@@ -5,7 +5,9 @@
 //! machine. Reports; asserts nothing.
 
 use anyhow::{bail, Context, Result};
+use sharedos_rig::cmd::Cmd;
 use sharedos_rig::image::{self, BuildOptions};
+use sharedos_rig::progress::Progress;
 use sharedos_rig::run::{self, VmRunOptions, RIG_FAILURE_EXIT};
 use sharedos_rig::vm::{self, floor};
 use sharedos_rig::{clock, environment, signals, verify};
@@ -168,16 +170,20 @@ fn time_vng(kernel: &std::path::Path) -> Result<Option<f64>> {
     let Some(vng) = sharedos_rig::find_program("vng") else {
         return Ok(None);
     };
+    let cmd = Cmd::new(vec![
+        vng.display().to_string(),
+        "--run".into(),
+        kernel.display().to_string(),
+        "--".into(),
+        "true".into(),
+    ]);
     let started = Instant::now();
-    let st = std::process::Command::new(vng)
-        .arg("--run")
-        .arg(kernel)
-        .args(["--", "true"])
-        .stdin(std::process::Stdio::null())
+    let st = cmd
+        .command()
         .status()
-        .context("running vng")?;
+        .with_context(|| format!("running {}", cmd.display()))?;
     if !st.success() {
-        bail!("vng --run {} -- true failed ({st})", kernel.display());
+        bail!("{} failed ({st})", cmd.display());
     }
     Ok(Some(started.elapsed().as_secs_f64()))
 }
@@ -198,6 +204,7 @@ fn machine_line() -> String {
 /// `cargo xtask bench`: the cached image no-op, then floor boots and warm vm-runs in turn.
 pub fn bench(opts: &VmRunOptions, n: Counts) -> Result<String> {
     signals::install().context("installing signal handlers")?;
+    let progress = Progress::new("bench");
     let mut m = Measured {
         machine: machine_line(),
         qemu_version: vm::qemu_version()?,
@@ -220,7 +227,7 @@ pub fn bench(opts: &VmRunOptions, n: Counts) -> Result<String> {
                 opts.cpus,
                 &kernel,
                 &dir,
-                &mut |s| eprintln!("[bench] floor {}/{}: {s}", i + 1, n.floor_runs),
+                &mut |s| progress.note(&format!("floor {}/{}: {s}", i + 1, n.floor_runs)),
             )
             .with_context(|| {
                 format!(
@@ -229,14 +236,14 @@ pub fn bench(opts: &VmRunOptions, n: Counts) -> Result<String> {
                     dir.display()
                 )
             })?;
-            eprintln!(
-                "[bench] floor {}/{}: {:.2} s under {}: {}",
+            progress.note(&format!(
+                "floor {}/{}: {:.2} s under {}: {}",
                 i + 1,
                 n.floor_runs,
                 f.elapsed.as_secs_f64(),
                 f.accel.as_str(),
                 f.panic
-            );
+            ));
             if m.accel_reason.is_empty() {
                 m.accel_reason = f.accel_reason.clone();
             }
@@ -247,7 +254,12 @@ pub fn bench(opts: &VmRunOptions, n: Counts) -> Result<String> {
             let dir = root.join(format!("run-{i}"));
             let mut o = opts.clone();
             o.out = Some(dir.clone());
-            eprintln!("[bench] warm run {}/{} -> {}", i + 1, n.runs, dir.display());
+            progress.note(&format!(
+                "warm run {}/{} -> {}",
+                i + 1,
+                n.runs,
+                dir.display()
+            ));
             let started = Instant::now();
             let code = run::vm_run(&o);
             let total = started.elapsed().as_secs_f64();
