@@ -114,6 +114,12 @@ const ATTACKS: &[Attack] = &[
         says: "the guest kernel panicked",
     },
     Attack {
+        options: &[],
+        name: "console-flood",
+        exit: 2,
+        says: "MiB to its serial console, so QEMU was stopped",
+    },
+    Attack {
         options: &["--gates-timeout", "40"],
         name: "slow-drip",
         exit: 2,
@@ -211,6 +217,11 @@ fn a_hostile_guest_cannot_touch_the_host_or_the_verdict() {
             if out_dir.join("report.json.sig").exists() || transcript.contains("SHAREDOS-FORGED") {
                 problems.push("a guest file landed beside the host's evidence".into());
             }
+        }
+        let console = std::fs::metadata(out_dir.join("serial.log")).map_or(0, |m| m.len());
+        // The watchdog looks every 100 ms; a TCG guest writes well under 1 MiB in that time.
+        if console > sharedos_rig::run::boot::CONSOLE_CAP + (4 << 20) {
+            problems.push(format!("serial.log grew to {console} bytes, past the cap"));
         }
         if transcript.lines().any(|l| l.len() > 70_000) {
             problems.push("a transcript line passed the cap".into());

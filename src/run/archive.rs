@@ -58,6 +58,10 @@ pub fn finish(mut obs: Observed, result: Result<Report>, sign_key: Option<&Path>
             // console says what really happened.
             let console = crate::vm::serial::read(&obs.report_dir.join("serial.log"));
             let e = match console.panic {
+                _ if super::boot::console_flooded() => e.context(format!(
+                    "the guest wrote more than {} MiB to its serial console, so QEMU was stopped",
+                    super::boot::CONSOLE_CAP >> 20
+                )),
                 Some(p) if !format!("{e:#}").contains("panicked") => {
                     e.context(format!("the guest kernel panicked ({p})"))
                 }

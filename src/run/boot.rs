@@ -10,15 +10,48 @@ use crate::vm::{self, qemu, Booted};
 use anyhow::{Context, Result};
 use sharedos_gate::signals;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// The running QEMU, for the signal watchdog; 0 when none.
+/// The running QEMU, for the watchdog; 0 when none.
 static QEMU_PID: AtomicI32 = AtomicI32::new(0);
+/// The running QEMU's console file, for the watchdog.
+static CONSOLE: Mutex<Option<PathBuf>> = Mutex::new(None);
+/// Set when the watchdog stopped QEMU because its console passed [`CONSOLE_CAP`].
+static CONSOLE_FLOODED: AtomicBool = AtomicBool::new(false);
+
+/// The most the guest's serial console may write into the report. QEMU writes the file itself,
+/// so the cap is enforced by stopping QEMU: an honest boot and run write well under 1 MiB, and
+/// a guest writing flat out under TCG (about 0.6 MB/s here) passes the cap by at most one
+/// watchdog interval's worth.
+pub const CONSOLE_CAP: u64 = 16 << 20;
+
+fn kill_qemu() {
+    let pid = QEMU_PID.load(Ordering::SeqCst);
+    if pid > 0 {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+}
+
+fn console_over_cap() -> bool {
+    let path = CONSOLE.lock().ok().and_then(|c| c.clone());
+    path.and_then(|p| std::fs::symlink_metadata(p).ok())
+        .is_some_and(|m| m.len() > CONSOLE_CAP)
+}
+
+/// Whether the watchdog stopped this run's QEMU for writing too much to its console.
+pub fn console_flooded() -> bool {
+    CONSOLE_FLOODED.load(Ordering::SeqCst)
+}
 
 /// Ctrl-C and SIGTERM only set a flag; a blocking SSH read would not see it. This thread ends
 /// QEMU when the flag rises, which breaks the session, so the run fails over to its partial
-/// report and its cleanup at once.
+/// report and its cleanup at once. It ends QEMU the same way when the guest's console passes
+/// [`CONSOLE_CAP`]: a guest must not fill the host's disk through its UART.
 pub fn start_signal_watchdog() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
@@ -26,14 +59,12 @@ pub fn start_signal_watchdog() {
             .name("signal-watchdog".into())
             .spawn(|| loop {
                 if signals::interrupted().is_some() {
-                    let pid = QEMU_PID.load(Ordering::SeqCst);
-                    if pid > 0 {
-                        let _ = nix::sys::signal::kill(
-                            nix::unistd::Pid::from_raw(pid),
-                            nix::sys::signal::Signal::SIGKILL,
-                        );
-                    }
+                    kill_qemu();
                     return;
+                }
+                if QEMU_PID.load(Ordering::SeqCst) > 0 && console_over_cap() {
+                    CONSOLE_FLOODED.store(true, Ordering::SeqCst);
+                    kill_qemu();
                 }
                 std::thread::sleep(Duration::from_millis(100));
             });
@@ -219,6 +250,9 @@ fn start_and_wait(
         let mut booted = vm::boot(opts.accel, &spec, qemu_log, opts.keep_vm, &mut |s| {
             super::progress().note(s)
         })?;
+        if let Ok(mut c) = CONSOLE.lock() {
+            *c = Some(serial_log.to_path_buf());
+        }
         QEMU_PID.store(booted.qemu.pid as i32, Ordering::SeqCst);
         obs.vm.accel = booted.accel.as_str().into();
         obs.vm.accel_reason = booted.accel_reason.clone();

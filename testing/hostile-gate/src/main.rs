@@ -140,6 +140,15 @@ fn run(dir: &Path, attack: &str) -> std::io::Result<()> {
             std::fs::write("/proc/sysrq-trigger", b"c")?;
             write(dir, &plain)
         }
+        // The UART, flat out, for ever: QEMU writes it into the report's serial.log.
+        "console-flood" => {
+            use std::io::Write;
+            let mut tty = std::fs::OpenOptions::new().write(true).open("/dev/ttyS0")?;
+            let chunk = vec![b'F'; 1 << 20];
+            loop {
+                tty.write_all(&chunk)?;
+            }
+        }
         // A line now and then, for ever: no per-read timeout ever fires.
         "slow-drip" => loop {
             eprintln!("still working");
