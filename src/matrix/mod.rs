@@ -992,6 +992,87 @@ pub(crate) mod tests {
         );
     }
 
+    /// Every images/<name>/expected-gates in the repository reads with the parser vm-matrix and
+    /// the merge use. bookworm-bpo has none on purpose: no run of it has completed yet.
+    #[test]
+    fn every_committed_expectation_file_parses() {
+        let images = Path::new(env!("CARGO_MANIFEST_DIR")).join("images");
+        let mut with = Vec::new();
+        for name in definition::list_images(&images) {
+            if let Some(e) = load_expectations(&images, &name).unwrap() {
+                assert_eq!(e.len(), GateName::ALL.len());
+                with.push((name, e));
+            }
+        }
+        let names: Vec<&str> = with.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["bookworm", "forky", "trixie", "trixie-bpo"]);
+        for (name, e) in &with {
+            let status = |g: GateName| e.iter().find(|x| x.name == g).unwrap().status;
+            assert_eq!(
+                status(GateName::GuiPixelReview),
+                Status::ReviewRequired,
+                "{name}"
+            );
+            let dump = if name == "trixie-bpo" {
+                Status::Fail
+            } else {
+                Status::Pass
+            };
+            assert_eq!(status(GateName::Dump), dump, "{name}");
+        }
+    }
+
+    /// Variants are checked with the images, before anything is built.
+    #[test]
+    fn rows_are_resolved_with_their_variants_checked() {
+        let root = std::env::temp_dir().join(format!("matrix-rows-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(root.join("bookworm")).unwrap();
+        std::fs::write(root.join("bookworm").join(definition::DEFINITION_FILE), "").unwrap();
+        let mut build = BuildOptions::new("bookworm");
+        build.images_dir = Some(root.clone());
+        let mut o = MatrixOptions {
+            images: parse_images_arg("bookworm,bookworm+userns+cgroup,bookworm+copiesmax"),
+            jobs: None,
+            build,
+            reports_root: root.join("reports"),
+            vm_run: vec!["/nonexistent".into()],
+            extra_args: vec![],
+            guest_cpus: 2,
+            command_line: vec![],
+        };
+        let rows = resolve_images(&o).unwrap();
+        let labels: Vec<String> = rows.iter().map(Row::label).collect();
+        assert_eq!(
+            labels,
+            ["bookworm", "bookworm+userns+cgroup", "bookworm+copiesmax"]
+        );
+        for (images, want) in [
+            ("bookworm,bookworm+turbo", "unknown variant \"turbo\""),
+            (
+                "bookworm+userns,bookworm+userns",
+                "names bookworm+userns twice",
+            ),
+            ("nosuch+userns", "there is no image \"nosuch\""),
+        ] {
+            o.images = parse_images_arg(images);
+            let built = std::cell::Cell::new(false);
+            let code = vm_matrix_with(&o, &|_: &BuildOptions| {
+                built.set(true);
+                Ok(String::new())
+            });
+            assert_eq!(code, RIG_FAILURE_EXIT, "{images}");
+            assert!(!built.get(), "{images}: nothing is built for bad input");
+            let e = format!("{:#}", resolve_images(&o).unwrap_err());
+            assert!(e.contains(want), "{images}: {e}");
+        }
+        assert!(
+            !root.join("reports").exists(),
+            "no matrix directory for bad input"
+        );
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
     #[test]
     fn exit_codes_follow_expectations_then_verdicts() {
         let pass = cell("a", None, "k", "c");
