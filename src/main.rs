@@ -91,6 +91,11 @@ enum MatrixCommand {
         /// then the source tree].
         #[arg(long)]
         images_dir: Option<PathBuf>,
+        /// The rows there must be, comma-separated as vm-matrix's --images: a row without a
+        /// report is a RIG FAILURE row (its run archived nothing), a report of another row is
+        /// refused [default: the reports' own rows, in the order given].
+        #[arg(long)]
+        images: Option<String>,
         /// vm-run report directories (`cargo xtask vm-run --out DIR`), in row order.
         #[arg(required = true)]
         report_dirs: Vec<PathBuf>,
@@ -195,6 +200,7 @@ fn run(cmd: Command) -> Result<u8> {
                 MatrixCommand::Merge {
                     out,
                     images_dir,
+                    images,
                     report_dirs,
                 },
         } => {
@@ -202,6 +208,10 @@ fn run(cmd: Command) -> Result<u8> {
                 out: out.clone(),
                 reports: report_dirs,
                 images_dir,
+                images: images
+                    .as_deref()
+                    .map(matrix::parse_images_arg)
+                    .unwrap_or_default(),
                 command_line: std::env::args().collect(),
             })?;
             eprint!("{}", matrix::render::text(&m));

@@ -218,13 +218,15 @@ fn vm_matrix_over_bookworm_and_trixie_merges_what_each_report_says() {
         m.cells[1]
     );
 
-    // What CI does: one vm-run per image, then `sharedos-rig matrix merge`. bookworm's and
-    // trixie's reports are the matrix's own; stale's comes from a vm-run of its own, which fails
-    // at the image (exit 2, no VM) and archives a report that says so.
+    // What CI does (.github/workflows/vm-run.yml): one vm-run per image, then `sharedos-rig
+    // matrix merge`. bookworm's and trixie's reports are the matrix's own; stale's comes from a
+    // vm-run of its own, run as the workflow runs it (--accel auto, no --mode: the builder
+    // chooses), which fails at the image (exit 2, no VM) and archives a report that says so.
     let stale_out = sb.dir.join("stale-report");
-    let mut vr: Vec<String> = common::vm_run_args(&sb, &gate, &stale_out, "tcg");
+    let mut vr: Vec<String> = common::vm_run_args(&sb, &gate, &stale_out, "auto");
     let mode = vr.iter().position(|a| a == "--mode").unwrap();
-    vr[mode + 1] = "unshare".into();
+    vr.drain(mode..mode + 2);
+    vr.splice(1..1, ["--image".to_string(), STALE.to_string()]);
     let vr: Vec<&str> = vr.iter().map(String::as_str).collect();
     let o = sb.run_as_user(&sb.xtask, &vr);
     assert_eq!(o.status.code(), Some(2), "vm-run of the stale image");
@@ -236,6 +238,8 @@ fn vm_matrix_over_bookworm_and_trixie_merges_what_each_report_says() {
         merged.display().to_string(),
         "--images-dir".into(),
         "images".into(),
+        "--images".into(),
+        format!("{},{STALE}", IMAGES.join(",")),
     ];
     margs.extend(IMAGES.iter().map(|i| dir.join(i).display().to_string()));
     margs.push(stale_out.display().to_string());

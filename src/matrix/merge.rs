@@ -33,6 +33,10 @@ pub struct MergeOptions {
     pub reports: Vec<PathBuf>,
     /// Where images/ is, for each image's expected-gates (default: found as vm-matrix finds it).
     pub images_dir: Option<PathBuf>,
+    /// The rows there must be (as vm-matrix's `--images`), in order; empty: the reports' own,
+    /// in the order given. A row without a report is a rig failure (its job archived nothing),
+    /// and a report of a row not named is refused.
+    pub images: Vec<String>,
     pub command_line: Vec<String>,
 }
 
@@ -56,9 +60,47 @@ pub fn merge(o: &MergeOptions) -> Result<Matrix> {
         }
         rows.push((label, src.as_path()));
     }
+    let mut order: Vec<String> = Vec::new();
+    for name in &o.images {
+        let label = Row::parse(name)?.label();
+        if order.contains(&label) {
+            bail!("--images names {label} twice");
+        }
+        order.push(label);
+    }
+    if let Some((label, src)) = rows
+        .iter()
+        .find(|(l, _)| !order.is_empty() && !order.contains(l))
+    {
+        bail!(
+            "{} is a report of row {label}, which --images does not name ({}): add it there or \
+             leave the report out",
+            src.display(),
+            order.join(", ")
+        );
+    }
+    if order.is_empty() {
+        order = rows.iter().map(|(l, _)| l.clone()).collect();
+    }
     create_matrix_dir(&o.out)?;
     let mut cells = Vec::new();
-    for (label, src) in &rows {
+    for label in &order {
+        let Some((_, src)) = rows.iter().find(|(l, _)| l == label) else {
+            let mut c = super::not_run_cell(
+                label,
+                "no vm-run report was given for this row: the run that should have made it \
+                 archived none",
+                "",
+            );
+            c.outcome = super::CellOutcome::RigFailed;
+            c.fix = format!(
+                "read the log of the job that ran {label} (in CI: its vm-run job), or run it \
+                 here: `cargo xtask vm-run --image {}`",
+                c.base_image()
+            );
+            cells.push(c);
+            continue;
+        };
         copy_report(src, &o.out.join(label))
             .with_context(|| format!("copying the report {} into the matrix", src.display()))?;
         cells.push(finished_cell(&o.out, label, None));
@@ -69,7 +111,7 @@ pub fn merge(o: &MergeOptions) -> Result<Matrix> {
         &|image| definition::find_images_dir(o.images_dir.as_deref(), image),
         RunInfo {
             started_at,
-            jobs: rows.len(),
+            jobs: order.len(),
             jobs_reason: format!(
                 "merged from {} vm-run report directories, each run on its own",
                 rows.len()
@@ -267,6 +309,7 @@ pub(crate) mod tests {
             out: root.join("matrix"),
             reports,
             images_dir: Some(images.to_path_buf()),
+            images: vec![],
             command_line: vec!["merge".into()],
         }
     }
@@ -385,6 +428,32 @@ pub(crate) mod tests {
         let _ = std::fs::remove_dir_all(root.join("matrix"));
         let e = format!("{:#}", merge(&opts(&root, vec![a], &images)).unwrap_err());
         assert!(e.contains("neither a file nor a directory"), "{e}");
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn named_rows_without_a_report_are_rig_failures_in_their_place() {
+        let root = scratch("rows-named");
+        let images = images_with(&root, &["bookworm", "trixie"]);
+        let t = write(&root.join("in/t"), &vm_report(&[], "trixie", &[]));
+        let mut o = opts(&root, vec![t.clone()], &images);
+        o.images = vec!["bookworm".into(), "trixie".into()];
+        let m = merge(&o).unwrap();
+        let labels: Vec<&str> = m.cells.iter().map(|c| c.image.as_str()).collect();
+        assert_eq!(labels, ["bookworm", "trixie"]);
+        assert_eq!(m.cells[0].outcome, CellOutcome::RigFailed);
+        assert!(
+            m.cells[0].reason.contains("no vm-run report"),
+            "{:?}",
+            m.cells[0]
+        );
+        assert_eq!(m.cells[1].outcome, CellOutcome::Ran);
+        assert_eq!(m.exit_code, 2);
+        // A report of a row --images does not name is refused.
+        std::fs::remove_dir_all(root.join("matrix")).unwrap();
+        o.images = vec!["bookworm".into()];
+        let e = format!("{:#}", merge(&o).unwrap_err());
+        assert!(e.contains("which --images does not name (bookworm)"), "{e}");
         std::fs::remove_dir_all(&root).unwrap();
     }
 

@@ -1283,6 +1283,7 @@ pub(crate) mod tests {
             out: root.join("merged"),
             reports: vec![dir.join("good"), stale_dir, dir.join("failing")],
             images_dir: Some(images.clone()),
+            images: vec![],
             command_line: vec![],
         })
         .unwrap();
