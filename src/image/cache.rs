@@ -393,7 +393,8 @@ mod tests {
         good.write(&dir.join(MANIFEST_FILE)).unwrap();
         assert!(matches!(check_entry(&dir, &w), EntryState::Good(_)));
 
-        let tampers: Vec<(Box<dyn Fn(&mut Manifest)>, &str)> = vec![
+        type Tamper = Box<dyn Fn(&mut Manifest)>;
+        let tampers: Vec<(Tamper, &str)> = vec![
             (Box::new(|m| m.key = "t-0000".into()), "records key t-0000"),
             (Box::new(|m| m.image_name = "u".into()), "is of image \"u\""),
             (

@@ -101,8 +101,15 @@ pub fn merge(o: &MergeOptions) -> Result<Matrix> {
             cells.push(c);
             continue;
         };
-        copy_report(src, &o.out.join(label))
-            .with_context(|| format!("copying the report {} into the matrix", src.display()))?;
+        if let Err(e) = copy_report(src, &o.out.join(label)) {
+            // The directory was new or empty: what is in it now is this merge's half copy,
+            // which no one should take for a matrix.
+            let _ = std::fs::remove_dir_all(&o.out);
+            return Err(e.context(format!(
+                "copying the report {} into the matrix (nothing was merged)",
+                src.display()
+            )));
+        }
         cells.push(finished_cell(&o.out, label, None));
     }
     assemble(
@@ -414,6 +421,7 @@ pub(crate) mod tests {
             e.contains("guest/link") && e.contains("symbolic link"),
             "{e}"
         );
+        assert!(!root.join("matrix").exists(), "no half matrix is left");
         std::fs::remove_file(a.join("guest/link")).unwrap();
         // A linked directory is refused as well, and a FIFO never blocks the copy.
         std::os::unix::fs::symlink(&root, a.join("guest/up")).unwrap();
