@@ -68,6 +68,38 @@ enum Command {
         #[arg(default_value = "reports")]
         dir: PathBuf,
     },
+    /// Matrix directories made from vm-run reports (`cargo xtask vm-matrix` makes its own).
+    Matrix {
+        #[command(subcommand)]
+        command: MatrixCommand,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum MatrixCommand {
+    /// One matrix directory from vm-run report directories made elsewhere (one CI job per
+    /// image): each copied into OUT/<row>/, judged as vm-run judges it, each plain row held
+    /// against its images/<name>/expected-gates, matrix.json written exactly as vm-matrix
+    /// writes it. The row comes from each report (its image and variants). Prints the table on
+    /// stderr and OUT last on stdout; exits as vm-matrix: 0 as expected, 1 a row differs or
+    /// failed, 3 only the GUI review is outstanding, 2 the rig failed for a row or bad input.
+    Merge {
+        /// The matrix directory to create (new or empty).
+        #[arg(long)]
+        out: PathBuf,
+        /// Where images/ is, for the expectations [default: $SHAREDOS_RIG_IMAGES, ./images,
+        /// then the source tree].
+        #[arg(long)]
+        images_dir: Option<PathBuf>,
+        /// The rows there must be, comma-separated as vm-matrix's --images: a row without a
+        /// report is a RIG FAILURE row (its run archived nothing), a report of another row is
+        /// refused [default: the reports' own rows, in the order given].
+        #[arg(long)]
+        images: Option<String>,
+        /// vm-run report directories (`cargo xtask vm-run --out DIR`), in row order.
+        #[arg(required = true)]
+        report_dirs: Vec<PathBuf>,
+    },
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -162,6 +194,29 @@ fn run(cmd: Command) -> Result<u8> {
         Command::Diff { report_a, report_b } => {
             emit(&format!("{}\n", diff::diff_dirs(&report_a, &report_b)?))?;
             Ok(0)
+        }
+        Command::Matrix {
+            command:
+                MatrixCommand::Merge {
+                    out,
+                    images_dir,
+                    images,
+                    report_dirs,
+                },
+        } => {
+            let m = matrix::merge::merge(&matrix::merge::MergeOptions {
+                out: out.clone(),
+                reports: report_dirs,
+                images_dir,
+                images: images
+                    .as_deref()
+                    .map(matrix::parse_images_arg)
+                    .unwrap_or_default(),
+                command_line: std::env::args().collect(),
+            })?;
+            eprint!("{}", matrix::render::text(&m));
+            emit(&format!("{}\n", out.display()))?;
+            Ok(exit_byte(m.exit_code))
         }
         Command::List { dir } => {
             let entries = list::list(&dir)?;

@@ -817,3 +817,121 @@ fn show_and_diff_read_a_matrix_directory() {
         .to_string();
     assert!(!row.contains("FAIL"), "{row}");
 }
+
+/// `sharedos-rig matrix merge` as the CI workflow runs it, on report directories as vm-run
+/// leaves them: each row named from its report, a plain row held against its image's
+/// expected-gates, the exit code vm-matrix's, and bad input refused with exit 2.
+#[test]
+fn matrix_merge_builds_a_matrix_from_vm_run_reports() {
+    let s = Scratch::new("merge");
+    let images = s.0.join("images");
+    for name in ["bookworm", "trixie"] {
+        std::fs::create_dir_all(images.join(name)).unwrap();
+        std::fs::write(images.join(name).join("image.conf"), "").unwrap();
+    }
+    let expect: String = GateName::ALL
+        .iter()
+        .map(|g| match g {
+            GateName::GuiPixelReview => format!("{g} REVIEW_REQUIRED\n"),
+            _ => format!("{g} PASS\n"),
+        })
+        .collect();
+    std::fs::write(images.join("bookworm/expected-gates"), &expect).unwrap();
+    let as_vm_run = |dir: &Path, image: &str, diagnose: &[&str], dump_fails: bool| {
+        let (image, diagnose) = (image.to_string(), diagnose.to_vec());
+        write_report(dir, "2026-12-01T06:00:00.000Z", move |r| {
+            let vm = r.vm.as_mut().unwrap();
+            vm.image_name = image.clone();
+            vm.command_line = vec!["xtask".into(), "vm-run".into(), "--image".into(), image];
+            if !diagnose.is_empty() {
+                vm.command_line.push("--".into());
+                vm.command_line
+                    .extend(diagnose.iter().map(|a| a.to_string()));
+            }
+            if dump_fails {
+                r.gates[3].status = Status::Fail;
+            }
+        });
+    };
+    let b = s.0.join("in/b");
+    let t = s.0.join("in/t");
+    let v = s.0.join("in/v");
+    as_vm_run(&b, "bookworm", &[], false);
+    as_vm_run(&t, "trixie", &[], false);
+    as_vm_run(&v, "bookworm", &["--userns"], false);
+    let merged = s.0.join("merged");
+    let (ms, is) = (merged.to_str().unwrap(), images.to_str().unwrap());
+    let (bs, ts, vs) = (
+        b.to_str().unwrap(),
+        t.to_str().unwrap(),
+        v.to_str().unwrap(),
+    );
+    let args = [
+        "matrix",
+        "merge",
+        "--out",
+        ms,
+        "--images-dir",
+        is,
+        bs,
+        ts,
+        vs,
+    ];
+    let o = rig(&args);
+    // bookworm as expected (0); trixie and bookworm+userns, without expectations, await the
+    // review (3): the matrix exits 3, as vm-matrix would.
+    assert_eq!(code(&o), 3, "{}", stderr(&o));
+    assert_eq!(stdout(&o).lines().last(), Some(ms));
+    assert!(
+        stderr(&o).contains("matrix: 3 image(s), exit 3"),
+        "{}",
+        stderr(&o)
+    );
+    let o = rig_in(&merged, &["show", "DIR", "--format", "md"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let md = stdout(&o);
+    assert!(md.contains("| bookworm | 6.1.0-28-amd64 |"), "{md}");
+    assert!(md.contains("| as expected |"), "{md}");
+    assert!(md.contains("| bookworm+userns | "), "{md}");
+    assert!(merged.join("bookworm+userns/report.json").is_file());
+    // The summary step's command, on the merged directory.
+    let o = rig(&["show", ms, "--format", "md"]);
+    assert_eq!(
+        stdout(&o),
+        md,
+        "the workflow's [\"show\", \"MERGED\", \"--format\", \"md\"]"
+    );
+
+    // bookworm's dump now FAILs where its expectations say PASS: 1.
+    let b2 = s.0.join("in/b2");
+    as_vm_run(&b2, "bookworm", &[], true);
+    let m2 = s.0.join("merged2");
+    let o = rig(&[
+        "matrix",
+        "merge",
+        "--out",
+        m2.to_str().unwrap(),
+        "--images-dir",
+        is,
+        b2.to_str().unwrap(),
+        ts,
+    ]);
+    assert_eq!(code(&o), 1, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("bookworm: dump: expected PASS, got FAIL"),
+        "{}",
+        stderr(&o)
+    );
+
+    // Two reports of one row, and a directory that holds no report: exit 2, named.
+    for (extra, want) in [
+        (bs, "are both reports of row bookworm"),
+        (is, "report directory"),
+    ] {
+        let m3 = s.0.join("merged3");
+        let o = rig(&["matrix", "merge", "--out", m3.to_str().unwrap(), bs, extra]);
+        assert_eq!(code(&o), 2);
+        assert!(stderr(&o).contains(want), "{}", stderr(&o));
+        assert!(!m3.exists());
+    }
+}

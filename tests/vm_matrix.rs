@@ -1,7 +1,10 @@
 //! `xtask vm-matrix` end to end, as an unprivileged user: bookworm (criu 3.17.1) and trixie
 //! (criu 4.x) built in the user's cache and run by one command, then the merged table that
 //! `sharedos-rig show` renders from the matrix directory held against each image's own
-//! report.json.
+//! report.json. A third row, `stale` (bookworm with one pin the mirror does not have), must
+//! be NOT_RUN naming the pin and the command that refreshes its lock while the other two run;
+//! and `sharedos-rig matrix merge` over the per-image report directories (stale's from a vm-run
+//! of its own, as a CI job would make it) must give the same table.
 //!
 //! Minutes, so `#[ignore]`d in a plain `cargo test`; CI runs it with `--include-ignored`.
 
@@ -9,11 +12,65 @@ mod common;
 
 use common::{last_line, Sandbox};
 use sharedos_rig::matrix::{self, CellOutcome, Matrix};
-use sharedos_rig::report::{GateName, Report};
+use sharedos_rig::report::{GateName, Report, Status};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const IMAGES: [&str; 2] = ["bookworm", "trixie"];
+/// A copy of bookworm whose lock pins criu at a version no mirror has.
+const STALE: &str = "stale";
+const STALE_PIN: (&str, &str) = ("criu 3.17.1-2+deb12u2 ", "criu 3.17.1-2+deb12u99 ");
+
+/// images/stale: bookworm with one pin the mirror does not have.
+fn add_stale_image(sb: &Sandbox) {
+    let st = Command::new("cp")
+        .arg("-r")
+        .arg(sb.images.join("bookworm"))
+        .arg(sb.images.join(STALE))
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let lock = sb.images.join(STALE).join("packages.lock");
+    let text = std::fs::read_to_string(&lock).unwrap();
+    assert!(
+        text.contains(STALE_PIN.0),
+        "bookworm's lock pins criu as the test expects"
+    );
+    std::fs::write(&lock, text.replace(STALE_PIN.0, STALE_PIN.1)).unwrap();
+    // Still the user's, as the sandbox made everything else.
+    let st = Command::new("chown")
+        .arg("-R")
+        .arg(format!("{}:{}", sb.uid, sb.gid))
+        .arg(sb.images.join(STALE))
+        .status()
+        .unwrap();
+    assert!(st.success());
+}
+
+/// The table and notes of `show --format md`, without the first line (it says how many runs
+/// went at once, which a merge of separate jobs words differently), and with the process id in
+/// a failed build's log name (`<key>.<pid>/build.log`) left out: each process that tries the
+/// build names its own log.
+fn md_body(md: &str) -> String {
+    without_build_pid(&md.lines().skip(1).collect::<Vec<_>>().join("\n"))
+}
+
+fn without_build_pid(s: &str) -> String {
+    let mut out = String::new();
+    let mut rest = s;
+    while let Some(i) = rest.find("/build.log") {
+        let head = &rest[..i];
+        let kept = head.trim_end_matches(|c: char| c.is_ascii_digit());
+        out.push_str(kept);
+        if kept.len() < head.len() {
+            out.push_str("<pid>");
+        }
+        out.push_str("/build.log");
+        rest = &rest[i + "/build.log".len()..];
+    }
+    out.push_str(rest);
+    out
+}
 
 fn read_report(dir: &Path) -> Report {
     let text = std::fs::read_to_string(dir.join("report.json"))
@@ -53,12 +110,14 @@ fn vm_matrix_over_bookworm_and_trixie_merges_what_each_report_says() {
     let gate = sharedos_rig::gate_binary::build_gate_binary(Path::new(env!("CARGO_MANIFEST_DIR")))
         .expect("building the static gate binary");
     let gate = sb.copy_in(&gate, "sharedos-gate");
+    add_stale_image(&sb);
     let reports = sb.dir.join("reports");
     let cache = sb.dir.join("cache");
+    let rows = format!("{},{STALE}", IMAGES.join(","));
     let args: Vec<String> = vec![
         "vm-matrix".into(),
         "--images".into(),
-        IMAGES.join(","),
+        rows,
         "--images-dir".into(),
         "images".into(),
         "--cache-dir".into(),
@@ -73,10 +132,11 @@ fn vm_matrix_over_bookworm_and_trixie_merges_what_each_report_says() {
     let argv: Vec<&str> = args.iter().map(String::as_str).collect();
     let out = sb.run_as_user(&sb.xtask, &argv);
     let code = out.status.code().unwrap();
-    assert_ne!(
+    // 2: an image would not build (stale), which is the rig's failure for that row.
+    assert_eq!(
         code,
         2,
-        "the rig failed:\n{}",
+        "the stale row makes the matrix exit 2:\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
     let dir = PathBuf::from(last_line(&out));
@@ -99,7 +159,27 @@ fn vm_matrix_over_bookworm_and_trixie_merges_what_each_report_says() {
     assert!(problems.is_empty(), "{problems:?}");
     assert_eq!(loaded, m, "matrix.json agrees with the per-image reports");
     let names: Vec<&str> = m.cells.iter().map(|c| c.image.as_str()).collect();
-    assert_eq!(names, IMAGES);
+    assert_eq!(names, ["bookworm", "trixie", STALE]);
+
+    // The stale row did not run, says which pin and how to refresh the lock; nothing archived.
+    let stale = &m.cells[2];
+    assert_eq!(stale.outcome, CellOutcome::NotRun, "{stale:?}");
+    assert!(
+        stale.reason.contains("criu 3.17.1-2+deb12u99"),
+        "{}",
+        stale.reason
+    );
+    assert!(
+        stale
+            .reason
+            .contains("cargo xtask image --image stale --update-lock")
+            && stale
+                .fix
+                .contains("cargo xtask image --image stale --update-lock"),
+        "{stale:?}"
+    );
+    assert!(stale.gates.iter().all(|g| g.status == Status::NotRun));
+    assert!(!dir.join(STALE).exists());
 
     let text = show(&dir, "text");
     let md = show(&dir, "md");
@@ -156,6 +236,55 @@ fn vm_matrix_over_bookworm_and_trixie_merges_what_each_report_says() {
         "{:?}",
         m.cells[1]
     );
+
+    // What CI does (.github/workflows/vm-run.yml): one vm-run per image, then `sharedos-rig
+    // matrix merge`. bookworm's and trixie's reports are the matrix's own; stale's comes from a
+    // vm-run of its own, run as the workflow runs it (--accel auto, no --mode: the builder
+    // chooses), which fails at the image (exit 2, no VM) and archives a report that says so.
+    let stale_out = sb.dir.join("stale-report");
+    let mut vr: Vec<String> = common::vm_run_args(&sb, &gate, &stale_out, "auto");
+    let mode = vr.iter().position(|a| a == "--mode").unwrap();
+    vr.drain(mode..mode + 2);
+    vr.splice(1..1, ["--image".to_string(), STALE.to_string()]);
+    let vr: Vec<&str> = vr.iter().map(String::as_str).collect();
+    let o = sb.run_as_user(&sb.xtask, &vr);
+    assert_eq!(o.status.code(), Some(2), "vm-run of the stale image");
+    let merged = sb.dir.join("merged");
+    let mut margs: Vec<String> = vec![
+        "matrix".into(),
+        "merge".into(),
+        "--out".into(),
+        merged.display().to_string(),
+        "--images-dir".into(),
+        "images".into(),
+        "--images".into(),
+        format!("{},{STALE}", IMAGES.join(",")),
+    ];
+    margs.extend(IMAGES.iter().map(|i| dir.join(i).display().to_string()));
+    margs.push(stale_out.display().to_string());
+    let margs: Vec<&str> = margs.iter().map(String::as_str).collect();
+    let rig = sb.copy_in(
+        Path::new(env!("CARGO_BIN_EXE_sharedos-rig")),
+        "sharedos-rig",
+    );
+    let mo = sb.run_as_user(&rig, &margs);
+    assert_eq!(
+        mo.status.code(),
+        Some(code),
+        "merge exits as the matrix did"
+    );
+    assert_eq!(last_line(&mo), merged.display().to_string());
+    assert_eq!(md_body(&show(&merged, "md")), md_body(&md));
+    let (mm, problems) = matrix::load(&merged).unwrap();
+    assert!(problems.is_empty(), "{problems:?}");
+    for (a, b) in mm.cells.iter().zip(&m.cells) {
+        assert_eq!(
+            (&a.image, a.outcome, &a.gates, &a.fix),
+            (&b.image, b.outcome, &b.gates, &b.fix)
+        );
+        assert_eq!(without_build_pid(&a.reason), without_build_pid(&b.reason));
+        assert_eq!(a.judgement(), b.judgement(), "{}", a.image);
+    }
 
     // The same matrix compared with itself: no differences in any cell.
     let d = Command::new(env!("CARGO_BIN_EXE_sharedos-rig"))

@@ -25,7 +25,7 @@ struct Known {
 }
 
 const KNOWN: &[Known] = &[
-    // The one install step; .ci/run adds --tests, and tests/install.rs runs it bare.
+    // The one install step, in both jobs; .ci/run adds --tests, and tests/install.rs runs it bare.
     Known {
         command: "sudo .ci/install-host",
         evidence: &[
@@ -34,23 +34,24 @@ const KNOWN: &[Known] = &[
             ("README.md", "sudo .ci/install-host\n"),
         ],
     },
-    // vm-run as an unprivileged user with --mode fakechroot, --accel auto and --out
-    // (tests/vm_run.rs, through tests/common/mod.rs); --mode belongs to the image options vm-run shares with `xtask image`.
+    // vm-run of one image as an unprivileged user with --image, --accel auto, --out and no
+    // --mode (the builder chooses): tests/vm_matrix.rs runs exactly that for its stale image,
+    // and tests/vm_run.rs runs the whole session with --accel auto.
     Known {
-        command: "cargo xtask vm-run --mode fakechroot --accel auto --out reports/ci || status=$?",
+        command: "cargo xtask vm-run --image \"${{ matrix.image }}\" --accel auto --out \"reports/${{ matrix.image }}\" || status=$?",
         evidence: &[
             ("tests/common/mod.rs", "\"vm-run\""),
             ("tests/common/mod.rs", "\"--accel\""),
-            ("tests/vm_run.rs", "\"auto\""),
             ("tests/common/mod.rs", "\"--out\""),
-            ("tests/common/mod.rs", "\"--mode\""),
-            ("tests/common/mod.rs", "\"fakechroot\""),
+            ("tests/vm_run.rs", "\"auto\""),
+            ("tests/vm_matrix.rs", "common::vm_run_args(&sb, &gate, &stale_out, \"auto\")"),
+            ("tests/vm_matrix.rs", "vr.drain(mode..mode + 2);"),
+            ("tests/vm_matrix.rs", "[\"--image\".to_string(), STALE.to_string()]"),
             ("xtask/src/main.rs", "image: BuildOptions"),
         ],
     },
     Known {
-        command:
-            "cargo run -p sharedos-rig -- show reports/ci --format junit > reports/ci/junit.xml",
+        command: "cargo run -p sharedos-rig -- show \"reports/${{ matrix.image }}\" --format junit > \"reports/${{ matrix.image }}.junit.xml\"",
         evidence: &[
             ("tests/real_reports.rs", "show(&r.a, \"junit\")"),
             (
@@ -60,8 +61,7 @@ const KNOWN: &[Known] = &[
         ],
     },
     Known {
-        command:
-            "cargo run -p sharedos-rig -- show reports/ci --format md >> \"$GITHUB_STEP_SUMMARY\"",
+        command: "cargo run -p sharedos-rig -- show \"reports/${{ matrix.image }}\" --format md >> \"$GITHUB_STEP_SUMMARY\"",
         evidence: &[
             ("tests/real_reports.rs", "show(&r.a, \"md\")"),
             (
@@ -70,13 +70,43 @@ const KNOWN: &[Known] = &[
             ),
         ],
     },
-    // Shell plumbing of the vm-run step, checked by vm_run_step_accepts_exactly_0_and_3.
+    // The merge over the downloaded report directories: tests/vm_matrix.rs merges real ones
+    // (with --images-dir and --images) and holds the table against vm-matrix's;
+    // tests/cli_reports.rs runs the command on constructed ones.
+    Known {
+        command: "cargo run -p sharedos-rig -- matrix merge --out matrix --images-dir images --images bookworm,bookworm-bpo,trixie,trixie-bpo,forky reports/* || status=$?",
+        evidence: &[
+            ("tests/vm_matrix.rs", "\"matrix\".into(),\n        \"merge\".into(),"),
+            ("tests/vm_matrix.rs", "\"--images-dir\".into(),\n        \"images\".into(),\n        \"--images\".into(),"),
+            ("tests/vm_matrix.rs", "assert_eq!(md_body(&show(&merged, \"md\")), md_body(&md));"),
+            (
+                "tests/cli_reports.rs",
+                "\"matrix\",\n        \"merge\",\n        \"--out\",\n        ms,\n        \"--images-dir\",",
+            ),
+        ],
+    },
+    Known {
+        command: "cargo run -p sharedos-rig -- show matrix --format md >> \"$GITHUB_STEP_SUMMARY\"",
+        evidence: &[
+            ("tests/vm_matrix.rs", "show(&merged, \"md\")"),
+            ("tests/cli_reports.rs", "rig(&[\"show\", ms, \"--format\", \"md\"])"),
+        ],
+    },
+    // Shell plumbing of the two judged steps, checked by the *_step_accepts_* tests below.
     Known {
         command: "status=0",
         evidence: &[],
     },
     Known {
         command: "echo \"vm-run exited $status\"",
+        evidence: &[],
+    },
+    Known {
+        command: "test \"$status\" -ne 2",
+        evidence: &[],
+    },
+    Known {
+        command: "echo \"matrix merge exited $status\"",
         evidence: &[],
     },
     Known {
@@ -207,6 +237,23 @@ fn the_package_lists_it_installs_name_the_host_tools() {
     }
 }
 
+/// The text of one job: from its `  name:` line under `jobs:` to the next line indented by
+/// exactly two spaces (the next job), or the end.
+fn job<'a>(yaml: &'a str, name: &str) -> &'a str {
+    let start = yaml
+        .find(&format!("\n  {name}:\n"))
+        .unwrap_or_else(|| panic!("no job {name}"))
+        + 1;
+    let mut offset = start;
+    for (k, line) in yaml[start..].split_inclusive('\n').enumerate() {
+        if k > 0 && line.starts_with("  ") && !line.starts_with("   ") {
+            return &yaml[start..offset];
+        }
+        offset += line.len();
+    }
+    &yaml[start..]
+}
+
 #[test]
 fn the_workflow_has_its_triggers_cache_summary_and_artifact() {
     let y = read(WORKFLOW);
@@ -219,59 +266,130 @@ fn the_workflow_has_its_triggers_cache_summary_and_artifact() {
         "SHAREDOS_RIG_CACHE: ${{ github.workspace }}/.rig-cache",
         "uses: actions/cache@v4",
         "path: ${{ github.workspace }}/.rig-cache",
-        "hashFiles('images/bookworm/packages.lock', 'images/bookworm/*')",
+        "hashFiles(format('images/{0}/packages.lock', matrix.image), format('images/{0}/*', matrix.image))",
         "uses: actions/upload-artifact@v4",
         "uses: actions/attest-build-provenance@v2",
-        "subject-path: reports/ci/report.json",
+        "subject-path: reports/${{ matrix.image }}/report.json",
         "id-token: write",
         "attestations: write",
-        "path: reports/ci\n",
-        "paths: reports/ci/junit.xml",
+        "path: reports/${{ matrix.image }}\n",
+        "paths: reports/${{ matrix.image }}.junit.xml",
     ] {
         assert!(y.contains(needle), "{WORKFLOW} lacks `{needle}`");
     }
     // The image cache is where the builder looks for it.
     assert!(read("src/image/cache.rs").contains("\"SHAREDOS_RIG_CACHE\""));
-    // Everything after vm-run runs even when vm-run failed, so a failed run is still reported.
-    let after = &y[y.find("- name: vm-run").unwrap()..];
-    let later_steps = after.matches("\n      - ").count();
-    assert_eq!(
-        after.matches("if: always()").count(),
-        later_steps,
-        "{after}"
-    );
+    // Within each job, everything after its judged step runs even when that step failed, so a
+    // failed run is still reported and uploaded.
+    for (name, step) in [
+        ("vm-run", "- name: vm-run\n"),
+        ("matrix", "- name: Merge the matrix\n"),
+    ] {
+        let j = job(&y, name);
+        let after = &j[j.find(step).unwrap_or_else(|| panic!("{name}: no {step}"))..];
+        let later_steps = after.matches("\n      - ").count();
+        assert!(later_steps >= 1, "{name}");
+        assert_eq!(
+            after.matches("if: always()").count(),
+            later_steps,
+            "{after}"
+        );
+    }
 }
 
+/// One job per image under images/, none stopping the others; the merge job waits for all of
+/// them however they ended, downloads what they uploaded and names the same images.
 #[test]
-fn vm_run_step_accepts_exactly_0_and_3() {
+fn the_matrix_covers_every_image_and_the_merge_job_takes_every_report() {
+    let y = read(WORKFLOW);
+    let runs = job(&y, "vm-run");
+    assert!(runs.contains("      fail-fast: false\n"), "{runs}");
+    assert!(
+        !runs.contains("download-artifact"),
+        "the job ends where the next begins"
+    );
+    let line = runs
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("image: ["))
+        .expect("a matrix of images");
+    let listed: Vec<&str> = line
+        .trim_end_matches(']')
+        .split(',')
+        .map(str::trim)
+        .collect();
+    let mut on_disk: Vec<String> = std::fs::read_dir(root().join("images"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().join("image.conf").is_file())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    on_disk.sort();
+    let mut sorted: Vec<String> = listed.iter().map(|s| s.to_string()).collect();
+    sorted.sort();
+    assert_eq!(
+        sorted, on_disk,
+        "the workflow's matrix is every image under images/"
+    );
+    assert!(runs.contains("name: sharedos-rig-report-${{ matrix.image }}\n"));
+
+    let merge = job(&y, "matrix");
+    assert!(merge.contains("    needs: vm-run\n"), "{merge}");
+    assert!(merge.contains("    if: always()\n"), "{merge}");
+    assert!(merge.contains("uses: actions/download-artifact@v4"));
+    assert!(merge.contains("pattern: sharedos-rig-report-*\n"));
+    assert!(merge.contains("path: reports\n"));
+    assert!(merge.contains(&format!(" --images {} reports/*", listed.join(","))));
+    assert!(merge.contains("path: matrix\n"));
+}
+
+/// A judged step with its real command replaced by one that exits `code`: did it succeed,
+/// and what did it print?
+fn run_step(prefix: &str, code: i32) -> (bool, String) {
     let y = read(WORKFLOW);
     let step = run_blocks(&y)
         .into_iter()
-        .find(|b| b.iter().any(|c| c.starts_with("cargo xtask vm-run ")))
-        .expect("a run block with cargo xtask vm-run");
+        .find(|b| b.iter().any(|c| c.starts_with(prefix)))
+        .unwrap_or_else(|| panic!("a run block with {prefix}"));
+    let script: Vec<String> = step
+        .iter()
+        .map(|c| match c.strip_prefix(prefix) {
+            Some(rest) => {
+                let tail = &rest[rest.find(" || ").expect("an || status=$?")..];
+                format!("(exit {code}){tail}")
+            }
+            None => c.clone(),
+        })
+        .collect();
+    // GitHub's default shell for run steps on Linux.
+    let o = Command::new("bash")
+        .args(["--noprofile", "--norc", "-e", "-c", &script.join("\n")])
+        .current_dir(Path::new("/"))
+        .output()
+        .unwrap();
+    (
+        o.status.success(),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+    )
+}
+
+/// A per-image job fails only when the rig failed (2): a gate's verdict is the merge's to
+/// judge against the image's expectations.
+#[test]
+fn vm_run_step_fails_only_on_a_rig_failure() {
     for code in 0..=4 {
-        // The step with the real command replaced by one that exits `code`.
-        let script: Vec<String> = step
-            .iter()
-            .map(|c| match c.strip_prefix("cargo xtask vm-run ") {
-                Some(rest) => {
-                    let tail = &rest[rest.find(" || ").expect("an || status=$?")..];
-                    format!("(exit {code}){tail}")
-                }
-                None => c.clone(),
-            })
-            .collect();
-        // GitHub's default shell for run steps on Linux.
-        let o = Command::new("bash")
-            .args(["--noprofile", "--norc", "-e", "-c", &script.join("\n")])
-            .current_dir(Path::new("/"))
-            .output()
-            .unwrap();
-        let ok = o.status.success();
-        assert_eq!(ok, code == 0 || code == 3, "exit {code}: {script:?}");
-        assert_eq!(
-            String::from_utf8_lossy(&o.stdout),
-            format!("vm-run exited {code}\n")
-        );
+        let (ok, out) = run_step("cargo xtask vm-run ", code);
+        assert_eq!(ok, code != 2, "exit {code}");
+        assert_eq!(out, format!("vm-run exited {code}\n"));
+    }
+}
+
+/// The merge job passes on 0 (every row as expected) and 3 (only a review outstanding), as
+/// vm-matrix's exit codes mean.
+#[test]
+fn merge_step_accepts_exactly_0_and_3() {
+    for code in 0..=4 {
+        let (ok, out) = run_step("cargo run -p sharedos-rig -- matrix merge ", code);
+        assert_eq!(ok, code == 0 || code == 3, "exit {code}");
+        assert_eq!(out, format!("matrix merge exited {code}\n"));
     }
 }

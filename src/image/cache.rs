@@ -1,4 +1,9 @@
 //! The image cache: where it is, the key of an entry, and whether an entry can be trusted.
+//! An entry is trusted only when the manifest beside its files says it was built from exactly
+//! the inputs just computed (key, every input's sha256, the lock's) and every file hashes as
+//! that manifest says: a manifest is data in a writable directory, so what it claims about its
+//! own origin is checked, never taken. A bad entry is deleted only while holding the cache lock,
+//! so that two processes never delete and rebuild the same entry under each other.
 
 use super::manifest::{Manifest, MANIFEST_FILE, MANIFEST_VERSION};
 use crate::digest::{sha256_file, sha256_hex};
@@ -16,6 +21,91 @@ pub const STAMP_FILE: &str = ".verified";
 
 /// Bumped when the builder changes what it produces from the same inputs.
 pub const BUILDER_FORMAT: &str = "sharedos-rig image builder 1";
+
+/// The cache lock, in the cache root: held while a bad entry is deleted.
+pub const LOCK_FILE: &str = ".entries.lock";
+
+/// What an entry must have been built from: the key and the inputs computed just now from
+/// images/<name>/ (as [`entry_key`] takes them, the lock file among them).
+#[derive(Debug, Clone, Copy)]
+pub struct Want<'a> {
+    pub image: &'a str,
+    pub key: &'a str,
+    /// (path under images/<name>/, sha256) in key order.
+    pub inputs: &'a [(String, String)],
+}
+
+/// The [`Want`] of the inputs just computed.
+pub fn want<'a>(image: &'a str, key: &'a str, inputs: &'a [(String, String)]) -> Want<'a> {
+    Want { image, key, inputs }
+}
+
+impl Want<'_> {
+    /// Where the stored manifest differs from what was computed, in words; None when it agrees.
+    pub fn mismatch(&self, m: &Manifest) -> Option<String> {
+        // The key is recomputed from the inputs too: a manifest cannot name a key its own
+        // inputs do not give.
+        let key = entry_key(self.image, self.inputs);
+        if key != self.key {
+            return Some(format!(
+                "the inputs give key {key}, the caller computed {}",
+                self.key
+            ));
+        }
+        if m.image_name != self.image {
+            return Some(format!(
+                "its manifest is of image {:?}, not {:?}",
+                m.image_name, self.image
+            ));
+        }
+        if m.key != self.key {
+            return Some(format!(
+                "its manifest records key {}, the inputs give {}",
+                m.key, self.key
+            ));
+        }
+        let stored: Vec<(&str, &str)> = m
+            .inputs
+            .iter()
+            .map(|i| (i.path.as_str(), i.sha256.as_str()))
+            .collect();
+        let computed: Vec<(&str, &str)> = self
+            .inputs
+            .iter()
+            .map(|(p, h)| (p.as_str(), h.as_str()))
+            .collect();
+        if stored != computed {
+            let differ: Vec<&str> = computed
+                .iter()
+                .filter(|c| !stored.contains(c))
+                .map(|(p, _)| *p)
+                .chain(
+                    stored
+                        .iter()
+                        .filter(|s| !computed.iter().any(|c| c.0 == s.0))
+                        .map(|(p, _)| *p),
+                )
+                .collect();
+            return Some(format!(
+                "its manifest's inputs differ from the ones computed ({})",
+                differ.join(", ")
+            ));
+        }
+        let lock = self
+            .inputs
+            .iter()
+            .find(|(p, _)| p == super::definition::LOCK_FILE)
+            .map(|(_, h)| h.as_str())
+            .unwrap_or("");
+        if m.lock_sha256 != lock {
+            return Some(format!(
+                "its manifest records lock sha256 {}, the lock hashes to {lock}",
+                m.lock_sha256
+            ));
+        }
+        None
+    }
+}
 
 pub fn cache_root() -> Result<PathBuf> {
     if let Some(p) = std::env::var_os("SHAREDOS_RIG_CACHE").filter(|p| !p.is_empty()) {
@@ -67,8 +157,9 @@ pub enum EntryState {
     Bad(String),
 }
 
-/// Checks an entry; only files whose stat changed since the last good check are re-hashed.
-pub fn check_entry(dir: &Path) -> EntryState {
+/// Checks an entry against what it must have been built from; only files whose stat changed
+/// since the last good check are re-hashed.
+pub fn check_entry(dir: &Path, want: &Want) -> EntryState {
     let mpath = dir.join(MANIFEST_FILE);
     if !dir.exists() {
         return EntryState::Missing;
@@ -82,6 +173,9 @@ pub fn check_entry(dir: &Path) -> EntryState {
             "manifest version {} is not {MANIFEST_VERSION}",
             manifest.manifest_version
         ));
+    }
+    if let Some(why) = want.mismatch(&manifest) {
+        return EntryState::Bad(why);
     }
     let stamps: BTreeMap<String, FileStat> = std::fs::read_to_string(dir.join(STAMP_FILE))
         .ok()
@@ -114,6 +208,38 @@ pub fn check_entry(dir: &Path) -> EntryState {
         let _ = write_stamps(dir, &fresh);
     }
     EntryState::Good(Box::new(manifest))
+}
+
+/// Holds the cache lock of `root` (blocking until it is free) for as long as it lives.
+pub fn lock(root: &Path) -> Result<nix::fcntl::Flock<std::fs::File>> {
+    std::fs::create_dir_all(root).with_context(|| format!("creating {}", root.display()))?;
+    let path = root.join(LOCK_FILE);
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("opening the cache lock {}", path.display()))?;
+    nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive)
+        .map_err(|(_, e)| anyhow::anyhow!("locking {}: {e}", path.display()))
+}
+
+/// Deletes an entry found bad, holding the cache lock. Under the lock the entry is checked
+/// again: one that another process has meanwhile replaced with a good entry is left alone.
+/// Returns whether it was deleted.
+pub fn remove_bad_entry(dir: &Path, want: &Want) -> Result<bool> {
+    let root = dir
+        .parent()
+        .with_context(|| format!("{} has no parent directory", dir.display()))?;
+    let _lock = lock(root)?;
+    match check_entry(dir, want) {
+        EntryState::Good(_) | EntryState::Missing => Ok(false),
+        EntryState::Bad(_) => {
+            std::fs::remove_dir_all(dir)
+                .with_context(|| format!("removing the bad cache entry {}", dir.display()))?;
+            Ok(true)
+        }
+    }
 }
 
 fn write_stamps(dir: &Path, stamps: &BTreeMap<String, FileStat>) -> Result<()> {
@@ -165,6 +291,17 @@ mod tests {
         );
     }
 
+    fn inputs() -> Vec<(String, String)> {
+        vec![
+            ("image.conf".into(), "aa".repeat(32)),
+            ("packages.lock".into(), "bb".repeat(32)),
+        ]
+    }
+
+    fn want(inputs: &[(String, String)]) -> (String, Vec<(String, String)>) {
+        (entry_key("t", inputs), inputs.to_vec())
+    }
+
     fn manifest_for(dir: &Path) -> Manifest {
         let mut files = Vec::new();
         for (n, body) in [
@@ -178,16 +315,19 @@ mod tests {
         Manifest {
             manifest_version: MANIFEST_VERSION,
             image_name: "t".into(),
-            key: "t-x".into(),
+            key: entry_key("t", &inputs()),
             suite: "bookworm".into(),
             architecture: "amd64".into(),
             image_sha256: files[0].clone(),
             image_bytes: 4,
             kernel_sha256: files[1].clone(),
             initrd_sha256: files[2].clone(),
-            lock_sha256: String::new(),
+            lock_sha256: "bb".repeat(32),
             definition_sha256: String::new(),
-            inputs: vec![],
+            inputs: inputs()
+                .into_iter()
+                .map(|(path, sha256)| InputFile { path, sha256 })
+                .collect(),
             kernel_release: "6.1".into(),
             packages: vec![],
             mirror: String::new(),
@@ -209,22 +349,115 @@ mod tests {
     fn check_entry_trusts_stamps_and_catches_changes() {
         let dir = std::env::temp_dir().join(format!("cache-test-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        assert!(matches!(check_entry(&dir), EntryState::Missing));
+        let (key, ins) = want(&inputs());
+        let w = Want {
+            image: "t",
+            key: &key,
+            inputs: &ins,
+        };
+        assert!(matches!(check_entry(&dir, &w), EntryState::Missing));
         std::fs::create_dir_all(&dir).unwrap();
         let m = manifest_for(&dir);
         m.write(&dir.join(MANIFEST_FILE)).unwrap();
-        assert!(matches!(check_entry(&dir), EntryState::Good(_)));
+        assert!(matches!(check_entry(&dir, &w), EntryState::Good(_)));
         assert!(dir.join(STAMP_FILE).exists());
-        assert!(matches!(check_entry(&dir), EntryState::Good(_)));
+        assert!(matches!(check_entry(&dir, &w), EntryState::Good(_)));
         std::fs::write(dir.join(KERNEL_FILE), "kernel, changed").unwrap();
-        match check_entry(&dir) {
+        match check_entry(&dir, &w) {
             EntryState::Bad(why) => assert!(why.contains("vmlinuz has sha256"), "{why}"),
             other => panic!("{other:?}"),
         }
         std::fs::write(dir.join(KERNEL_FILE), "kernel").unwrap();
-        assert!(matches!(check_entry(&dir), EntryState::Good(_)));
+        assert!(matches!(check_entry(&dir, &w), EntryState::Good(_)));
         std::fs::remove_file(dir.join(INITRD_FILE)).unwrap();
-        assert!(matches!(check_entry(&dir), EntryState::Bad(_)));
+        assert!(matches!(check_entry(&dir, &w), EntryState::Bad(_)));
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A manifest beside good files that claims other inputs than the ones computed is not
+    /// trusted, whichever field it tampers with; the bad entry is deleted under the cache lock,
+    /// and not while another process holds it.
+    #[test]
+    fn a_tampered_manifest_is_a_bad_entry_deleted_under_the_lock() {
+        let root = std::env::temp_dir().join(format!("cache-tamper-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let dir = root.join("t-entry");
+        std::fs::create_dir_all(&dir).unwrap();
+        let (key, ins) = want(&inputs());
+        let w = Want {
+            image: "t",
+            key: &key,
+            inputs: &ins,
+        };
+        let good = manifest_for(&dir);
+        good.write(&dir.join(MANIFEST_FILE)).unwrap();
+        assert!(matches!(check_entry(&dir, &w), EntryState::Good(_)));
+
+        type Tamper = Box<dyn Fn(&mut Manifest)>;
+        let tampers: Vec<(Tamper, &str)> = vec![
+            (Box::new(|m| m.key = "t-0000".into()), "records key t-0000"),
+            (Box::new(|m| m.image_name = "u".into()), "is of image \"u\""),
+            (
+                Box::new(|m| m.inputs[1].sha256 = "cc".repeat(32)),
+                "inputs differ from the ones computed (packages.lock)",
+            ),
+            (
+                Box::new(|m| m.inputs.pop().map(drop).unwrap_or(())),
+                "packages.lock",
+            ),
+            (
+                Box::new(|m| m.lock_sha256 = "dd".repeat(32)),
+                "records lock sha256",
+            ),
+        ];
+        for (tamper, want_msg) in &tampers {
+            let mut m = good.clone();
+            tamper(&mut m);
+            m.write(&dir.join(MANIFEST_FILE)).unwrap();
+            match check_entry(&dir, &w) {
+                EntryState::Bad(why) => assert!(why.contains(want_msg), "{why}"),
+                other => panic!("{want_msg}: {other:?}"),
+            }
+        }
+        // The same entry checked against other inputs (a changed lock) is bad too.
+        let other = [ins[0].clone(), ("packages.lock".into(), "ee".repeat(32))];
+        let other_key = entry_key("t", &other);
+        good.write(&dir.join(MANIFEST_FILE)).unwrap();
+        let w2 = Want {
+            image: "t",
+            key: &other_key,
+            inputs: &other,
+        };
+        assert!(matches!(check_entry(&dir, &w2), EntryState::Bad(_)));
+        // A good entry is never deleted.
+        assert!(!remove_bad_entry(&dir, &w).unwrap());
+        assert!(dir.exists());
+
+        // Tampered, then deleted only once the lock another holder has is released.
+        let mut m = good.clone();
+        m.key = "t-0000".into();
+        m.write(&dir.join(MANIFEST_FILE)).unwrap();
+        let held = lock(&root).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (d2, key2, ins2) = (dir.clone(), key.clone(), ins.clone());
+        let t = std::thread::spawn(move || {
+            let w = Want {
+                image: "t",
+                key: &key2,
+                inputs: &ins2,
+            };
+            tx.send(remove_bad_entry(&d2, &w).unwrap()).unwrap();
+        });
+        assert!(
+            rx.recv_timeout(std::time::Duration::from_millis(300))
+                .is_err(),
+            "deleted while another process held the lock"
+        );
+        assert!(dir.exists());
+        drop(held);
+        assert!(rx.recv_timeout(std::time::Duration::from_secs(10)).unwrap());
+        t.join().unwrap();
+        assert!(!dir.exists());
+        std::fs::remove_dir_all(&root).unwrap();
     }
 }

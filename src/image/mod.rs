@@ -237,7 +237,8 @@ pub fn ensure_image_with(opts: &BuildOptions, progress: &Progress) -> Result<Ima
     let entry_dir = root.join(&inputs.key);
 
     if !opts.update_lock {
-        match cache::check_entry(&entry_dir) {
+        let want = cache::want(&opts.image, &inputs.key, &inputs.hashes);
+        match cache::check_entry(&entry_dir, &want) {
             EntryState::Good(m) => {
                 return Ok(ImageEntry {
                     dir: entry_dir,
@@ -250,9 +251,7 @@ pub fn ensure_image_with(opts: &BuildOptions, progress: &Progress) -> Result<Ima
                     "cache entry {} is not usable ({why}): rebuilding it",
                     entry_dir.display()
                 ));
-                std::fs::remove_dir_all(&entry_dir).with_context(|| {
-                    format!("removing the bad cache entry {}", entry_dir.display())
-                })?;
+                cache::remove_bad_entry(&entry_dir, &want)?;
             }
             EntryState::Missing => {}
         }
@@ -368,7 +367,8 @@ pub fn ensure_image_with(opts: &BuildOptions, progress: &Progress) -> Result<Ima
     cache::stamp_entry(&result.entry_dir, &manifest)?;
 
     if entry_dir.exists() {
-        if let EntryState::Good(m) = cache::check_entry(&entry_dir) {
+        let want = cache::want(&opts.image, &inputs.key, &inputs.hashes);
+        if let EntryState::Good(m) = cache::check_entry(&entry_dir, &want) {
             if m.image_sha256 != manifest.image_sha256 {
                 progress.note(&format!(
                     "warning: {} already holds an image with sha256 {}, this build made {}: keeping the existing entry",
@@ -384,8 +384,7 @@ pub fn ensure_image_with(opts: &BuildOptions, progress: &Progress) -> Result<Ima
                 built: true,
             });
         }
-        std::fs::remove_dir_all(&entry_dir)
-            .with_context(|| format!("removing {}", entry_dir.display()))?;
+        cache::remove_bad_entry(&entry_dir, &want)?;
     }
     std::fs::rename(&result.entry_dir, &entry_dir)
         .with_context(|| format!("moving the new entry to {}", entry_dir.display()))?;

@@ -1,16 +1,24 @@
-//! `vm-matrix`: one vm-run per image, the per-image reports side by side in
-//! `reports/matrix-<UTC>/<image>/`, and `matrix.json` (the [`Matrix`] schema below, its one
-//! definition) with one cell per image. Each image's build comes first, one at a time; an image
+//! `vm-matrix`: one vm-run per row, the per-row reports side by side in
+//! `reports/matrix-<UTC>/<row>/`, and `matrix.json` (the [`Matrix`] schema below, its one
+//! definition) with one cell per row. A row is an image, or an image with variants
+//! (`bookworm+userns`, see [`variant`]). Each image's build comes first, one at a time; an image
 //! that cannot be built is a NOT_RUN cell that says why and how to refresh its lock, and the
 //! others still run. The runs themselves are child `vm-run` processes, as many at once as
-//! `--jobs` allows.
+//! `--jobs` allows. `sharedos-rig matrix merge` ([`merge`]) builds the same directory from
+//! vm-run reports made elsewhere (one CI job per image); both write matrix.json through
+//! [`assemble`], so the two tables follow the same rules.
 //!
 //! Exit code: 2 when the rig failed for any cell (an image that would not build, a vm-run that
-//! exited 2); else 1 when any cell differs from its image's `expected-gates`, or, for an image
-//! without one, when its own verdict is FAIL; else 3 when an image without expectations only
-//! awaits the human review, as vm-run exits; else 0.
+//! exited 2); else 1 when any cell differs from its image's `expected-gates` (plain rows only:
+//! a variant row is judged by its own verdict), or, for a row without one, when its own verdict
+//! is FAIL; else 3 when a row without expectations only awaits the human review, as vm-run
+//! exits; else 0.
 
+pub mod merge;
 pub mod render;
+pub mod variant;
+
+pub use variant::Row;
 
 use crate::image::{self, definition, BuildOptions};
 use crate::report::{GateName, Report, Status, REPORT_FILE, RIG_FAILURE_EXIT};
@@ -49,10 +57,14 @@ pub struct CellGate {
     pub status: Status,
 }
 
-/// One image's row.
+/// One row's cell.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct Cell {
+    /// The row label: the image's name, then `+variant` for each variant.
     pub image: String,
+    /// The row's variants, in label order; empty for a plain image row.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub variants: Vec<String>,
     pub outcome: CellOutcome,
     /// vm-run's exit code; None when it never ran.
     pub exit_code: Option<i32>,
@@ -83,6 +95,11 @@ pub struct Cell {
 }
 
 impl Cell {
+    /// The image the row ran, without its variants.
+    pub fn base_image(&self) -> &str {
+        self.image.split('+').next().unwrap_or(&self.image)
+    }
+
     pub fn status(&self, gate: GateName) -> Status {
         self.gates
             .iter()
@@ -196,12 +213,17 @@ pub fn load_expectations(images_dir: &Path, image: &str) -> Result<Option<Vec<Ce
     }
 }
 
-/// Fills `differences` from the gates and the expectations.
+/// Fills `differences` from the gates and the expectations. A row that did not run has no
+/// statuses to compare (its NOT_RUN gates say nothing about the image): it stays a rig
+/// failure, with its reason, not ten differences.
 pub fn compare(cell: &mut Cell) {
     cell.differences.clear();
     let Some(expected) = &cell.expected else {
         return;
     };
+    if cell.outcome != CellOutcome::Ran {
+        return;
+    }
     for e in expected {
         let got = cell.status(e.name);
         if got != e.status {
@@ -228,6 +250,12 @@ fn data_f64(r: &Report, gate: GateName, key: &str) -> Option<f64> {
 /// A cell from an archived report: the gates as the report has them (a gate missing from it
 /// counts as NOT_RUN), where it ran, and the CRIU figures.
 pub fn cell_from_report(image: &str, r: &Report, exit_code: i32) -> Cell {
+    if let Some(reason) = image_not_built(r) {
+        let mut c = not_run_cell(image, &reason, "");
+        c.exit_code = Some(exit_code);
+        c.report_dir = Some(image.to_string());
+        return c;
+    }
     let round = |x: f64, places: i32| {
         let k = 10f64.powi(places);
         (x * k).round() / k
@@ -236,6 +264,7 @@ pub fn cell_from_report(image: &str, r: &Report, exit_code: i32) -> Cell {
     let rig_error = vm.and_then(|v| v.rig_error.clone());
     let mut cell = Cell {
         image: image.to_string(),
+        variants: label_variants(image),
         outcome: if exit_code == RIG_FAILURE_EXIT || rig_error.is_some() {
             CellOutcome::RigFailed
         } else {
@@ -266,7 +295,14 @@ pub fn cell_from_report(image: &str, r: &Report, exit_code: i32) -> Cell {
     if cell.outcome == CellOutcome::RigFailed {
         cell.fix = format!(
             "read {image}/serial.log (the guest's console) and {image}.log, then run the image \
-             alone: `cargo xtask vm-run --image {image}`"
+             alone: `cargo xtask vm-run --image {}{}`",
+            cell.base_image(),
+            Row::parse(image)
+                .map(|r| r.diagnose_args())
+                .ok()
+                .filter(|a| !a.is_empty())
+                .map(|a| format!(" -- {}", a.join(" ")))
+                .unwrap_or_default()
         );
     }
     if cell.kernel_release.is_empty() {
@@ -277,19 +313,53 @@ pub fn cell_from_report(image: &str, r: &Report, exit_code: i32) -> Cell {
     cell
 }
 
+/// The context vm-run's image phase gives its error (src/run/mod.rs); a report whose rig error
+/// starts with it failed while the image was being built.
+pub const IMAGE_PHASE_CONTEXT: &str = "ensuring the guest image";
+
+/// The NOT_RUN reason of a row whose image could not be built, from the builder's error: the
+/// same words whether vm-matrix built the image itself or a vm-run elsewhere reported it.
+pub fn not_built_reason(error: &str) -> String {
+    let e = error
+        .strip_prefix(IMAGE_PHASE_CONTEXT)
+        .and_then(|e| e.strip_prefix(": "))
+        .unwrap_or(error);
+    format!("the image could not be built: {e}")
+}
+
+/// For a vm-run report whose image could not be built (a rig error, no image hashed, the image
+/// phase the last one recorded): the NOT_RUN reason. A run that got as far as booting is a rig
+/// failure instead.
+fn image_not_built(r: &Report) -> Option<String> {
+    let vm = r.vm.as_ref()?;
+    let err = vm.rig_error.as_deref()?;
+    let last_phase = vm.phases.last().map(|p| p.name.as_str());
+    (vm.image_sha256.is_empty()
+        && last_phase == Some("image")
+        && err.starts_with(IMAGE_PHASE_CONTEXT))
+    .then(|| not_built_reason(err))
+}
+
+/// The variants a row label carries (`bookworm+userns` -> `[userns]`).
+fn label_variants(label: &str) -> Vec<String> {
+    label.split('+').skip(1).map(str::to_string).collect()
+}
+
 /// A cell for an image that was not built, with the way to refresh it.
 pub fn not_run_cell(image: &str, reason: &str, kernel_pinned: &str) -> Cell {
+    let base = image.split('+').next().unwrap_or(image);
     Cell {
         image: image.to_string(),
+        variants: label_variants(image),
         outcome: CellOutcome::NotRun,
         exit_code: None,
         report_dir: None,
         log: None,
         reason: reason.to_string(),
         fix: format!(
-            "refresh its lock with `cargo xtask image --image {image} --update-lock` (review and \
+            "refresh its lock with `cargo xtask image --image {base} --update-lock` (review and \
              commit the new packages.lock), or build the locked versions from a dated snapshot: \
-             `cargo xtask image --image {image} --mirror http://snapshot.debian.org/archive/debian/<YYYYMMDDTHHMMSSZ>`"
+             `cargo xtask image --image {base} --mirror http://snapshot.debian.org/archive/debian/<YYYYMMDDTHHMMSSZ>`"
         ),
         kernel_release: kernel_pinned.to_string(),
         criu_version: String::new(),
@@ -306,7 +376,7 @@ pub fn not_run_cell(image: &str, reason: &str, kernel_pinned: &str) -> Cell {
 /// What `cargo xtask vm-matrix` was asked for.
 #[derive(Debug, Clone)]
 pub struct MatrixOptions {
-    /// Images in row order; empty for every image under images/.
+    /// Rows in order (`image` or `image+variant+...`); empty for every image under images/.
     pub images: Vec<String>,
     /// None: [`default_jobs`].
     pub jobs: Option<usize>,
@@ -329,8 +399,8 @@ impl MatrixOptions {
     }
 }
 
-/// The images to run: the ones asked for, each checked, or every image there is.
-pub fn resolve_images(opts: &MatrixOptions) -> Result<Vec<String>> {
+/// The rows to run: the ones asked for, each image and variant checked, or every image there is.
+pub fn resolve_images(opts: &MatrixOptions) -> Result<Vec<Row>> {
     if opts.images.is_empty() {
         let dir = opts.images_dir(image::DEFAULT_IMAGE);
         let all = definition::list_images(&dir);
@@ -340,15 +410,16 @@ pub fn resolve_images(opts: &MatrixOptions) -> Result<Vec<String>> {
                 dir.display()
             );
         }
-        return Ok(all);
+        return Ok(all.iter().map(|n| Row::plain(n)).collect());
     }
-    let mut out: Vec<String> = Vec::new();
-    for name in &opts.images {
-        definition::require_image(&opts.images_dir(name), name)?;
-        if out.contains(name) {
-            bail!("--images names {name} twice");
+    let mut out: Vec<Row> = Vec::new();
+    for label in &opts.images {
+        let row = Row::parse(label)?;
+        definition::require_image(&opts.images_dir(&row.image), &row.image)?;
+        if out.iter().any(|r| r.label() == row.label()) {
+            bail!("--images names {} twice", row.label());
         }
-        out.push(name.clone());
+        out.push(row);
     }
     Ok(out)
 }
@@ -362,10 +433,10 @@ pub fn parse_images_arg(s: &str) -> Vec<String> {
         .collect()
 }
 
-/// The vm-run command of one cell.
-pub fn vm_run_argv(opts: &MatrixOptions, image: &str, out: &Path) -> Vec<String> {
+/// The vm-run command of one cell; a variant row's diagnose arguments go last, after `--`.
+pub fn vm_run_argv(opts: &MatrixOptions, row: &Row, out: &Path) -> Vec<String> {
     let mut a = opts.vm_run.clone();
-    a.extend(["--image".into(), image.into()]);
+    a.extend(["--image".into(), row.image.clone()]);
     let b = &opts.build;
     if let Some(d) = &b.images_dir {
         a.extend(["--images-dir".into(), d.display().to_string()]);
@@ -381,6 +452,11 @@ pub fn vm_run_argv(opts: &MatrixOptions, image: &str, out: &Path) -> Vec<String>
     }
     a.extend(opts.extra_args.iter().cloned());
     a.extend(["--out".into(), out.display().to_string()]);
+    let diagnose = row.diagnose_args();
+    if !diagnose.is_empty() {
+        a.push("--".into());
+        a.extend(diagnose);
+    }
     a
 }
 
@@ -421,12 +497,71 @@ pub fn vm_matrix_with(
     }
 }
 
+/// How the matrix's runs were made, for matrix.json.
+#[derive(Clone, Debug)]
+pub struct RunInfo {
+    pub started_at: String,
+    pub jobs: usize,
+    pub jobs_reason: String,
+    pub command_line: Vec<String>,
+}
+
+/// The one way a matrix.json is written, by vm-matrix and by `matrix merge` alike: each plain
+/// row's committed expectations applied (a variant row is judged by its own verdict), a row
+/// that never booted given the kernel its lock pins, the exit code from the cells, the file
+/// written into `dir`.
+pub fn assemble(
+    dir: &Path,
+    mut cells: Vec<Cell>,
+    images_dir: &dyn Fn(&str) -> PathBuf,
+    info: RunInfo,
+) -> Result<Matrix> {
+    for c in &mut cells {
+        let base = c.base_image().to_string();
+        let idir = images_dir(&base);
+        c.expected = if c.variants.is_empty() {
+            load_expectations(&idir, &base)?
+        } else {
+            None
+        };
+        compare(c);
+        if c.outcome == CellOutcome::NotRun && c.kernel_release.is_empty() {
+            c.kernel_release = pinned_kernel(&idir, &base);
+        }
+    }
+    let m = Matrix {
+        schema_version: MATRIX_SCHEMA_VERSION,
+        started_at: info.started_at,
+        finished_at: clock::now_rfc3339(),
+        jobs: info.jobs,
+        jobs_reason: info.jobs_reason,
+        command_line: info.command_line,
+        exit_code: exit_code(&cells),
+        cells,
+    };
+    write_matrix(dir, &m)?;
+    Ok(m)
+}
+
+/// A new matrix directory, refused when it already holds something: two matrices never mix.
+pub fn create_matrix_dir(dir: &Path) -> Result<()> {
+    if std::fs::read_dir(dir).is_ok_and(|mut d| d.next().is_some()) {
+        bail!(
+            "{} already exists and is not empty: give a new directory",
+            dir.display()
+        );
+    }
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("creating the matrix directory {}", dir.display()))
+}
+
 fn run(
     opts: &MatrixOptions,
     build: &dyn Fn(&BuildOptions) -> Result<String>,
 ) -> Result<(PathBuf, i32)> {
     signals::install().context("installing signal handlers")?;
-    let images = resolve_images(opts)?;
+    let rows = resolve_images(opts)?;
+    let labels: Vec<String> = rows.iter().map(Row::label).collect();
     let cores = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);
@@ -444,42 +579,53 @@ fn run(
             dir.display()
         );
     }
-    std::fs::create_dir_all(&dir).with_context(|| {
+    create_matrix_dir(&dir).with_context(|| {
         format!(
-            "creating the matrix directory {}: is {} writable?",
-            dir.display(),
+            "is {} writable? (pass --reports-root)",
             opts.reports_root.display()
         )
     })?;
     eprintln!(
-        "[vm-matrix] {} image(s): {}; {jobs} at a time ({jobs_reason}); into {}",
-        images.len(),
-        images.join(", "),
+        "[vm-matrix] {} row(s): {}; {jobs} at a time ({jobs_reason}); into {}",
+        rows.len(),
+        labels.join(", "),
         dir.display()
     );
 
-    // Builds first, one at a time: they share the network, the package index and the cores.
-    let mut cells: Vec<Option<Cell>> = vec![None; images.len()];
+    // Builds first, one image at a time however many rows share it: they share the network,
+    // the package index and the cores.
+    let mut cells: Vec<Option<Cell>> = vec![None; rows.len()];
+    let mut built: BTreeMap<String, Option<String>> = BTreeMap::new();
     let mut to_run = Vec::new();
-    for (i, name) in images.iter().enumerate() {
+    for (i, row) in rows.iter().enumerate() {
         if signals::interrupted().is_some() {
-            cells[i] = Some(not_run_cell(name, "the matrix was interrupted", ""));
+            cells[i] = Some(not_run_cell(&labels[i], "the matrix was interrupted", ""));
             continue;
         }
-        let mut b = opts.build.clone();
-        b.image = name.clone();
-        b.plan = false;
-        b.update_lock = false;
-        eprintln!("[vm-matrix] image {name} ...");
-        match build(&b) {
-            Ok(what) => {
-                eprintln!("[vm-matrix] image {name}: {what}");
-                to_run.push(i);
+        let failure = match built.get(&row.image) {
+            Some(f) => f.clone(),
+            None => {
+                let mut b = opts.build.clone();
+                b.image = row.image.clone();
+                b.plan = false;
+                b.update_lock = false;
+                eprintln!("[vm-matrix] image {} ...", row.image);
+                let f = match build(&b) {
+                    Ok(what) => {
+                        eprintln!("[vm-matrix] image {}: {what}", row.image);
+                        None
+                    }
+                    Err(e) => Some(not_built_reason(&format!("{e:#}"))),
+                };
+                built.insert(row.image.clone(), f.clone());
+                f
             }
-            Err(e) => {
-                let reason = format!("the image could not be built: {e:#}");
-                eprintln!("[vm-matrix] {name}: NOT_RUN: {}", one_line(&reason));
-                cells[i] = Some(not_run_cell(name, &reason, &pinned_kernel(opts, name)));
+        };
+        match failure {
+            None => to_run.push(i),
+            Some(reason) => {
+                eprintln!("[vm-matrix] {}: NOT_RUN: {}", labels[i], one_line(&reason));
+                cells[i] = Some(not_run_cell(&labels[i], &reason, ""));
             }
         }
     }
@@ -490,14 +636,14 @@ fn run(
     loop {
         while running.len() < jobs && signals::interrupted().is_none() {
             let Some(i) = queue.next() else { break };
-            match spawn_cell(opts, &dir, &images[i]) {
+            match spawn_cell(opts, &dir, &rows[i]) {
                 Ok(child) => running.push(Running {
                     index: i,
                     child,
                     started: Instant::now(),
                 }),
                 Err(e) => {
-                    let mut c = not_run_cell(&images[i], &format!("{e:#}"), "");
+                    let mut c = not_run_cell(&labels[i], &format!("{e:#}"), "");
                     c.outcome = CellOutcome::RigFailed;
                     c.fix = "see the error: the rig could not start vm-run".into();
                     cells[i] = Some(c);
@@ -523,9 +669,9 @@ fn run(
         for mut r in running {
             match r.child.try_wait() {
                 Ok(Some(status)) => {
-                    let name = &images[r.index];
+                    let name = &labels[r.index];
                     let code = status.code().unwrap_or(RIG_FAILURE_EXIT);
-                    let cell = finished_cell(&dir, name, code);
+                    let cell = finished_cell(&dir, name, Some(code));
                     eprintln!(
                         "[vm-matrix] {name}: vm-run exit {code} after {:.0} s: {}",
                         r.started.elapsed().as_secs_f64(),
@@ -535,7 +681,7 @@ fn run(
                 }
                 Ok(None) => still.push(r),
                 Err(e) => {
-                    let name = &images[r.index];
+                    let name = &labels[r.index];
                     let mut c = not_run_cell(name, &format!("waiting for vm-run: {e}"), "");
                     c.outcome = CellOutcome::RigFailed;
                     cells[r.index] = Some(c);
@@ -546,29 +692,24 @@ fn run(
         std::thread::sleep(Duration::from_millis(200));
     }
 
-    let mut cells: Vec<Cell> = cells
+    let cells: Vec<Cell> = cells
         .into_iter()
-        .zip(&images)
+        .zip(&labels)
         .map(|(c, name)| c.unwrap_or_else(|| not_run_cell(name, "the matrix was interrupted", "")))
         .collect();
-    for c in &mut cells {
-        c.expected = load_expectations(&opts.images_dir(&c.image), &c.image)?;
-        compare(c);
-    }
-    let code = exit_code(&cells);
-    let m = Matrix {
-        schema_version: MATRIX_SCHEMA_VERSION,
-        started_at,
-        finished_at: clock::now_rfc3339(),
-        jobs,
-        jobs_reason,
-        command_line: opts.command_line.clone(),
+    let m = assemble(
+        &dir,
         cells,
-        exit_code: code,
-    };
-    write_matrix(&dir, &m)?;
+        &|image| opts.images_dir(image),
+        RunInfo {
+            started_at,
+            jobs,
+            jobs_reason,
+            command_line: opts.command_line.clone(),
+        },
+    )?;
     eprint!("{}", render::text(&m));
-    Ok((dir, code))
+    Ok((dir, m.exit_code))
 }
 
 fn one_line(s: &str) -> String {
@@ -584,8 +725,8 @@ fn gates_line(c: &Cell) -> String {
 }
 
 /// The kernel release the image's lock pins, for a row that never booted.
-fn pinned_kernel(opts: &MatrixOptions, image: &str) -> String {
-    let dir = opts.images_dir(image).join(image);
+fn pinned_kernel(images_dir: &Path, image: &str) -> String {
+    let dir = images_dir.join(image);
     std::fs::read_to_string(dir.join(definition::LOCK_FILE))
         .ok()
         .and_then(|t| image::lock::Lock::parse(&t).ok())
@@ -593,15 +734,16 @@ fn pinned_kernel(opts: &MatrixOptions, image: &str) -> String {
         .unwrap_or_default()
 }
 
-fn spawn_cell(opts: &MatrixOptions, dir: &Path, image: &str) -> Result<Child> {
-    let out = dir.join(image);
-    let argv = vm_run_argv(opts, image, &out);
-    let log_path = dir.join(format!("{image}.log"));
+fn spawn_cell(opts: &MatrixOptions, dir: &Path, row: &Row) -> Result<Child> {
+    let label = row.label();
+    let out = dir.join(&label);
+    let argv = vm_run_argv(opts, row, &out);
+    let log_path = dir.join(format!("{label}.log"));
     let log = std::fs::File::create(&log_path)
         .with_context(|| format!("creating {}", log_path.display()))?;
     let err = log.try_clone().context("duplicating the log handle")?;
     eprintln!(
-        "[vm-matrix] {image}: {} (log: {})",
+        "[vm-matrix] {label}: {} (log: {})",
         argv.join(" "),
         log_path.display()
     );
@@ -623,26 +765,35 @@ fn spawn_cell(opts: &MatrixOptions, dir: &Path, image: &str) -> Result<Child> {
         .with_context(|| format!("starting {}", argv.join(" ")))
 }
 
-/// The cell of a vm-run that ended with `code`, from the report it archived.
-pub fn finished_cell(dir: &Path, image: &str, code: i32) -> Cell {
-    let report_dir = dir.join(image);
-    let read = std::fs::read(report_dir.join(REPORT_FILE))
-        .map_err(anyhow::Error::from)
-        .and_then(|b| crate::verify::parse_report(&b));
+/// The cell of the report in `dir/<label>/`. `code` is vm-run's exit code when the matrix saw
+/// it end; a report made elsewhere (`matrix merge`) is judged here instead, exactly as vm-run
+/// judges what it archived: 2 for a rig error, else verify's exit code (artifacts re-hashed,
+/// since such a report travelled).
+pub fn finished_cell(dir: &Path, label: &str, code: Option<i32>) -> Cell {
+    let report_dir = dir.join(label);
+    let read = crate::verify::read_report(&report_dir).and_then(|l| {
+        let code = match code {
+            Some(c) => c,
+            None if l.report.vm.as_ref().is_some_and(|v| v.rig_error.is_some()) => RIG_FAILURE_EXIT,
+            None => crate::verify::verify_dir(&report_dir)?.exit_code,
+        };
+        Ok((l.report, code))
+    });
     match read {
-        Ok(r) => cell_from_report(image, &r, code),
+        Ok((r, code)) => cell_from_report(label, &r, code),
         Err(e) => {
+            let code = code.unwrap_or(RIG_FAILURE_EXIT);
             let mut c = not_run_cell(
-                image,
+                label,
                 &format!(
-                    "vm-run exited {code} and archived no readable report ({e:#}); see {image}.log"
+                    "vm-run exited {code} and archived no readable report ({e:#}); see {label}.log"
                 ),
                 "",
             );
             c.outcome = CellOutcome::RigFailed;
             c.exit_code = Some(code);
-            c.log = Some(format!("{image}.log"));
-            c.fix = format!("read {image}.log in the matrix directory");
+            c.log = Some(format!("{label}.log"));
+            c.fix = format!("read {label}.log in the matrix directory");
             c
         }
     }
@@ -697,6 +848,11 @@ pub fn load(dir: &Path) -> Result<(Matrix, Vec<String>)> {
                 fresh.log = c.log.clone();
                 if fresh.outcome == CellOutcome::RigFailed && fresh.reason.is_empty() {
                     fresh.reason = c.reason.clone();
+                }
+                // A row that never booted reports no kernel; the one its lock pins was recorded
+                // when the matrix was assembled.
+                if fresh.outcome == CellOutcome::NotRun && fresh.kernel_release.is_empty() {
+                    fresh.kernel_release = c.kernel_release.clone();
                 }
                 if fresh.gates != c.gates {
                     problems.push(format!(
@@ -841,6 +997,87 @@ pub(crate) mod tests {
         );
     }
 
+    /// Every images/<name>/expected-gates in the repository reads with the parser vm-matrix and
+    /// the merge use. bookworm-bpo has none on purpose: no run of it has completed yet.
+    #[test]
+    fn every_committed_expectation_file_parses() {
+        let images = Path::new(env!("CARGO_MANIFEST_DIR")).join("images");
+        let mut with = Vec::new();
+        for name in definition::list_images(&images) {
+            if let Some(e) = load_expectations(&images, &name).unwrap() {
+                assert_eq!(e.len(), GateName::ALL.len());
+                with.push((name, e));
+            }
+        }
+        let names: Vec<&str> = with.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["bookworm", "forky", "trixie", "trixie-bpo"]);
+        for (name, e) in &with {
+            let status = |g: GateName| e.iter().find(|x| x.name == g).unwrap().status;
+            assert_eq!(
+                status(GateName::GuiPixelReview),
+                Status::ReviewRequired,
+                "{name}"
+            );
+            let dump = if name == "trixie-bpo" {
+                Status::Fail
+            } else {
+                Status::Pass
+            };
+            assert_eq!(status(GateName::Dump), dump, "{name}");
+        }
+    }
+
+    /// Variants are checked with the images, before anything is built.
+    #[test]
+    fn rows_are_resolved_with_their_variants_checked() {
+        let root = std::env::temp_dir().join(format!("matrix-rows-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(root.join("bookworm")).unwrap();
+        std::fs::write(root.join("bookworm").join(definition::DEFINITION_FILE), "").unwrap();
+        let mut build = BuildOptions::new("bookworm");
+        build.images_dir = Some(root.clone());
+        let mut o = MatrixOptions {
+            images: parse_images_arg("bookworm,bookworm+userns+cgroup,bookworm+copiesmax"),
+            jobs: None,
+            build,
+            reports_root: root.join("reports"),
+            vm_run: vec!["/nonexistent".into()],
+            extra_args: vec![],
+            guest_cpus: 2,
+            command_line: vec![],
+        };
+        let rows = resolve_images(&o).unwrap();
+        let labels: Vec<String> = rows.iter().map(Row::label).collect();
+        assert_eq!(
+            labels,
+            ["bookworm", "bookworm+userns+cgroup", "bookworm+copiesmax"]
+        );
+        for (images, want) in [
+            ("bookworm,bookworm+turbo", "unknown variant \"turbo\""),
+            (
+                "bookworm+userns,bookworm+userns",
+                "names bookworm+userns twice",
+            ),
+            ("nosuch+userns", "there is no image \"nosuch\""),
+        ] {
+            o.images = parse_images_arg(images);
+            let built = std::cell::Cell::new(false);
+            let code = vm_matrix_with(&o, &|_: &BuildOptions| {
+                built.set(true);
+                Ok(String::new())
+            });
+            assert_eq!(code, RIG_FAILURE_EXIT, "{images}");
+            assert!(!built.get(), "{images}: nothing is built for bad input");
+            let e = format!("{:#}", resolve_images(&o).unwrap_err());
+            assert!(e.contains(want), "{images}: {e}");
+        }
+        assert!(
+            !root.join("reports").exists(),
+            "no matrix directory for bad input"
+        );
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
     #[test]
     fn exit_codes_follow_expectations_then_verdicts() {
         let pass = cell("a", None, "k", "c");
@@ -876,6 +1113,12 @@ pub(crate) mod tests {
             .fix
             .contains("cargo xtask image --image forky --update-lock"));
         assert!(nr.gates.iter().all(|g| g.status == Status::NotRun));
+        // Its NOT_RUN gates are not held against the image's expectations: no differences.
+        let mut nr_expected = nr.clone();
+        nr_expected.expected = Some(pass.gates.clone());
+        compare(&mut nr_expected);
+        assert!(nr_expected.differences.is_empty());
+        assert_eq!(nr_expected.judgement(), 2);
         assert_eq!(exit_code(&[known, nr]), 2);
     }
 
@@ -896,7 +1139,7 @@ pub(crate) mod tests {
             command_line: vec![],
         };
         assert_eq!(
-            vm_run_argv(&o, "trixie", Path::new("/m/trixie")),
+            vm_run_argv(&o, &Row::plain("trixie"), Path::new("/m/trixie")),
             [
                 "/bin/xtask",
                 "vm-run",
@@ -915,6 +1158,22 @@ pub(crate) mod tests {
             ]
         );
         assert_eq!(parse_images_arg("a, b,,c"), ["a", "b", "c"]);
+        // A variant row: its diagnose arguments last, after `--`, for vm-run to pass on.
+        let row = Row::parse("trixie+cowroot+copies4").unwrap();
+        let a = vm_run_argv(&o, &row, Path::new("/m/trixie+cowroot+copies4"));
+        assert_eq!(
+            a[a.len() - 7..],
+            [
+                "tcg",
+                "--out",
+                "/m/trixie+cowroot+copies4",
+                "--",
+                "--cow-root",
+                "--copies",
+                "4"
+            ][..]
+        );
+        assert_eq!(&a[2..4], ["--image", "trixie"]);
     }
 
     /// The whole run with a stand-in vm-run (a script that archives a prepared report) and a
@@ -932,8 +1191,16 @@ pub(crate) mod tests {
         }
         let src = root.join("src");
         std::fs::create_dir_all(&src).unwrap();
-        let good = report(&[], "6.12.57+deb13-cloud-amd64", "4.1.1");
-        let failing = report(&[(GateName::Prerequisites, Status::Fail)], "7.3.1", "4.1.1");
+        let mut good = report(&[], "6.12.57+deb13-cloud-amd64", "4.1.1");
+        let mut failing = report(&[(GateName::Prerequisites, Status::Fail)], "7.3.1", "4.1.1");
+        // As vm-run archives them: the image recorded, every listed artifact present (none).
+        for (r, name) in [(&mut good, "good"), (&mut failing, "failing")] {
+            r.artifacts.clear();
+            if let Some(vm) = r.vm.as_mut() {
+                vm.image_name = name.into();
+                vm.image_sha256 = "ab".repeat(32);
+            }
+        }
         std::fs::write(src.join("good.json"), serde_json::to_string(&good).unwrap()).unwrap();
         std::fs::write(
             src.join("failing.json"),
@@ -1009,6 +1276,38 @@ pub(crate) mod tests {
         assert!(std::fs::read_to_string(dir.join("good.log"))
             .unwrap()
             .contains("ran good"));
+
+        // The same reports merged as CI merges them (stale's being what vm-run archives when its
+        // image would not build) give the same table, expectations and exit code included.
+        let stale_dir = root.join("stale-report");
+        std::fs::create_dir_all(&stale_dir).unwrap();
+        let stale = merge::tests::stale_report(
+            "stale",
+            "the lock of image stale does not match the mirror: criu 9 is not on the mirror",
+        );
+        std::fs::write(
+            stale_dir.join(REPORT_FILE),
+            serde_json::to_string(&stale).unwrap(),
+        )
+        .unwrap();
+        let merged = merge::merge(&merge::MergeOptions {
+            out: root.join("merged"),
+            reports: vec![dir.join("good"), stale_dir, dir.join("failing")],
+            images_dir: Some(images.clone()),
+            images: vec![],
+            command_line: vec![],
+        })
+        .unwrap();
+        let body = |m: &Matrix| render::md(m).lines().skip(1).collect::<Vec<_>>().join("\n");
+        assert_eq!(body(&merged), body(&m));
+        assert_eq!(merged.exit_code, m.exit_code);
+        for (a, b) in merged.cells.iter().zip(&m.cells) {
+            assert_eq!(
+                (&a.image, a.outcome, &a.gates, &a.expected, &a.differences),
+                (&b.image, b.outcome, &b.gates, &b.expected, &b.differences)
+            );
+            assert_eq!(a.judgement(), b.judgement(), "{}", a.image);
+        }
 
         // Without the unbuildable image: the good one awaits review (3), the failing one is as
         // expected (0), so 3.

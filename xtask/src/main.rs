@@ -62,7 +62,10 @@ struct VmArgs {
 
 #[derive(clap::Args, Clone)]
 struct MatrixArgs {
-    /// Images in row order, comma-separated [default: every directory under images/].
+    /// Rows in order, comma-separated [default: every directory under images/]. A row is an
+    /// image, optionally with variants that become the guest diagnose's arguments:
+    /// `bookworm+userns+cgroup`, `trixie+cowroot+copies4` (userns, cgroup, cowroot, copies<N>,
+    /// copiesmax). Only a plain image row is held against its expected-gates.
     #[arg(long)]
     images: Option<String>,
     /// vm-runs at once [default: host cores / --cpus, at least 1].

@@ -1,0 +1,175 @@
+//! Matrix rows: an image and its variants, written `image+variant+...` in `--images`. A variant
+//! stands for arguments of the guest's `sharedos-gate diagnose`, which vm-run passes on after
+//! `--`. The mapping is one table both ways: vm-matrix turns a row into arguments, and
+//! `sharedos-rig matrix merge` turns the arguments a report's vm-run was given back into its row,
+//! so a row has the same label whichever way the matrix was built.
+
+use anyhow::{bail, Result};
+
+/// The fixed variants and their diagnose arguments; `copies<N>` and `copiesmax` are the
+/// parametric ones ([`variant_args`]).
+pub const FIXED: &[(&str, &[&str])] = &[
+    ("userns", &["--userns"]),
+    ("cgroup", &["--cgroup", "cpu=1,memory=512M"]),
+    ("cowroot", &["--cow-root"]),
+];
+
+/// Every variant name a user may write, for error messages.
+pub fn known() -> String {
+    let mut names: Vec<&str> = FIXED.iter().map(|(n, _)| *n).collect();
+    names.extend(["copies<N> (N >= 1)", "copiesmax"]);
+    names.join(", ")
+}
+
+/// The diagnose arguments of one variant.
+pub fn variant_args(name: &str) -> Result<Vec<String>> {
+    if let Some((_, args)) = FIXED.iter().find(|(n, _)| *n == name) {
+        return Ok(args.iter().map(|s| s.to_string()).collect());
+    }
+    if let Some(n) = name.strip_prefix("copies") {
+        if n == "max" {
+            return Ok(vec!["--copies".into(), "max".into()]);
+        }
+        // Canonical digits only, so that the label read back from the arguments is the same.
+        if let Ok(k) = n.parse::<u32>() {
+            if k >= 1 && k.to_string() == n {
+                return Ok(vec!["--copies".into(), n.into()]);
+            }
+        }
+    }
+    bail!("unknown variant {name:?}: the variants are {}", known())
+}
+
+/// One matrix row.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Row {
+    pub image: String,
+    pub variants: Vec<String>,
+}
+
+impl Row {
+    /// `image+variant+...` into a row, every variant checked.
+    pub fn parse(label: &str) -> Result<Row> {
+        let mut parts = label.split('+').map(str::trim);
+        let image = parts.next().unwrap_or("").to_string();
+        if image.is_empty() {
+            bail!("{label:?} names no image before its variants");
+        }
+        let mut variants: Vec<String> = Vec::new();
+        for v in parts {
+            variant_args(v).map_err(|e| anyhow::anyhow!("--images {label}: {e}"))?;
+            if variants.iter().any(|x| x == v) {
+                bail!("--images {label}: variant {v} is given twice");
+            }
+            variants.push(v.to_string());
+        }
+        Ok(Row { image, variants })
+    }
+
+    pub fn plain(image: &str) -> Row {
+        Row {
+            image: image.to_string(),
+            variants: Vec::new(),
+        }
+    }
+
+    /// The row's name in the table, its report directory and its matrix.json cell.
+    pub fn label(&self) -> String {
+        std::iter::once(self.image.as_str())
+            .chain(self.variants.iter().map(String::as_str))
+            .collect::<Vec<_>>()
+            .join("+")
+    }
+
+    /// The arguments for the guest's diagnose, in variant order; empty for a plain row.
+    pub fn diagnose_args(&self) -> Vec<String> {
+        self.variants
+            .iter()
+            .flat_map(|v| variant_args(v).unwrap_or_default())
+            .collect()
+    }
+}
+
+/// The variants that a vm-run's diagnose arguments stand for: the inverse of
+/// [`Row::diagnose_args`]. Arguments that are no variant's are refused, naming them.
+pub fn variants_from_args(args: &[String]) -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    'next: while i < args.len() {
+        for (name, want) in FIXED {
+            if args[i..].starts_with(&want.iter().map(|s| s.to_string()).collect::<Vec<_>>()) {
+                out.push(name.to_string());
+                i += want.len();
+                continue 'next;
+            }
+        }
+        if args[i] == "--copies" {
+            if let Some(n) = args.get(i + 1) {
+                let name = format!("copies{n}");
+                if variant_args(&name).is_ok() {
+                    out.push(name);
+                    i += 2;
+                    continue;
+                }
+            }
+        }
+        bail!(
+            "the diagnose arguments {:?} are not a matrix variant's (the variants: {})",
+            args[i..].join(" "),
+            known()
+        );
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_map_to_diagnose_arguments_and_back() {
+        let r = Row::parse("bookworm+userns+cgroup").unwrap();
+        assert_eq!(r.image, "bookworm");
+        assert_eq!(r.label(), "bookworm+userns+cgroup");
+        assert_eq!(
+            r.diagnose_args(),
+            ["--userns", "--cgroup", "cpu=1,memory=512M"]
+        );
+        let r2 = Row::parse("trixie+cowroot+copies4").unwrap();
+        assert_eq!(r2.diagnose_args(), ["--cow-root", "--copies", "4"]);
+        let r3 = Row::parse("forky+copiesmax").unwrap();
+        assert_eq!(r3.diagnose_args(), ["--copies", "max"]);
+        for r in [&r, &r2, &r3] {
+            assert_eq!(variants_from_args(&r.diagnose_args()).unwrap(), r.variants);
+        }
+        let plain = Row::parse("bookworm").unwrap();
+        assert_eq!(plain, Row::plain("bookworm"));
+        assert!(plain.diagnose_args().is_empty());
+        assert_eq!(plain.label(), "bookworm");
+    }
+
+    #[test]
+    fn unknown_or_odd_variants_are_bad_input_listing_the_known_ones() {
+        for bad in [
+            "bookworm+fast",
+            "bookworm+copies0",
+            "bookworm+copies04",
+            "bookworm+copies",
+            "bookworm+copies-1",
+        ] {
+            let e = format!("{:#}", Row::parse(bad).unwrap_err());
+            assert!(e.contains("unknown variant"), "{bad}: {e}");
+            assert!(e.contains("userns, cgroup, cowroot, copies<N>"), "{e}");
+        }
+        let e = format!("{:#}", Row::parse("bookworm+userns+userns").unwrap_err());
+        assert!(e.contains("given twice"), "{e}");
+        let e = format!("{:#}", Row::parse("+userns").unwrap_err());
+        assert!(e.contains("names no image"), "{e}");
+        let e = format!(
+            "{:#}",
+            variants_from_args(&["--userns".into(), "--verbose".into()]).unwrap_err()
+        );
+        assert!(e.contains("\"--verbose\""), "{e}");
+        assert!(variants_from_args(&["--copies".into()]).is_err());
+    }
+}
