@@ -20,14 +20,16 @@ pub mod variant;
 
 pub use variant::Row;
 
+use crate::cmd::Cmd;
 use crate::image::{self, definition, BuildOptions};
+use crate::progress::Progress;
 use crate::report::{GateName, Report, Status, REPORT_FILE, RIG_FAILURE_EXIT};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use sharedos_gate::{clock, signals};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 /// File name of the matrix summary inside a matrix directory.
@@ -434,7 +436,7 @@ pub fn parse_images_arg(s: &str) -> Vec<String> {
 }
 
 /// The vm-run command of one cell; a variant row's diagnose arguments go last, after `--`.
-pub fn vm_run_argv(opts: &MatrixOptions, row: &Row, out: &Path) -> Vec<String> {
+pub fn vm_run_cmd(opts: &MatrixOptions, row: &Row, out: &Path) -> Cmd {
     let mut a = opts.vm_run.clone();
     a.extend(["--image".into(), row.image.clone()]);
     let b = &opts.build;
@@ -457,7 +459,12 @@ pub fn vm_run_argv(opts: &MatrixOptions, row: &Row, out: &Path) -> Vec<String> {
         a.push("--".into());
         a.extend(diagnose);
     }
-    a
+    Cmd::new(a)
+}
+
+/// Every line the matrix tells the person waiting goes through this one progress.
+fn progress() -> Progress {
+    Progress::new("vm-matrix")
 }
 
 struct Running {
@@ -491,7 +498,7 @@ pub fn vm_matrix_with(
             code
         }
         Err(e) => {
-            eprintln!("error: {e:#}");
+            progress().error(&format!("{e:#}"));
             RIG_FAILURE_EXIT
         }
     }
@@ -585,12 +592,12 @@ fn run(
             opts.reports_root.display()
         )
     })?;
-    eprintln!(
-        "[vm-matrix] {} row(s): {}; {jobs} at a time ({jobs_reason}); into {}",
+    progress().note(&format!(
+        "{} row(s): {}; {jobs} at a time ({jobs_reason}); into {}",
         rows.len(),
         labels.join(", "),
         dir.display()
-    );
+    ));
 
     // Builds first, one image at a time however many rows share it: they share the network,
     // the package index and the cores.
@@ -609,10 +616,10 @@ fn run(
                 b.image = row.image.clone();
                 b.plan = false;
                 b.update_lock = false;
-                eprintln!("[vm-matrix] image {} ...", row.image);
+                progress().note(&format!("image {} ...", row.image));
                 let f = match build(&b) {
                     Ok(what) => {
-                        eprintln!("[vm-matrix] image {}: {what}", row.image);
+                        progress().note(&format!("image {}: {what}", row.image));
                         None
                     }
                     Err(e) => Some(not_built_reason(&format!("{e:#}"))),
@@ -624,7 +631,7 @@ fn run(
         match failure {
             None => to_run.push(i),
             Some(reason) => {
-                eprintln!("[vm-matrix] {}: NOT_RUN: {}", labels[i], one_line(&reason));
+                progress().note(&format!("{}: NOT_RUN: {}", labels[i], one_line(&reason)));
                 cells[i] = Some(not_run_cell(&labels[i], &reason, ""));
             }
         }
@@ -662,7 +669,9 @@ fn run(
                     nix::sys::signal::Signal::SIGTERM,
                 );
             }
-            eprintln!("[vm-matrix] interrupted by {sig}: waiting for the running vm-runs to end");
+            progress().note(&format!(
+                "interrupted by {sig}: waiting for the running vm-runs to end"
+            ));
             forwarded = true;
         }
         let mut still = Vec::new();
@@ -672,11 +681,11 @@ fn run(
                     let name = &labels[r.index];
                     let code = status.code().unwrap_or(RIG_FAILURE_EXIT);
                     let cell = finished_cell(&dir, name, Some(code));
-                    eprintln!(
-                        "[vm-matrix] {name}: vm-run exit {code} after {:.0} s: {}",
+                    progress().note(&format!(
+                        "{name}: vm-run exit {code} after {:.0} s: {}",
                         r.started.elapsed().as_secs_f64(),
                         gates_line(&cell)
-                    );
+                    ));
                     cells[r.index] = Some(cell);
                 }
                 Ok(None) => still.push(r),
@@ -737,21 +746,18 @@ fn pinned_kernel(images_dir: &Path, image: &str) -> String {
 fn spawn_cell(opts: &MatrixOptions, dir: &Path, row: &Row) -> Result<Child> {
     let label = row.label();
     let out = dir.join(&label);
-    let argv = vm_run_argv(opts, row, &out);
+    let vm_run = vm_run_cmd(opts, row, &out);
     let log_path = dir.join(format!("{label}.log"));
     let log = std::fs::File::create(&log_path)
         .with_context(|| format!("creating {}", log_path.display()))?;
     let err = log.try_clone().context("duplicating the log handle")?;
-    eprintln!(
-        "[vm-matrix] {label}: {} (log: {})",
-        argv.join(" "),
+    progress().note(&format!(
+        "{label}: {} (log: {})",
+        vm_run.display(),
         log_path.display()
-    );
-    let mut cmd = Command::new(&argv[0]);
-    cmd.args(&argv[1..])
-        .stdin(Stdio::null())
-        .stdout(log)
-        .stderr(err);
+    ));
+    let mut cmd = vm_run.command();
+    cmd.stdout(log).stderr(err);
     // SAFETY: prctl is async-signal-safe. A matrix that dies, even by SIGKILL, ends its
     // vm-runs with SIGTERM, which they turn into an archived partial report and a stopped QEMU.
     unsafe {
@@ -762,7 +768,7 @@ fn spawn_cell(opts: &MatrixOptions, dir: &Path, row: &Row) -> Result<Child> {
         });
     }
     cmd.spawn()
-        .with_context(|| format!("starting {}", argv.join(" ")))
+        .with_context(|| format!("starting {}", vm_run.display()))
 }
 
 /// The cell of the report in `dir/<label>/`. `code` is vm-run's exit code when the matrix saw
@@ -1123,7 +1129,7 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn vm_run_argv_carries_the_shared_options() {
+    fn vm_run_cmd_carries_the_shared_options() {
         let mut build = BuildOptions::new("x");
         build.images_dir = Some("/src/images".into());
         build.cache_dir = Some("/c".into());
@@ -1139,7 +1145,7 @@ pub(crate) mod tests {
             command_line: vec![],
         };
         assert_eq!(
-            vm_run_argv(&o, &Row::plain("trixie"), Path::new("/m/trixie")),
+            vm_run_cmd(&o, &Row::plain("trixie"), Path::new("/m/trixie")).argv,
             [
                 "/bin/xtask",
                 "vm-run",
@@ -1160,7 +1166,7 @@ pub(crate) mod tests {
         assert_eq!(parse_images_arg("a, b,,c"), ["a", "b", "c"]);
         // A variant row: its diagnose arguments last, after `--`, for vm-run to pass on.
         let row = Row::parse("trixie+cowroot+copies4").unwrap();
-        let a = vm_run_argv(&o, &row, Path::new("/m/trixie+cowroot+copies4"));
+        let a = vm_run_cmd(&o, &row, Path::new("/m/trixie+cowroot+copies4")).argv;
         assert_eq!(
             a[a.len() - 7..],
             [
