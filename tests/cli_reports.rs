@@ -111,6 +111,7 @@ fn write_report(dir: &Path, started_at: &str, tweak: impl FnOnce(&mut Report)) {
         },
         artifacts,
         fidelity_differences: vec!["Xvfb software framebuffer".into()],
+        options: Default::default(),
         vm: Some(VmProvenance {
             accel: "tcg".into(),
             accel_reason: "/dev/kvm is absent".into(),
