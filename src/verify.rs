@@ -664,12 +664,6 @@ mod tests {
     fn dense_report() -> Report {
         let mut r = fresh_report();
         r.options.copies = Some(report::Copies::Count(3));
-        let at = r
-            .gates
-            .iter()
-            .position(|g| g.name == GateName::Reset)
-            .unwrap()
-            + 1;
         let mut d = Gate::new(GateName::Density, Status::Pass, "3 copies");
         d.checks.push(report::Check {
             name: "all_same_token".into(),
@@ -677,7 +671,7 @@ mod tests {
             value: serde_json::json!({"copies": 3, "failed": []}),
             expected: String::new(),
         });
-        r.gates.insert(at, d);
+        r.insert_gate(d);
         r.seal();
         r
     }
@@ -691,13 +685,9 @@ mod tests {
         assert_eq!(judge(&r, ReviewFile::Parsed(rv), vec![]).exit_code, 0);
         // A failed density gate fails the run.
         let mut failed = dense_report();
-        let at = failed
-            .gates
-            .iter()
-            .position(|g| g.name == GateName::Density)
-            .unwrap();
-        failed.gates[at].status = Status::Fail;
-        failed.gates[at].checks[0].passed = false;
+        let d = failed.gate_mut(GateName::Density).unwrap();
+        d.status = Status::Fail;
+        d.checks[0].passed = false;
         failed.seal();
         assert!(inconsistencies(&failed).is_empty());
         assert_eq!(judge(&failed, ReviewFile::Absent, vec![]).exit_code, 1);
@@ -723,12 +713,9 @@ mod tests {
         assert_eq!(judge(&r, ReviewFile::Absent, vec![]).exit_code, 1);
         // In the wrong place: after the review.
         let mut r = dense_report();
-        let at = r
-            .gates
-            .iter()
-            .position(|g| g.name == GateName::Density)
-            .unwrap();
-        r.gates.swap(at, at + 1);
+        let d = r.gates.remove(8);
+        assert_eq!(d.name, GateName::Density);
+        r.gates.insert(9, d);
         let p = gate_list_problems(&r.gates, &r.options);
         assert!(p[0].contains("out of the SPEC's order"), "{p:?}");
         assert_eq!(judge(&r, ReviewFile::Absent, vec![]).exit_code, 1);

@@ -658,13 +658,7 @@ mod tests {
         );
         let with = |density: Gate| {
             let mut r = report_for(&lie, "all_same_token");
-            let at = r
-                .gates
-                .iter()
-                .position(|g| g.name == GateName::Reset)
-                .unwrap()
-                + 1;
-            r.gates.insert(at, density);
+            r.insert_gate(density);
             r
         };
         let mut caught = Gate::new(GateName::Density, Status::Fail, "all_same_token failed: x");

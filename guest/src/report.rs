@@ -332,6 +332,20 @@ impl Report {
         self.gates.iter().find(|g| g.name == name)
     }
 
+    pub fn gate_mut(&mut self, name: GateName) -> Option<&mut Gate> {
+        self.gates.iter_mut().find(|g| g.name == name)
+    }
+
+    /// Inserts a gate where the run order puts it: before the first gate that runs after it.
+    pub fn insert_gate(&mut self, g: Gate) {
+        let at = self
+            .gates
+            .iter()
+            .position(|x| x.name > g.name)
+            .unwrap_or(self.gates.len());
+        self.gates.insert(at, g);
+    }
+
     /// Recomputes `all_gates_pass` and `exit_code` from the gates.
     pub fn seal(&mut self) {
         let v = verdict(&self.gates);

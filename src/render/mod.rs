@@ -217,6 +217,7 @@ pub fn density(r: &Report) -> Option<Vec<(String, String)>> {
                 mib(d.mem_used_with_copies_kib),
                 mib(d.mem_total_kib),
                 r.vm.as_ref()
+                    .filter(|vm| vm.memory_mib > 0)
                     .map(|vm| format!("; QEMU -m {} MiB", vm.memory_mib))
                     .unwrap_or_default()
             ),
@@ -316,12 +317,6 @@ pub(crate) mod tests {
     pub(crate) fn dense_report() -> Report {
         let mut r = rich_report();
         r.options.copies = Some(crate::report::Copies::Max);
-        let at = r
-            .gates
-            .iter()
-            .position(|g| g.name == GateName::Reset)
-            .unwrap()
-            + 1;
         let mut g = crate::report::Gate::new(GateName::Density, Status::Pass, "4 copies");
         g.data.insert(
             "density".into(),
@@ -335,7 +330,7 @@ pub(crate) mod tests {
                 "mem_used_with_copies_kib": 265536, "ended_before": ["b"]
             }),
         );
-        r.gates.insert(at, g);
+        r.insert_gate(g);
         r.vm.as_mut().unwrap().memory_mib = 1024;
         r.seal();
         r
@@ -388,13 +383,8 @@ pub(crate) mod tests {
     #[test]
     fn density_figures_the_guest_garbled_are_named_not_rendered() {
         let mut r = dense_report();
-        let at = r
-            .gates
-            .iter()
-            .position(|g| g.name == GateName::Density)
-            .unwrap();
-        r.gates[at]
-            .data
+        let g = r.gate_mut(GateName::Density).unwrap();
+        g.data
             .insert("density".into(), serde_json::json!({"copies": "lots"}));
         let rows = density(&r).unwrap();
         assert!(
@@ -402,9 +392,12 @@ pub(crate) mod tests {
                 .any(|(k, v)| k == "figures" && v.starts_with("unreadable")),
             "{rows:?}"
         );
-        let mut d = dense_report().gates[at].data["density"].clone();
+        let mut d = dense_report().gate(GateName::Density).unwrap().data["density"].clone();
         d["restore_ms"] = serde_json::json!(vec![1; 500]);
-        r.gates[at].data.insert("density".into(), d);
+        r.gate_mut(GateName::Density)
+            .unwrap()
+            .data
+            .insert("density".into(), d);
         let rows = density(&r).unwrap();
         assert!(
             rows.iter()

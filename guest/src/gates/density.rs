@@ -428,13 +428,14 @@ pub fn run(ctx: &mut Ctx) -> Gate {
     let mut up: Vec<(String, i32)> = Vec::new();
     let mut restore_ms = Vec::new();
     let mut largest_pss = 0;
-    let mut detail = String::new();
-    let stop = loop {
+    let (stop, detail) = loop {
         let avail = match read_meminfo() {
             Ok((_, a)) => a,
             Err(e) => {
-                g.problem(format!("reading the guest's memory: {e:#}"));
-                break Stop::RestoreFailed;
+                // Without MemAvailable the floor cannot be kept: nothing more is restored.
+                let detail = format!("reading /proc/meminfo before the next restore: {e:#}");
+                g.problem(detail.clone());
+                break (Stop::RestoreFailed, detail);
             }
         };
         let state = SearchState {
@@ -444,14 +445,14 @@ pub fn run(ctx: &mut Ctx) -> Gate {
             largest_copy_pss_kib: largest_pss,
         };
         if let Some(s) = stop_before_next(&limits, &state, count_mode) {
-            detail = format!(
+            let detail = format!(
                 "{} copies up, {} s in, MemAvailable {} MiB, largest copy PSS {} MiB",
                 state.copies_up,
                 state.elapsed.as_secs(),
                 avail / 1024,
                 largest_pss / 1024
             );
-            break s;
+            break (s, detail);
         }
         let label = format!("density-{}", up.len() + 1);
         let (pid, ev) = ctx.restore(&label);
@@ -460,16 +461,16 @@ pub fn run(ctx: &mut Ctx) -> Gate {
         let pid = match pid {
             Ok(p) => p,
             Err(e) => {
-                detail = format!("restoring {label}: {e:#} (log: criu/restore-{label}.log)");
-                break Stop::RestoreFailed;
+                let detail = format!("restoring {label}: {e:#} (log: criu/restore-{label}.log)");
+                break (Stop::RestoreFailed, detail);
             }
         };
         up.push((label.clone(), pid));
         if !count_mode {
             let a = ask_copy(ctx, &label, pid, &snap);
             if !a.ok() {
-                detail = format!("{label} did not answer with the dump-time state");
-                break Stop::NoAnswer;
+                let detail = format!("{label} did not answer with the dump-time state");
+                break (Stop::NoAnswer, detail);
             }
             largest_pss = largest_pss.max(copy_mem(ctx, &label, pid).mem.pss_kib);
         }
@@ -514,34 +515,38 @@ pub fn run(ctx: &mut Ctx) -> Gate {
         })
         .collect();
     let fresh: Vec<(String, &Check)> = fresh.iter().map(|(l, c)| (l.clone(), c)).collect();
-    let per = |f: fn(&Answer) -> &Check| -> Vec<(String, &Check)> {
-        answers.iter().map(|a| (a.label.clone(), f(a))).collect()
-    };
     g.check(all_of(
         "copies_distinct",
         "each copy its own PID 1 and pid namespace, shared with no other running tree",
         &fresh,
     ));
-    g.check(all_of(
-        "all_same_token",
-        "every copy's app answers the dump-time token",
-        &per(|a| &a.token),
-    ));
-    g.check(all_of(
-        "all_counters_continue",
-        "every copy's counter continues from the dump-time value",
-        &per(|a| &a.counter),
-    ));
-    g.check(all_of(
-        "all_x_servers_in_copy",
-        "every copy's display is served from inside that copy",
-        &per(|a| &a.x_in_copy),
-    ));
-    g.check(all_of(
-        "all_windows_as_dumped",
-        "every copy's X server answers with the dump-time windows",
-        &per(|a| &a.windows),
-    ));
+    type Pick = fn(&Answer) -> &Check;
+    let per_answer: [(&str, &str, Pick); 4] = [
+        (
+            "all_same_token",
+            "every copy's app answers the dump-time token",
+            |a| &a.token,
+        ),
+        (
+            "all_counters_continue",
+            "every copy's counter continues from the dump-time value",
+            |a| &a.counter,
+        ),
+        (
+            "all_x_servers_in_copy",
+            "every copy's display is served from inside that copy",
+            |a| &a.x_in_copy,
+        ),
+        (
+            "all_windows_as_dumped",
+            "every copy's X server answers with the dump-time windows",
+            |a| &a.windows,
+        ),
+    ];
+    for (name, expected, f) in per_answer {
+        let per: Vec<(String, &Check)> = answers.iter().map(|a| (a.label.clone(), f(a))).collect();
+        g.check(all_of(name, expected, &per));
+    }
     let mem_errors: Vec<&String> = mems.iter().flat_map(|m| &m.errors).collect();
     g.check(check(
         "memory_measured",
