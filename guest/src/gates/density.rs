@@ -9,8 +9,9 @@
 //! restores (plus one that fails, when one does). Bisection or doubling would kill and re-restore
 //! whole sets of copies, O(N log N) restores, and a doubling step overshoots into the OOM killer
 //! before any bound can stop it. Before each restore the search stops at the first bound met:
-//! the cap, the deadline, or the memory floor (MemAvailable minus the largest PSS a copy has
-//! shown so far would fall below the reserve). A restore that fails or a copy that does not
+//! the cap, the deadline, or the memory floor (MemAvailable minus what the next copy is expected
+//! to take, the larger of the largest PSS a copy has shown and the fall of MemAvailable per copy
+//! so far, would be below the reserve). A restore that fails or a copy that does not
 //! answer also ends it, and fails the gate: the floor exists so that the search stops before
 //! anything breaks.
 
@@ -27,8 +28,9 @@ use std::time::{Duration, Instant};
 
 /// The most copies either form restores (`--copies N` is refused above it).
 pub const MAX_COPIES: u32 = 64;
-/// Bound of the `max` search; the host's whole gate phase is 1800 s under TCG.
-pub const SEARCH_DEADLINE: Duration = Duration::from_secs(480);
+/// Bound of the `max` search: within the host's bound on the whole gate phase under KVM (450 s) as
+/// well as under TCG (1800 s), the other gates included.
+pub const SEARCH_DEADLINE: Duration = Duration::from_secs(300);
 /// The least MemAvailable the `max` search leaves the guest, in KiB: 128 MiB, or an eighth of
 /// MemTotal when that is more, so sshd and the rig's own reads never meet the OOM killer.
 pub fn reserve_kib(mem_total_kib: u64) -> u64 {
@@ -116,6 +118,16 @@ pub struct SearchState {
     pub mem_available_kib: u64,
     /// The largest PSS one copy has shown so far; 0 before the first.
     pub largest_copy_pss_kib: u64,
+    /// How far MemAvailable fell per copy so far; 0 before the first. It also counts what PSS
+    /// does not: the kernel's own memory for each copy (page tables, sockets, namespaces).
+    pub avail_drop_per_copy_kib: u64,
+}
+
+impl SearchState {
+    /// What the next copy is expected to take: the larger of the two per-copy measures.
+    pub fn next_copy_kib(&self) -> u64 {
+        self.largest_copy_pss_kib.max(self.avail_drop_per_copy_kib)
+    }
 }
 
 /// The bound that forbids another restore, or None when one more may be restored.
@@ -127,7 +139,7 @@ pub fn stop_before_next(limits: &Limits, s: &SearchState, count_mode: bool) -> O
         return Some(Stop::Deadline);
     }
     if let Some(reserve) = limits.reserve_kib {
-        if s.mem_available_kib.saturating_sub(s.largest_copy_pss_kib) < reserve {
+        if s.mem_available_kib.saturating_sub(s.next_copy_kib()) < reserve {
             return Some(Stop::MemoryFloor);
         }
     }
@@ -443,14 +455,17 @@ pub fn run(ctx: &mut Ctx) -> Gate {
             elapsed: started.elapsed(),
             mem_available_kib: avail,
             largest_copy_pss_kib: largest_pss,
+            avail_drop_per_copy_kib: avail_before.saturating_sub(avail) / (up.len() as u64).max(1),
         };
         if let Some(s) = stop_before_next(&limits, &state, count_mode) {
             let detail = format!(
-                "{} copies up, {} s in, MemAvailable {} MiB, largest copy PSS {} MiB",
+                "{} copies up, {} s in, MemAvailable {} MiB, next copy estimated at {} MiB (largest copy PSS {} MiB, MemAvailable fell {} MiB per copy)",
                 state.copies_up,
                 state.elapsed.as_secs(),
                 avail / 1024,
-                largest_pss / 1024
+                state.next_copy_kib() / 1024,
+                largest_pss / 1024,
+                state.avail_drop_per_copy_kib / 1024
             );
             break (s, detail);
         }
@@ -678,6 +693,7 @@ Swap:                  0 kB
             elapsed: Duration::from_secs(secs),
             mem_available_kib: avail_mib * 1024,
             largest_copy_pss_kib: pss_mib * 1024,
+            avail_drop_per_copy_kib: 0,
         }
     }
 
@@ -693,7 +709,7 @@ Swap:                  0 kB
             Some(Stop::Cap)
         );
         assert_eq!(
-            stop_before_next(&l, &state(5, 480, 900, 40), false),
+            stop_before_next(&l, &state(5, 300, 900, 40), false),
             Some(Stop::Deadline)
         );
         // 160 MiB left, a copy took 40: 120 would remain, under the 128 MiB reserve.
@@ -702,6 +718,15 @@ Swap:                  0 kB
             Some(Stop::MemoryFloor)
         );
         assert_eq!(stop_before_next(&l, &state(9, 100, 170, 40), false), None);
+        // MemAvailable fell more per copy than PSS shows: the larger estimate holds the floor.
+        let kernel_heavy = SearchState {
+            avail_drop_per_copy_kib: 50 * 1024,
+            ..state(9, 100, 170, 40)
+        };
+        assert_eq!(
+            stop_before_next(&l, &kernel_heavy, false),
+            Some(Stop::MemoryFloor)
+        );
         // Even the first copy is refused on a guest already below the reserve.
         assert_eq!(
             stop_before_next(&l, &state(0, 0, 100, 0), false),
@@ -768,7 +793,7 @@ Swap:                  0 kB
         };
         let v = serde_json::to_value(&d).unwrap();
         assert_eq!(v["stopped_by"], "memory_floor");
-        assert_eq!(v["limits"]["deadline"], 480);
+        assert_eq!(v["limits"]["deadline"], 300);
         assert_eq!(serde_json::from_value::<DensityData>(v).unwrap(), d);
     }
 }
