@@ -300,6 +300,16 @@ pub fn plan(cfg: &Config) -> Vec<PlanStep> {
             ),
         ));
     }
+    for inner in [&["nft", "list", "ruleset"][..], &["iptables-save"][..]] {
+        v.push(step(
+            GateName::RestoreLiveProcess,
+            "look for a CRIU network lock left in copy a's firewall (PID is its PID 1)",
+            gates::in_netns_argv(0, inner)
+                .into_iter()
+                .map(|a| a.replace("/proc/0/", "/proc/PID/"))
+                .collect(),
+        ));
+    }
     if let Some(copies) = cfg.options.copies {
         v.push(step(
             GateName::Density,
@@ -311,16 +321,6 @@ pub fn plan(cfg: &Config) -> Vec<PlanStep> {
                 &cfg.pidfile("density-1"),
                 &cfg.criu_log("restore-density-1"),
             ),
-        ));
-    }
-    for inner in [&["nft", "list", "ruleset"][..], &["iptables-save"][..]] {
-        v.push(step(
-            GateName::RestoreLiveProcess,
-            "look for a CRIU network lock left in copy a's firewall (PID is its PID 1)",
-            gates::in_netns_argv(0, inner)
-                .into_iter()
-                .map(|a| a.replace("/proc/0/", "/proc/PID/"))
-                .collect(),
         ));
     }
     v.push(step(
