@@ -319,13 +319,18 @@ fn density_of_three_copies_is_measured_and_verified(sb: &Sandbox, gate: &Path) {
     assert!(processes_mentioning(out_dir.to_str().unwrap()).is_empty());
 
     // verify agrees, and the host labels the figures with the accelerator it recorded.
-    let show = Command::new(env!("CARGO_BIN_EXE_sharedos-rig"))
-        .arg("show")
-        .arg(&out_dir)
-        .output()
-        .unwrap();
+    let rig = |cmd: &str| {
+        Command::new(env!("CARGO_BIN_EXE_sharedos-rig"))
+            .arg(cmd)
+            .arg(&out_dir)
+            .output()
+            .unwrap()
+    };
+    let verify = rig("verify");
+    let text = String::from_utf8_lossy(&verify.stdout);
+    assert_eq!(verify.status.code(), Some(3), "{text}");
+    let show = rig("show");
     let text = String::from_utf8_lossy(&show.stdout);
-    assert_eq!(show.status.code(), Some(3), "{text}");
     let accel = &r.vm.as_ref().unwrap().accel;
     assert!(
         text.contains(&format!("restore ms per copy [{accel}]"))

@@ -458,7 +458,14 @@ pub fn run(ctx: &mut Ctx) -> Gate {
             avail_drop_per_copy_kib: avail_before.saturating_sub(avail) / (up.len() as u64).max(1),
         };
         if let Some(s) = stop_before_next(&limits, &state, count_mode) {
-            let detail = format!(
+            let detail = if count_mode {
+                format!(
+                    "{} copies restored as asked, {} s in",
+                    state.copies_up,
+                    state.elapsed.as_secs()
+                )
+            } else {
+                format!(
                 "{} copies up, {} s in, MemAvailable {} MiB, next copy estimated at {} MiB (largest copy PSS {} MiB, MemAvailable fell {} MiB per copy)",
                 state.copies_up,
                 state.elapsed.as_secs(),
@@ -466,7 +473,8 @@ pub fn run(ctx: &mut Ctx) -> Gate {
                 state.next_copy_kib() / 1024,
                 largest_pss / 1024,
                 state.avail_drop_per_copy_kib / 1024
-            );
+                )
+            };
             break (s, detail);
         }
         let label = format!("density-{}", up.len() + 1);
