@@ -422,6 +422,7 @@ pub(crate) mod tests {
                 },
             ],
             fidelity_differences: vec![],
+            options: Default::default(),
             vm: None,
         };
         r.seal();

@@ -2,7 +2,7 @@
 //! review judged against the PNGs, report.json's own verdict checked against its gates.
 
 use crate::digest::{self, Mismatch};
-use crate::report::{self, Gate, GateName, Report, Status, Verdict, REPORT_FILE};
+use crate::report::{self, Gate, GateName, Report, RunOptions, Status, Verdict, REPORT_FILE};
 use crate::review::{self, ReviewState};
 use crate::sign::{self, AllowedSigner, SigState, Signature};
 use anyhow::{bail, Context, Result};
@@ -146,19 +146,31 @@ pub fn rig_error(r: &Report) -> Option<&str> {
 
 pub use crate::report::RIG_FAILURE_EXIT;
 
-/// The SPEC's shape of a report: the ten gates, once each, in order. Empty when it holds.
-pub fn gate_list_problems(gates: &[Gate]) -> Vec<String> {
+/// The SPEC's shape of a report: the ten gates, once each, in order, and the density gate after
+/// reset exactly when the report's options asked for it (`--copies`). Empty when it holds.
+pub fn gate_list_problems(gates: &[Gate], options: &RunOptions) -> Vec<String> {
     let names: Vec<GateName> = gates.iter().map(|g| g.name).collect();
-    if names == GateName::ALL {
+    let expected = options.gates();
+    if names == expected {
         return Vec::new();
     }
     let mut out = Vec::new();
-    for n in GateName::ALL {
-        match names.iter().filter(|m| **m == n).count() {
+    for n in &expected {
+        match names.iter().filter(|m| *m == n).count() {
+            0 if *n == GateName::Density => out.push(format!(
+                "report.json has no {n} gate, though its options ask for one (copies: {})",
+                options.copies.map(|c| c.to_string()).unwrap_or_default()
+            )),
             0 => out.push(format!("report.json has no {n} gate")),
             1 => {}
             k => out.push(format!("report.json has the {n} gate {k} times")),
         }
+    }
+    if !expected.contains(&GateName::Density) && names.contains(&GateName::Density) {
+        out.push(
+            "report.json has a density gate, but its options do not ask for one (no copies)"
+                .to_string(),
+        );
     }
     if out.is_empty() {
         let got: Vec<&str> = names.iter().map(|n| n.as_str()).collect();
@@ -175,7 +187,7 @@ pub fn gate_list_problems(gates: &[Gate]) -> Vec<String> {
 /// must be what its own gates say (or, for a run whose rig failed, the rig-failure code).
 pub fn inconsistencies(r: &Report) -> Vec<String> {
     let v = report::verdict(&r.gates);
-    let mut out = gate_list_problems(&r.gates);
+    let mut out = gate_list_problems(&r.gates, &r.options);
     for g in r.gates.iter().filter(|g| g.status == Status::Pass) {
         if g.name == GateName::GuiPixelReview {
             out.push(format!(
@@ -545,12 +557,12 @@ mod tests {
 
     #[test]
     fn gates_missing_repeated_or_out_of_order_are_named() {
-        assert!(gate_list_problems(&fresh_report().gates).is_empty());
+        assert!(gate_list_problems(&fresh_report().gates, &RunOptions::default()).is_empty());
         let mut r = fresh_report();
         let dup = r.gates[3].clone();
         r.gates.push(dup);
         assert_eq!(
-            gate_list_problems(&r.gates),
+            gate_list_problems(&r.gates, &r.options),
             vec!["report.json has the dump gate 2 times"]
         );
         let o = judge(&r, ReviewFile::Absent, vec![]);
@@ -559,13 +571,13 @@ mod tests {
         let mut r = fresh_report();
         r.gates.remove(4);
         assert_eq!(
-            gate_list_problems(&r.gates),
+            gate_list_problems(&r.gates, &r.options),
             vec!["report.json has no restore_live_process gate"]
         );
 
         let mut r = fresh_report();
         r.gates.swap(0, 1);
-        let p = gate_list_problems(&r.gates);
+        let p = gate_list_problems(&r.gates, &r.options);
         assert_eq!(p.len(), 1);
         assert!(
             p[0].starts_with(
@@ -646,5 +658,74 @@ mod tests {
             .last()
             .unwrap()
             .starts_with("verdict:   REVIEW_REQUIRED (exit 3)"));
+    }
+
+    /// A fresh report whose run was given `--copies 3`, with a passing density gate in its place.
+    fn dense_report() -> Report {
+        let mut r = fresh_report();
+        r.options.copies = Some(report::Copies::Count(3));
+        let mut d = Gate::new(GateName::Density, Status::Pass, "3 copies");
+        d.checks.push(report::Check {
+            name: "all_same_token".into(),
+            passed: true,
+            value: serde_json::json!({"copies": 3, "failed": []}),
+            expected: String::new(),
+        });
+        r.insert_gate(d);
+        r.seal();
+        r
+    }
+
+    #[test]
+    fn density_is_accepted_in_its_place_when_the_options_ask_for_it() {
+        let r = dense_report();
+        assert!(inconsistencies(&r).is_empty(), "{:?}", inconsistencies(&r));
+        assert_eq!(judge(&r, ReviewFile::Absent, vec![]).exit_code, 3);
+        let rv = review_for(&r, ReviewDecision::Pass);
+        assert_eq!(judge(&r, ReviewFile::Parsed(rv), vec![]).exit_code, 0);
+        // A failed density gate fails the run.
+        let mut failed = dense_report();
+        let d = failed.gate_mut(GateName::Density).unwrap();
+        d.status = Status::Fail;
+        d.checks[0].passed = false;
+        failed.seal();
+        assert!(inconsistencies(&failed).is_empty());
+        assert_eq!(judge(&failed, ReviewFile::Absent, vec![]).exit_code, 1);
+    }
+
+    #[test]
+    fn density_is_rejected_unasked_missing_or_out_of_place() {
+        // A density gate the options do not ask for.
+        let mut r = dense_report();
+        r.options = RunOptions::default();
+        assert_eq!(
+            gate_list_problems(&r.gates, &r.options),
+            vec!["report.json has a density gate, but its options do not ask for one (no copies)"]
+        );
+        assert_eq!(judge(&r, ReviewFile::Absent, vec![]).exit_code, 1);
+        // Options that ask for one, and no density gate.
+        let mut r = fresh_report();
+        r.options.copies = Some(report::Copies::Max);
+        assert_eq!(
+            gate_list_problems(&r.gates, &r.options),
+            vec!["report.json has no density gate, though its options ask for one (copies: max)"]
+        );
+        assert_eq!(judge(&r, ReviewFile::Absent, vec![]).exit_code, 1);
+        // In the wrong place: after the review.
+        let mut r = dense_report();
+        let d = r.gates.remove(8);
+        assert_eq!(d.name, GateName::Density);
+        r.gates.insert(9, d);
+        let p = gate_list_problems(&r.gates, &r.options);
+        assert!(p[0].contains("out of the SPEC's order"), "{p:?}");
+        assert_eq!(judge(&r, ReviewFile::Absent, vec![]).exit_code, 1);
+        // Twice.
+        let mut r = dense_report();
+        let d = r.gate(GateName::Density).unwrap().clone();
+        r.gates.push(d);
+        assert_eq!(
+            gate_list_problems(&r.gates, &r.options),
+            vec!["report.json has the density gate 2 times"]
+        );
     }
 }

@@ -111,6 +111,7 @@ fn write_report(dir: &Path, started_at: &str, tweak: impl FnOnce(&mut Report)) {
         },
         artifacts,
         fidelity_differences: vec!["Xvfb software framebuffer".into()],
+        options: Default::default(),
         vm: Some(VmProvenance {
             accel: "tcg".into(),
             accel_reason: "/dev/kvm is absent".into(),
@@ -934,4 +935,55 @@ fn matrix_merge_builds_a_matrix_from_vm_run_reports() {
         assert!(stderr(&o).contains(want), "{}", stderr(&o));
         assert!(!m3.exists());
     }
+}
+
+/// A density gate after reset, as a `--copies 3` run writes it.
+fn add_density_gate(r: &mut Report) {
+    let mut g = Gate::new(GateName::Density, Status::Pass, "3 copies up at once");
+    g.checks.push(Check {
+        name: "all_same_token".into(),
+        passed: true,
+        value: serde_json::json!({"copies": 3, "failed": []}),
+        expected: "every copy's app answers the dump-time token".into(),
+    });
+    g.data.insert(
+        "density".into(),
+        serde_json::json!({
+            "requested": {"count": 3}, "copies": 3, "stopped_by": "count", "stop_detail": "",
+            "restore_ms": [3100, 2900, 3300], "restore_ms_median": 3100.0, "restore_ms_p95": 3300,
+            "limits": {"cap": 3, "reserve_kib": null, "deadline": null},
+            "per_copy": [], "total": {"rss_kib": 90000, "pss_kib": 78643, "uss_kib": 70000},
+            "mem_total_kib": 995000, "mem_used_before_kib": 170000,
+            "mem_used_with_copies_kib": 262160, "ended_before": ["b", "reset"]
+        }),
+    );
+    r.insert_gate(g);
+}
+
+#[test]
+fn a_density_report_verifies_only_when_its_options_ask_for_density() {
+    let s = Scratch::new("density");
+    let asked = s.0.join("asked");
+    write_report(&asked, "2026-11-30T20:15:00.000Z", |r| {
+        r.options.copies = Some(report::Copies::Count(3));
+        add_density_gate(r);
+    });
+    let o = rig_in(&asked, &["verify", "DIR"]);
+    assert_eq!(code(&o), 3, "{}", stdout(&o));
+    let text = stdout(&rig_in(&asked, &["show", "DIR"]));
+    assert!(
+        text.contains("copies per GiB [tcg], by PSS                  40.0")
+            && text.contains("restore ms per copy [tcg]                     median 3100, p95 3300"),
+        "{text}"
+    );
+
+    let unasked = s.0.join("unasked");
+    write_report(&unasked, "2026-11-30T20:15:00.000Z", add_density_gate);
+    let o = rig_in(&unasked, &["verify", "DIR"]);
+    assert_eq!(code(&o), 1, "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains("a density gate, but its options do not ask for one"),
+        "{}",
+        stdout(&o)
+    );
 }

@@ -67,6 +67,7 @@ fn vm_run_end_to_end_as_an_unprivileged_user() {
     };
     let gate = sb.copy_in(&gate_binary(), "sharedos-gate");
     full_run_archives_an_identified_report_that_verify_agrees_with(&sb, &gate);
+    density_of_three_copies_is_measured_and_verified(&sb, &gate);
     vm_exec_runs_one_command_and_exits_with_its_code(&sb);
     lying_criu_suite_in_the_guest(&sb, &gate);
     interrupted_during_the_gates_exits_2_with_a_partial_report_and_nothing_left(
@@ -262,6 +263,82 @@ fn full_run_archives_an_identified_report_that_verify_agrees_with(sb: &Sandbox, 
         .contains("report.json changed after it was signed"));
 }
 
+/// `vm-run -- --copies 3`: the density gate runs after reset, restores three copies at once,
+/// records their latency and memory, and the host verifies and labels the figures.
+fn density_of_three_copies_is_measured_and_verified(sb: &Sandbox, gate: &Path) {
+    use sharedos_gate::gates::density::{DensityData, Stop};
+    use sharedos_rig::report::Copies;
+    let out_dir = sb.dir.join("reports/density");
+    let mut args = vm_run_args(sb, gate, &out_dir, "auto");
+    args.extend(["--".into(), "--copies".into(), "3".into()]);
+    let out = sb.run_as_user(&sb.xtask, &strs(&args));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let r = read_report(&out_dir);
+    let gates = || {
+        r.gates
+            .iter()
+            .map(|g| format!("{} {} {}\n", g.name, g.status, g.reason))
+            .collect::<String>()
+    };
+    assert_eq!(out.status.code(), Some(3), "{stderr}\ngates:\n{}", gates());
+    assert_eq!(r.options.copies, Some(Copies::Count(3)));
+    let names: Vec<GateName> = r.gates.iter().map(|g| g.name).collect();
+    assert_eq!(names, GateName::sequence(true));
+    let g = r.gate(GateName::Density).unwrap();
+    assert_eq!(g.status, Status::Pass, "{}", g.reason);
+    let d: DensityData = serde_json::from_value(g.data["density"].clone()).unwrap();
+    assert_eq!((d.copies, d.stopped_by), (3, Stop::Count));
+    assert_eq!(d.restore_ms.len(), 3);
+    assert!(d.restore_ms.iter().all(|ms| *ms > 0), "{:?}", d.restore_ms);
+    assert!(d.restore_ms_p95 >= d.restore_ms_median.map(|m| m as u64));
+    assert_eq!(d.per_copy.len(), 3);
+    for c in &d.per_copy {
+        // Xvfb, xterm, the app and the tree's PID 1 at least.
+        assert!(c.processes >= 4, "{c:?}");
+        assert!(c.errors.is_empty(), "{c:?}");
+        assert!(c.mem.pss_kib > 0 && c.mem.uss_kib <= c.mem.rss_kib, "{c:?}");
+    }
+    assert_eq!(
+        d.total.pss_kib,
+        d.per_copy.iter().map(|c| c.mem.pss_kib).sum::<u64>()
+    );
+    assert!(d.mem_used_with_copies_kib > d.mem_used_before_kib, "{d:?}");
+    for check in [
+        "all_same_token",
+        "all_counters_continue",
+        "all_x_servers_in_copy",
+        "copies_killed",
+    ] {
+        let c = g.check(check).unwrap_or_else(|| panic!("no {check}"));
+        assert!(
+            c.passed && c.value["failed"].as_array().map_or(true, |f| f.is_empty()),
+            "{c:?}"
+        );
+    }
+    assert_eq!(r.gate(GateName::Cleanup).unwrap().status, Status::Pass);
+    assert!(processes_mentioning(out_dir.to_str().unwrap()).is_empty());
+
+    // verify agrees, and the host labels the figures with the accelerator it recorded.
+    let rig = |cmd: &str| {
+        Command::new(env!("CARGO_BIN_EXE_sharedos-rig"))
+            .arg(cmd)
+            .arg(&out_dir)
+            .output()
+            .unwrap()
+    };
+    let verify = rig("verify");
+    let text = String::from_utf8_lossy(&verify.stdout);
+    assert_eq!(verify.status.code(), Some(3), "{text}");
+    let show = rig("show");
+    let text = String::from_utf8_lossy(&show.stdout);
+    let accel = &r.vm.as_ref().unwrap().accel;
+    assert!(
+        text.contains(&format!("restore ms per copy [{accel}]"))
+            && text.contains(&format!("copies per GiB [{accel}], by PSS")),
+        "{text}"
+    );
+}
+
 /// `xtask vm-exec` as the user, on the sandbox's image, with `args` after the boot options.
 fn vm_exec(sb: &Sandbox, args: &[&str]) -> std::process::Output {
     let cache = sb.dir.join("cache").display().to_string();
@@ -322,6 +399,7 @@ fn lying_criu_suite_in_the_guest(sb: &Sandbox, gate: &Path) {
         "restore_x_state",
         "isolation",
         "reset",
+        "density",
     ] {
         assert!(
             sharedos_gate::lies::LIES

@@ -45,7 +45,8 @@ pub fn blocked(name: GateName, done: &[Gate]) -> Option<String> {
         GateName::RestoreLiveProcess
         | GateName::RestoreXState
         | GateName::Isolation
-        | GateName::Reset => need(GateName::Dump),
+        | GateName::Reset
+        | GateName::Density => need(GateName::Dump),
         GateName::GuiPixelReview => need(GateName::LiveStateProbe),
     }
 }
@@ -60,6 +61,7 @@ fn run_gate(name: GateName, ctx: &mut Ctx) -> Gate {
         GateName::RestoreXState => gates::restore_x_state::run(ctx),
         GateName::Isolation => gates::isolation::run(ctx),
         GateName::Reset => gates::reset::run(ctx),
+        GateName::Density => gates::density::run(ctx),
         GateName::GuiPixelReview => gates::gui_pixel_review::run(ctx),
         GateName::Cleanup => gates::cleanup::run(ctx),
     }
@@ -99,7 +101,7 @@ fn private_mounts() -> Result<()> {
     Ok(())
 }
 
-/// Runs the ten gates and returns the sealed report (already written to `cfg.out` when possible).
+/// Runs the ten gates (and density, when asked for) and returns the sealed report (already written to `cfg.out` when possible).
 pub fn run(cfg: Config, progress: &mut dyn FnMut(&Gate)) -> Report {
     let env = environment::capture(cfg.argv.clone());
     let mut ctx = Ctx::new(cfg, env);
@@ -113,7 +115,8 @@ pub fn run(cfg: Config, progress: &mut dyn FnMut(&Gate)) -> Report {
         }
     }
     let mut done: Vec<Gate> = Vec::new();
-    for name in GateName::ALL {
+    let options = ctx.cfg.options.clone();
+    for name in options.gates() {
         let started = Instant::now();
         let mut gate = if name == GateName::Cleanup {
             run_gate(name, &mut ctx)
@@ -157,6 +160,7 @@ pub fn run(cfg: Config, progress: &mut dyn FnMut(&Gate)) -> Report {
         environment: ctx.env,
         artifacts: collect_artifacts(&report_dir),
         fidelity_differences: fidelity,
+        options,
         vm: None,
     };
     report.seal();
@@ -306,6 +310,19 @@ pub fn plan(cfg: &Config) -> Vec<PlanStep> {
                 .collect(),
         ));
     }
+    if let Some(copies) = cfg.options.copies {
+        v.push(step(
+            GateName::Density,
+            &format!("restore copy density-1, then density-2 and on, all kept up (--copies {copies}); each copy's processes' /proc/PID/smaps_rollup and /proc/meminfo are read in-process"),
+            criu::restore_argv(
+                &criu_path,
+                &cfg.dump_dir(),
+                &cfg.root_bind(),
+                &cfg.pidfile("density-1"),
+                &cfg.criu_log("restore-density-1"),
+            ),
+        ));
+    }
     v.push(step(
         GateName::Cleanup,
         "SIGKILL to each tree's PID 1 (kill(2)): its whole pid namespace ends; then wait until no process is left in it",
@@ -402,6 +419,7 @@ mod tests {
             GateName::RestoreXState,
             GateName::Isolation,
             GateName::Reset,
+            GateName::Density,
         ] {
             assert_eq!(blocked(n, &done).unwrap(), "dump is NOT_RUN");
         }
@@ -476,6 +494,7 @@ mod tests {
             step_timeout: std::time::Duration::from_secs(60),
             exe: PathBuf::from("/bin/sharedos-gate"),
             argv: vec![],
+            options: Default::default(),
         };
         let text = render_plan(&cfg);
         for needle in [
@@ -491,5 +510,19 @@ mod tests {
         ] {
             assert!(text.contains(needle), "plan lacks {needle}:\n{text}");
         }
+        assert!(!text.contains("density"), "a plain run has no density step");
+        let dense = Config {
+            options: crate::report::RunOptions {
+                copies: Some(crate::report::Copies::Max),
+            },
+            ..cfg
+        };
+        let text = render_plan(&dense);
+        assert!(
+            text.contains("[density] restore copy density-1")
+                && text.contains("--pidfile /w/restore-density-1.pid")
+                && text.contains("--copies max"),
+            "{text}"
+        );
     }
 }

@@ -21,7 +21,7 @@ pub struct Lie {
     pub caught_by: &'static [&'static str],
 }
 
-pub const LIES: [Lie; 11] = [
+pub const LIES: [Lie; 12] = [
     Lie {
         name: "dump-writes-nothing",
         does: "`criu dump` exits 0 without dumping: no image, the tree keeps running",
@@ -93,7 +93,25 @@ pub const LIES: [Lie; 11] = [
         target: GateName::Reset,
         caught_by: &["same_token", "counter_continues"],
     },
+    Lie {
+        name: DENSITY_LIE,
+        does: "with `--copies 2`, the second density copy is restored, then its app is changed: one copy of the two answers another token",
+        target: GateName::Density,
+        caught_by: &["all_same_token", "all_counters_continue"],
+    },
 ];
+
+/// The density lie: the only one whose run is given `--copies` (so the density gate runs).
+pub const DENSITY_LIE: &str = "density-copy-wrong-token";
+
+/// The options a lie's run of `diagnose` needs beyond the suite's own.
+pub fn lie_run_args(lie: &Lie) -> Vec<String> {
+    if lie.target == GateName::Density {
+        vec!["--copies".into(), "2".into()]
+    } else {
+        Vec::new()
+    }
+}
 
 /// The lies as a Markdown table: the lie, the gate that catches it, and the checks it reports.
 pub fn table_markdown() -> String {
@@ -137,7 +155,7 @@ pub fn expected_status(lie: &Lie, gate: GateName) -> Status {
 /// must be.
 pub fn judge(lie: &Lie, r: &Report) -> Vec<String> {
     let mut problems = Vec::new();
-    for name in GateName::ALL {
+    for name in GateName::sequence(lie.target == GateName::Density) {
         let want = expected_status(lie, name);
         match r.gate(name) {
             None => problems.push(format!("{name} is missing from the report")),
@@ -214,6 +232,7 @@ pub fn hits(lie: &Lie, args: &[String]) -> bool {
         GateName::RestoreLiveProcess | GateName::RestoreXState => restore_of("a"),
         GateName::Isolation => restore_of("b"),
         GateName::Reset => restore_of("reset"),
+        GateName::Density => restore_of("density-2"),
         _ => false,
     }
 }
@@ -424,6 +443,7 @@ pub fn suite_main(cfg: &SuiteConfig, progress: &mut dyn FnMut(&LieOutcome)) -> R
             .arg(format!(":{}", cfg.display))
             .args(["--step-timeout", &cfg.step_timeout.to_string(), "--criu"])
             .arg(&wrapper)
+            .args(lie_run_args(lie))
             .status()
             .with_context(|| format!("running diagnose under {}", lie.name))?;
         let left = crate::probe::scan(&marker);
@@ -522,6 +542,7 @@ mod tests {
                 &restore("a"),
                 &restore("b"),
                 &restore("reset"),
+                &restore("density-2"),
                 &check,
             ]
             .iter()
@@ -574,6 +595,7 @@ mod tests {
             environment: Default::default(),
             artifacts: vec![],
             fidelity_differences: vec![],
+            options: Default::default(),
             vm: None,
         }
     }
@@ -618,5 +640,38 @@ mod tests {
             Status::Pass
         );
         assert_eq!(expected_status(&lie, GateName::Cleanup), Status::Pass);
+    }
+
+    #[test]
+    fn the_density_lie_runs_with_copies_and_is_judged_on_the_density_gate() {
+        let lie = lie(DENSITY_LIE).unwrap();
+        assert_eq!(lie_run_args(&lie), ["--copies", "2"]);
+        assert!(LIES
+            .iter()
+            .filter(|l| l.name != DENSITY_LIE)
+            .all(|l| lie_run_args(l).is_empty()));
+        // A report of the ten gates lacks the density gate the lie is caught by.
+        let p = judge(&lie, &report_for(&lie, "all_same_token"));
+        assert!(
+            p.iter().any(|m| m.starts_with("density is missing")),
+            "{p:?}"
+        );
+        let with = |density: Gate| {
+            let mut r = report_for(&lie, "all_same_token");
+            r.insert_gate(density);
+            r
+        };
+        let mut caught = Gate::new(GateName::Density, Status::Fail, "all_same_token failed: x");
+        caught.checks.push(Check {
+            name: "all_same_token".into(),
+            passed: false,
+            value: serde_json::json!({"failed": [{"copy": "density-2"}]}),
+            expected: "the dump-time token".into(),
+        });
+        assert!(judge(&lie, &with(caught.clone())).is_empty());
+        let mut missed = caught;
+        missed.status = Status::Pass;
+        missed.checks[0].passed = true;
+        assert!(!judge(&lie, &with(missed)).is_empty());
     }
 }

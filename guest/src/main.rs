@@ -1,7 +1,7 @@
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 use sharedos_gate::gates::Config;
-use sharedos_gate::report::Gate;
+use sharedos_gate::report::{Copies, Gate, RunOptions};
 use sharedos_gate::tree::TreeSpec;
 use sharedos_gate::{diagnose, lies, stateapp, tree};
 use std::path::PathBuf;
@@ -107,6 +107,22 @@ struct DiagnoseArgs {
     /// Bound, in seconds, of any single step (one command, one wait). Raise it under emulation.
     #[arg(long, default_value_t = 60)]
     step_timeout: u64,
+    /// Also run the density gate: restore N copies (1 to 64) of the dump at once, or search
+    /// upward for the most that fit (`max`).
+    #[arg(long, value_parser = parse_copies)]
+    copies: Option<Copies>,
+}
+
+fn parse_copies(s: &str) -> Result<Copies, String> {
+    use sharedos_gate::gates::density::MAX_COPIES;
+    if s == "max" {
+        return Ok(Copies::Max);
+    }
+    s.parse::<u32>()
+        .ok()
+        .filter(|n| (1..=MAX_COPIES).contains(n))
+        .map(Copies::Count)
+        .ok_or_else(|| format!("`{s}` is not a number of copies: give 1 to {MAX_COPIES}, or `max` to search for the most that fit"))
 }
 
 fn parse_display(s: &str) -> Result<u32, String> {
@@ -189,6 +205,7 @@ fn diagnose_main(a: DiagnoseArgs) -> Result<i32> {
         step_timeout: Duration::from_secs(a.step_timeout.max(1)),
         exe: std::env::current_exe().context("locating this binary")?,
         argv: std::env::args().collect(),
+        options: RunOptions { copies: a.copies },
     };
     if a.plan {
         print!("{}", diagnose::render_plan(&cfg));
@@ -200,7 +217,7 @@ fn diagnose_main(a: DiagnoseArgs) -> Result<i32> {
         cfg.work.display(),
         cfg.out.display()
     );
-    let total = sharedos_gate::report::GateName::ALL.len();
+    let total = cfg.options.gates().len();
     let mut n = 0;
     let report = diagnose::run(cfg, &mut |g: &Gate| {
         n += 1;

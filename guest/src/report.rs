@@ -42,7 +42,8 @@ impl fmt::Display for Status {
     }
 }
 
-/// The ten gates, in the order of the SPEC. The order of the variants is the run order.
+/// The ten gates, in the order of the SPEC, and the optional density gate in its place. The order
+/// of the variants is the run order.
 #[derive(Serialize, Deserialize, Clone, Copy, PartialEq, Eq, Debug, Hash, PartialOrd, Ord)]
 #[serde(rename_all = "snake_case")]
 pub enum GateName {
@@ -54,6 +55,8 @@ pub enum GateName {
     RestoreXState,
     Isolation,
     Reset,
+    /// Only in a run given `--copies`: it is not one of the ten.
+    Density,
     GuiPixelReview,
     Cleanup,
 }
@@ -82,9 +85,23 @@ impl GateName {
             GateName::RestoreXState => "restore_x_state",
             GateName::Isolation => "isolation",
             GateName::Reset => "reset",
+            GateName::Density => "density",
             GateName::GuiPixelReview => "gui_pixel_review",
             GateName::Cleanup => "cleanup",
         }
+    }
+
+    /// The gates a run runs, in order: the ten, with density after reset when it was asked for.
+    pub fn sequence(density: bool) -> Vec<GateName> {
+        let mut v = GateName::ALL.to_vec();
+        if density {
+            let at = v
+                .iter()
+                .position(|g| *g == GateName::Reset)
+                .map_or(v.len(), |i| i + 1);
+            v.insert(at, GateName::Density);
+        }
+        v
     }
 
     /// True for the gates that need a working CRIU.
@@ -96,6 +113,7 @@ impl GateName {
                 | GateName::RestoreXState
                 | GateName::Isolation
                 | GateName::Reset
+                | GateName::Density
         )
     }
 }
@@ -264,13 +282,68 @@ pub struct Report {
     pub environment: Environment,
     pub artifacts: Vec<Artifact>,
     pub fidelity_differences: Vec<String>,
+    /// What `diagnose` was asked to do beyond the ten gates; absent in a plain run.
+    #[serde(default, skip_serializing_if = "RunOptions::is_plain")]
+    pub options: RunOptions,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vm: Option<VmProvenance>,
+}
+
+/// The options of `diagnose` that change which gates run.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct RunOptions {
+    /// `--copies N|max`: the density gate runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub copies: Option<Copies>,
+}
+
+impl RunOptions {
+    pub fn is_plain(&self) -> bool {
+        *self == RunOptions::default()
+    }
+
+    /// The gates a run with these options has, in order.
+    pub fn gates(&self) -> Vec<GateName> {
+        GateName::sequence(self.copies.is_some())
+    }
+}
+
+/// How many copies the density gate restores at once.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Copies {
+    /// Exactly this many.
+    Count(u32),
+    /// As many as fit: a bounded search upward.
+    Max,
+}
+
+impl fmt::Display for Copies {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Copies::Count(n) => write!(f, "{n}"),
+            Copies::Max => f.write_str("max"),
+        }
+    }
 }
 
 impl Report {
     pub fn gate(&self, name: GateName) -> Option<&Gate> {
         self.gates.iter().find(|g| g.name == name)
+    }
+
+    pub fn gate_mut(&mut self, name: GateName) -> Option<&mut Gate> {
+        self.gates.iter_mut().find(|g| g.name == name)
+    }
+
+    /// Inserts a gate where the run order puts it: before the first gate that runs after it.
+    pub fn insert_gate(&mut self, g: Gate) {
+        let at = self
+            .gates
+            .iter()
+            .position(|x| x.name > g.name)
+            .unwrap_or(self.gates.len());
+        self.gates.insert(at, g);
     }
 
     /// Recomputes `all_gates_pass` and `exit_code` from the gates.
@@ -324,13 +397,16 @@ impl fmt::Display for Verdict {
     }
 }
 
-/// The verdict rules of the SPEC: PASS only when all ten gates are present and PASS;
-/// REVIEW_REQUIRED when the only gate short of PASS is the GUI review waiting for a human.
+/// The verdict rules of the SPEC: PASS only when all ten gates are present and PASS (and the
+/// density gate, when the report has one); REVIEW_REQUIRED when the only gate short of PASS is
+/// the GUI review waiting for a human. Whether a density gate belongs in the report is the
+/// report's options' to say: the host's verify holds the gate list against them.
 pub fn verdict(gates: &[Gate]) -> Verdict {
-    let all_present = GateName::ALL
+    let expected = GateName::sequence(gates.iter().any(|g| g.name == GateName::Density));
+    let all_present = expected
         .iter()
         .all(|n| gates.iter().filter(|g| g.name == *n).count() == 1);
-    if !all_present || gates.len() != GateName::ALL.len() {
+    if !all_present || gates.len() != expected.len() {
         return Verdict::Fail;
     }
     let mut review_outstanding = false;
@@ -464,5 +540,46 @@ mod tests {
             serde_json::to_value(Status::NotRun).unwrap(),
             "NOT_RUN".to_string()
         );
+    }
+
+    #[test]
+    fn density_sits_after_reset_and_counts_in_the_verdict() {
+        let seq = GateName::sequence(true);
+        assert_eq!(seq.len(), 11);
+        let at = seq.iter().position(|g| *g == GateName::Density).unwrap();
+        assert_eq!(seq[at - 1], GateName::Reset);
+        assert_eq!(seq[at + 1], GateName::GuiPixelReview);
+        assert_eq!(GateName::sequence(false), GateName::ALL.to_vec());
+        let mut g: Vec<Gate> = seq
+            .iter()
+            .map(|n| Gate::new(*n, Status::Pass, "x"))
+            .collect();
+        assert_eq!(verdict(&g), Verdict::Pass);
+        g[at].status = Status::Fail;
+        assert_eq!(verdict(&g), Verdict::Fail);
+        g[at].status = Status::NotRun;
+        assert_eq!(verdict(&g), Verdict::Fail);
+        let mut twice = all(Status::Pass);
+        twice.push(Gate::new(GateName::Density, Status::Pass, "x"));
+        twice.push(Gate::new(GateName::Density, Status::Pass, "x"));
+        assert_eq!(verdict(&twice), Verdict::Fail);
+    }
+
+    #[test]
+    fn run_options_serialize_and_a_plain_run_has_none() {
+        let plain = RunOptions::default();
+        assert!(plain.is_plain());
+        assert_eq!(plain.gates(), GateName::ALL.to_vec());
+        let four = RunOptions {
+            copies: Some(Copies::Count(4)),
+        };
+        assert_eq!(
+            serde_json::to_value(&four).unwrap(),
+            serde_json::json!({"copies": {"count": 4}})
+        );
+        let max: RunOptions = serde_json::from_str(r#"{"copies": "max"}"#).unwrap();
+        assert_eq!(max.copies, Some(Copies::Max));
+        assert_eq!(max.gates().len(), 11);
+        assert_eq!(Copies::Max.to_string(), "max");
     }
 }

@@ -21,6 +21,7 @@ pub fn gate_heading(g: GateName) -> &'static str {
         GateName::RestoreXState => "x_state",
         GateName::Isolation => "isolation",
         GateName::Reset => "reset",
+        GateName::Density => "density",
         GateName::GuiPixelReview => "gui_review",
         GateName::Cleanup => "cleanup",
     }

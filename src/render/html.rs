@@ -4,7 +4,7 @@
 //! provenance. No script, no external resource, and no clock, so a headless browser screenshots
 //! the same page every time.
 
-use super::{duration, pixels, provenance, value_str};
+use super::{density, duration, pixels, provenance, value_str};
 use crate::digest;
 use crate::report::{Artifact, Gate, Status, Verdict};
 use crate::review::ReviewState;
@@ -117,6 +117,14 @@ fn write_all(s: &mut String, o: &Outcome) -> std::fmt::Result {
     writeln!(s, "<h2>Checks per gate</h2>")?;
     for g in &o.gates {
         write_gate_detail(s, g)?;
+    }
+
+    if let Some(rows) = density(r) {
+        writeln!(s, "<h2>Density</h2>\n<table>")?;
+        for (k, val) in rows {
+            writeln!(s, "<tr><th>{}</th><td>{}</td></tr>", esc(&k), esc(&val))?;
+        }
+        writeln!(s, "</table>")?;
     }
 
     writeln!(s, "<h2>Where it ran</h2>\n<table>")?;

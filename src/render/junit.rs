@@ -1,4 +1,5 @@
-//! JUnit XML for CI: one testcase per gate of the SPEC, always ten, in run order.
+//! JUnit XML for CI: one testcase per gate of the SPEC, always ten (eleven with `--copies`, whose
+//! density gate is one), in run order.
 //!
 //! FAIL is a <failure>, NOT_RUN and REVIEW_REQUIRED are <skipped>. When the report itself cannot
 //! be trusted (an artifact hash mismatch, a rejected review, a report.json that contradicts its
@@ -26,7 +27,11 @@ fn write_all(s: &mut String, o: &Outcome) -> std::fmt::Result {
     // A gate named more than once is a failure of its own: taking either copy would let a
     // forged PASS hide a FAIL.
     let count = |n: GateName| o.gates.iter().filter(|g| g.name == n).count();
-    let cases: Vec<(GateName, Option<&Gate>)> = GateName::ALL
+    // The cases are the gates the report's options call for: density only with `--copies`.
+    let cases: Vec<(GateName, Option<&Gate>)> = o
+        .report
+        .options
+        .gates()
         .iter()
         .map(|n| (*n, o.gates.iter().find(|g| g.name == *n)))
         .collect();

@@ -1,6 +1,6 @@
 //! GitHub-flavoured Markdown, fit to paste into a pull request.
 
-use super::{dir_arg, duration, provenance, value_str};
+use super::{density, dir_arg, duration, provenance, value_str};
 use crate::report::{Status, Verdict};
 use crate::review::ReviewState;
 use crate::verify::{verdict_meaning, Outcome};
@@ -92,6 +92,16 @@ fn write_all(s: &mut String, o: &Outcome) -> std::fmt::Result {
             }
             writeln!(s, "\n</details>\n")?;
         }
+    }
+
+    if let Some(rows) = density(r) {
+        writeln!(s, "## Density\n")?;
+        writeln!(s, "| | |")?;
+        writeln!(s, "| --- | --- |")?;
+        for (k, v) in rows {
+            writeln!(s, "| {} | {} |", esc(&k), esc(&v))?;
+        }
+        writeln!(s)?;
     }
 
     writeln!(s, "## Where it ran\n")?;

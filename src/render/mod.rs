@@ -3,7 +3,7 @@
 //! `Outcome` (html also reads the PNGs it embeds), with no clock and no randomness, so the same
 //! report renders to the same bytes.
 
-use crate::report::{Report, Review};
+use crate::report::{GateName, Report, Review};
 use crate::verify::{self, Outcome};
 
 pub mod html;
@@ -111,6 +111,121 @@ pub fn provenance(r: &Report) -> Vec<(&'static str, String)> {
     rows
 }
 
+/// The density gate's figures as label/value rows shared by every format; None when the report
+/// has no density gate. The guest records raw numbers only; the figures are computed here and
+/// labelled with the accelerator the host recorded, since under TCG they say little about KVM.
+pub fn density(r: &Report) -> Option<Vec<(String, String)>> {
+    use sharedos_gate::gates::density::{median, p95, DensityData, MAX_COPIES};
+    let g = r.gate(GateName::Density)?;
+    let accel = match &r.vm {
+        Some(vm) => vm.accel.clone(),
+        None => "accelerator unknown: not run by vm-run".to_string(),
+    };
+    let mut rows = vec![
+        ("density gate".to_string(), g.status.to_string()),
+        ("accelerator".to_string(), accel.clone()),
+    ];
+    let d = match g
+        .data
+        .get("density")
+        .map(|v| serde_json::from_value::<DensityData>(v.clone()))
+    {
+        Some(Ok(d)) if d.restore_ms.len() <= MAX_COPIES as usize + 1 => d,
+        Some(Ok(d)) => {
+            rows.push((
+                "figures".into(),
+                format!(
+                    "refused: {} restores recorded, more than the cap of {MAX_COPIES} allows",
+                    d.restore_ms.len()
+                ),
+            ));
+            return Some(rows);
+        }
+        Some(Err(e)) => {
+            rows.push(("figures".into(), format!("unreadable: {e}")));
+            return Some(rows);
+        }
+        None => {
+            rows.push(("figures".into(), "none recorded".into()));
+            return Some(rows);
+        }
+    };
+    const GIB_KIB: f64 = 1024.0 * 1024.0;
+    let mib = |kib: u64| format!("{:.1} MiB", kib as f64 / 1024.0);
+    let per_gib = |kib: u64| {
+        if d.copies == 0 || kib == 0 {
+            "n/a".to_string()
+        } else {
+            format!("{:.1}", f64::from(d.copies) * GIB_KIB / kib as f64)
+        }
+    };
+    let grown = d
+        .mem_used_with_copies_kib
+        .saturating_sub(d.mem_used_before_kib);
+    let n = u64::from(d.copies.max(1));
+    rows.extend([
+        ("copies requested".to_string(), d.requested.to_string()),
+        (
+            "copies up at once".to_string(),
+            format!(
+                "{} (stopped by {}: {})",
+                d.copies,
+                value_str(&serde_json::json!(d.stopped_by)),
+                d.stop_detail
+            ),
+        ),
+        (
+            format!("copies per GiB [{accel}], by guest memory in use"),
+            format!(
+                "{} ({} more in use with the copies up)",
+                per_gib(grown),
+                mib(grown)
+            ),
+        ),
+        (
+            format!("copies per GiB [{accel}], by PSS"),
+            format!(
+                "{} ({} PSS over all copies)",
+                per_gib(d.total.pss_kib),
+                mib(d.total.pss_kib)
+            ),
+        ),
+        (
+            format!("restore ms per copy [{accel}]"),
+            match (median(&d.restore_ms), p95(&d.restore_ms)) {
+                (Some(m), Some(p)) => format!(
+                    "median {m:.0}, p95 {p}, over {} restores",
+                    d.restore_ms.len()
+                ),
+                _ => "n/a: no restore".into(),
+            },
+        ),
+        (
+            "memory per copy (mean)".to_string(),
+            format!(
+                "RSS {}, PSS {}, USS {}",
+                mib(d.total.rss_kib / n),
+                mib(d.total.pss_kib / n),
+                mib(d.total.uss_kib / n)
+            ),
+        ),
+        (
+            "guest memory in use".to_string(),
+            format!(
+                "{} before, {} with the copies up, of {} (MemTotal){}",
+                mib(d.mem_used_before_kib),
+                mib(d.mem_used_with_copies_kib),
+                mib(d.mem_total_kib),
+                r.vm.as_ref()
+                    .filter(|vm| vm.memory_mib > 0)
+                    .map(|vm| format!("; QEMU -m {} MiB", vm.memory_mib))
+                    .unwrap_or_default()
+            ),
+        ),
+    ]);
+    Some(rows)
+}
+
 /// A JSON value on one line, strings without their quotes.
 pub fn value_str(v: &serde_json::Value) -> String {
     match v {
@@ -196,5 +311,98 @@ pub(crate) mod tests {
                 render_report(&r, Some(&rv), f)
             );
         }
+    }
+
+    /// rich_report with a density gate of 4 copies: 64 MiB more in use, 32 MiB PSS in all.
+    pub(crate) fn dense_report() -> Report {
+        let mut r = rich_report();
+        r.options.copies = Some(crate::report::Copies::Max);
+        let mut g = crate::report::Gate::new(GateName::Density, Status::Pass, "4 copies");
+        g.data.insert(
+            "density".into(),
+            serde_json::json!({
+                "requested": "max", "copies": 4, "stopped_by": "memory_floor",
+                "stop_detail": "4 copies up", "restore_ms": [3000, 3400, 2900, 5000],
+                "restore_ms_median": 3200.0, "restore_ms_p95": 5000,
+                "limits": {"cap": 64, "reserve_kib": 131072, "deadline": 480},
+                "per_copy": [], "total": {"rss_kib": 65536, "pss_kib": 32768, "uss_kib": 16384},
+                "mem_total_kib": 1000000, "mem_used_before_kib": 200000,
+                "mem_used_with_copies_kib": 265536, "ended_before": ["b"]
+            }),
+        );
+        r.insert_gate(g);
+        r.vm.as_mut().unwrap().memory_mib = 1024;
+        r.seal();
+        r
+    }
+
+    #[test]
+    fn density_figures_are_computed_and_labelled_with_the_accelerator() {
+        let rows = density(&dense_report()).unwrap();
+        let get = |k: &str| {
+            rows.iter()
+                .find(|(l, _)| l == k)
+                .map(|(_, v)| v.clone())
+                .unwrap_or_else(|| panic!("no {k} in {rows:?}"))
+        };
+        assert_eq!(
+            get("copies per GiB [tcg], by guest memory in use"),
+            "64.0 (64.0 MiB more in use with the copies up)"
+        );
+        assert_eq!(
+            get("copies per GiB [tcg], by PSS"),
+            "128.0 (32.0 MiB PSS over all copies)"
+        );
+        assert_eq!(
+            get("restore ms per copy [tcg]"),
+            "median 3200, p95 5000, over 4 restores"
+        );
+        assert!(get("copies up at once").starts_with("4 (stopped by memory_floor"));
+        assert!(get("guest memory in use").ends_with("QEMU -m 1024 MiB"));
+        for f in [Format::Text, Format::Md, Format::Html] {
+            let page = render_report(&dense_report(), None, f);
+            assert!(
+                page.contains("Density") || page.contains("density:"),
+                "{f:?}"
+            );
+            assert!(
+                page.contains("restore ms per copy") && page.contains("tcg"),
+                "{f:?}"
+            );
+        }
+        let junit = render_report(&dense_report(), None, Format::Junit);
+        assert!(
+            junit.contains("tests=\"12\""),
+            "ten, density and the integrity case: {junit}"
+        );
+        assert!(junit.contains("name=\"density\""), "{junit}");
+        assert!(density(&rich_report()).is_none());
+        assert!(!render_report(&rich_report(), None, Format::Text).contains("density:"));
+    }
+
+    #[test]
+    fn density_figures_the_guest_garbled_are_named_not_rendered() {
+        let mut r = dense_report();
+        let g = r.gate_mut(GateName::Density).unwrap();
+        g.data
+            .insert("density".into(), serde_json::json!({"copies": "lots"}));
+        let rows = density(&r).unwrap();
+        assert!(
+            rows.iter()
+                .any(|(k, v)| k == "figures" && v.starts_with("unreadable")),
+            "{rows:?}"
+        );
+        let mut d = dense_report().gate(GateName::Density).unwrap().data["density"].clone();
+        d["restore_ms"] = serde_json::json!(vec![1; 500]);
+        r.gate_mut(GateName::Density)
+            .unwrap()
+            .data
+            .insert("density".into(), d);
+        let rows = density(&r).unwrap();
+        assert!(
+            rows.iter()
+                .any(|(k, v)| k == "figures" && v.starts_with("refused")),
+            "{rows:?}"
+        );
     }
 }

@@ -1,6 +1,6 @@
 //! Plain text for a terminal.
 
-use super::{dir_arg, duration, provenance, value_str};
+use super::{density, dir_arg, duration, provenance, value_str};
 use crate::report::{Status, Verdict};
 use crate::review::ReviewState;
 use crate::verify::{verdict_meaning, Outcome};
@@ -87,6 +87,14 @@ fn write_all(s: &mut String, o: &Outcome) -> std::fmt::Result {
         "total",
         duration(total)
     )?;
+
+    if let Some(rows) = density(r) {
+        writeln!(s, "\ndensity:")?;
+        let kw = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+        for (k, v) in rows {
+            writeln!(s, "  {:<kw$}  {}", one_line(&k), one_line(&v))?;
+        }
+    }
 
     writeln!(s, "\nwhere it ran:")?;
     let rows = provenance(r);

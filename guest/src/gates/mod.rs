@@ -1,7 +1,8 @@
-//! The ten gates of the SPEC, one file each, and what they share: the run's context, the
+//! The ten gates of the SPEC and the optional density gate, one file each, and what they share: the run's context, the
 //! observation of a running tree, and restoring or killing a copy.
 
 pub mod cleanup;
+pub mod density;
 pub mod dump;
 pub mod gui_pixel_review;
 pub mod isolation;
@@ -13,7 +14,7 @@ pub mod restore_live_process;
 pub mod restore_x_state;
 
 use crate::criu::{self, NetworkLock};
-use crate::report::{Check, Environment, Evidence, Gate, GateName, Status};
+use crate::report::{Check, Environment, Evidence, Gate, GateName, RunOptions, Status};
 use crate::stateapp::{self, AppState};
 use crate::tree::{self, TreeSpec};
 use crate::x11::{self, Window, XConn};
@@ -37,6 +38,8 @@ pub struct Config {
     /// This binary: the tree runs copies of it.
     pub exe: PathBuf,
     pub argv: Vec<String>,
+    /// Options that add gates (`--copies`).
+    pub options: RunOptions,
 }
 
 impl Config {

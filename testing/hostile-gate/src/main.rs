@@ -63,6 +63,7 @@ fn report(dir: &Path, tweak: impl FnOnce(&mut Report)) -> Report {
         },
         artifacts: vec![digest::artifact(dir, "png/live.png", "png").expect("png/live.png")],
         fidelity_differences: Vec::new(),
+        options: Default::default(),
         vm: None,
     };
     r.seal();

@@ -1,0 +1,807 @@
+//! density (only with `--copies N|max`): how many copies of the dumped tree run at once on this
+//! kernel, and at what restore latency. Every copy is restored from the one dump and kept up;
+//! with all of them up each must still answer with the dump-time state, and the memory each
+//! takes is read from its processes' smaps_rollup. The guest records raw numbers only: the
+//! accelerator that shapes them is known to the host, which computes and labels the figures.
+//!
+//! `max` searches upward one copy at a time, keeping every copy up. Under TCG a restore costs
+//! about 3 s, so the search must not restore anything twice: the largest N then costs exactly N
+//! restores (plus one that fails, when one does). Bisection or doubling would kill and re-restore
+//! whole sets of copies, O(N log N) restores, and a doubling step overshoots into the OOM killer
+//! before any bound can stop it. Before each restore the search stops at the first bound met:
+//! the cap, the deadline, or the memory floor (MemAvailable minus what the next copy is expected
+//! to take, the larger of the largest PSS a copy has shown and the fall of MemAvailable per copy
+//! so far, would be below the reserve). A restore that fails or a copy that does not
+//! answer also ends it, and fails the gate: the floor exists so that the search stops before
+//! anything breaks.
+
+use super::{check, Ctx, GateBuilder, Observation};
+use crate::compare;
+use crate::probe;
+use crate::report::{Check, Copies, Gate, GateName};
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use std::collections::BTreeSet;
+use std::io::Read;
+use std::time::{Duration, Instant};
+
+/// The most copies either form restores (`--copies N` is refused above it).
+pub const MAX_COPIES: u32 = 64;
+/// Bound of the `max` search: within the host's bound on the whole gate phase under KVM (450 s) as
+/// well as under TCG (1800 s), the other gates included.
+pub const SEARCH_DEADLINE: Duration = Duration::from_secs(300);
+/// The least MemAvailable the `max` search leaves the guest, in KiB: 128 MiB, or an eighth of
+/// MemTotal when that is more, so sshd and the rig's own reads never meet the OOM killer.
+pub fn reserve_kib(mem_total_kib: u64) -> u64 {
+    (128 * 1024).max(mem_total_kib / 8)
+}
+
+/// Far above a real smaps_rollup or meminfo (a few hundred bytes to a few KiB).
+const MAX_PROC_READ: u64 = 64 * 1024;
+
+/// Why the restoring stopped.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Stop {
+    /// `--copies N`: N restores were made.
+    Count,
+    /// `max`: the hard cap was reached.
+    Cap,
+    /// `max`: another copy would take MemAvailable below the reserve.
+    MemoryFloor,
+    /// `max`: the search's deadline passed.
+    Deadline,
+    /// A restore failed.
+    RestoreFailed,
+    /// `max`: a restored copy did not answer with the dump-time state.
+    NoAnswer,
+}
+
+impl Stop {
+    /// Whether stopping here is a bound of the search rather than something that broke.
+    pub fn is_bound(self) -> bool {
+        matches!(
+            self,
+            Stop::Count | Stop::Cap | Stop::MemoryFloor | Stop::Deadline
+        )
+    }
+}
+
+/// What bounds the restoring.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Limits {
+    pub cap: u32,
+    /// None for `--copies N`, which restores N whatever memory is left.
+    pub reserve_kib: Option<u64>,
+    /// None for `--copies N`: each restore has its own step bound.
+    #[serde(with = "opt_secs")]
+    pub deadline: Option<Duration>,
+}
+
+impl Limits {
+    pub fn for_request(req: Copies, mem_total_kib: u64) -> Limits {
+        match req {
+            Copies::Count(n) => Limits {
+                cap: n.min(MAX_COPIES),
+                reserve_kib: None,
+                deadline: None,
+            },
+            Copies::Max => Limits {
+                cap: MAX_COPIES,
+                reserve_kib: Some(reserve_kib(mem_total_kib)),
+                deadline: Some(SEARCH_DEADLINE),
+            },
+        }
+    }
+}
+
+mod opt_secs {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::time::Duration;
+    pub fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => s.serialize_some(&d.as_secs()),
+            None => s.serialize_none(),
+        }
+    }
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        Ok(Option::<u64>::deserialize(d)?.map(Duration::from_secs))
+    }
+}
+
+/// Where the search stands before the next restore.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SearchState {
+    pub copies_up: u32,
+    pub elapsed: Duration,
+    pub mem_available_kib: u64,
+    /// The largest PSS one copy has shown so far; 0 before the first.
+    pub largest_copy_pss_kib: u64,
+    /// How far MemAvailable fell per copy so far; 0 before the first. It also counts what PSS
+    /// does not: the kernel's own memory for each copy (page tables, sockets, namespaces).
+    pub avail_drop_per_copy_kib: u64,
+}
+
+impl SearchState {
+    /// What the next copy is expected to take: the larger of the two per-copy measures.
+    pub fn next_copy_kib(&self) -> u64 {
+        self.largest_copy_pss_kib.max(self.avail_drop_per_copy_kib)
+    }
+}
+
+/// The bound that forbids another restore, or None when one more may be restored.
+pub fn stop_before_next(limits: &Limits, s: &SearchState, count_mode: bool) -> Option<Stop> {
+    if s.copies_up >= limits.cap {
+        return Some(if count_mode { Stop::Count } else { Stop::Cap });
+    }
+    if limits.deadline.is_some_and(|d| s.elapsed >= d) {
+        return Some(Stop::Deadline);
+    }
+    if let Some(reserve) = limits.reserve_kib {
+        if s.mem_available_kib.saturating_sub(s.next_copy_kib()) < reserve {
+            return Some(Stop::MemoryFloor);
+        }
+    }
+    None
+}
+
+/// The memory of a process (or a sum of them) from smaps_rollup, in KiB.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Mem {
+    pub rss_kib: u64,
+    pub pss_kib: u64,
+    /// Private_Clean + Private_Dirty: what ending the process would give back.
+    pub uss_kib: u64,
+}
+
+impl Mem {
+    pub fn add(&mut self, o: Mem) {
+        self.rss_kib += o.rss_kib;
+        self.pss_kib += o.pss_kib;
+        self.uss_kib += o.uss_kib;
+    }
+}
+
+/// `Name:   1234 kB` lines: the value of each wanted name, which must appear exactly once.
+fn kib_fields<const N: usize>(text: &str, names: [&str; N], what: &str) -> Result<[u64; N]> {
+    let mut out = [None; N];
+    for line in text.lines() {
+        let Some((name, rest)) = line.split_once(':') else {
+            continue;
+        };
+        let Some(i) = names.iter().position(|n| *n == name.trim()) else {
+            continue;
+        };
+        let mut words = rest.split_whitespace();
+        let v = words
+            .next()
+            .and_then(|w| w.parse::<u64>().ok())
+            .filter(|_| words.next() == Some("kB") && words.next().is_none())
+            .with_context(|| format!("{what}: the line {line:?} is not `{}: N kB`", names[i]))?;
+        if out[i].replace(v).is_some() {
+            bail!("{what}: {} appears twice", names[i]);
+        }
+    }
+    let mut vals = [0; N];
+    for (i, v) in out.iter().enumerate() {
+        vals[i] = v.with_context(|| format!("{what}: no {} line", names[i]))?;
+    }
+    Ok(vals)
+}
+
+pub fn parse_smaps_rollup(text: &str) -> Result<Mem> {
+    let [rss, pss, clean, dirty] = kib_fields(
+        text,
+        ["Rss", "Pss", "Private_Clean", "Private_Dirty"],
+        "smaps_rollup",
+    )?;
+    let uss = clean
+        .checked_add(dirty)
+        .context("smaps_rollup: Private_Clean + Private_Dirty overflows")?;
+    if uss > rss || pss > rss {
+        bail!("smaps_rollup: Pss {pss} kB or USS {uss} kB exceeds Rss {rss} kB");
+    }
+    Ok(Mem {
+        rss_kib: rss,
+        pss_kib: pss,
+        uss_kib: uss,
+    })
+}
+
+/// MemTotal and MemAvailable, in KiB.
+pub fn parse_meminfo(text: &str) -> Result<(u64, u64)> {
+    let [total, avail] = kib_fields(text, ["MemTotal", "MemAvailable"], "/proc/meminfo")?;
+    if avail > total || total == 0 {
+        bail!("/proc/meminfo: MemAvailable {avail} kB against MemTotal {total} kB");
+    }
+    Ok((total, avail))
+}
+
+/// A bounded read of a /proc file (no symlink is followed: O_NOFOLLOW on the last component).
+fn read_proc(path: &str) -> Result<String> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(path)
+        .with_context(|| format!("opening {path}"))?;
+    let mut s = String::new();
+    f.take(MAX_PROC_READ)
+        .read_to_string(&mut s)
+        .with_context(|| format!("reading {path}"))?;
+    Ok(s)
+}
+
+pub fn read_meminfo() -> Result<(u64, u64)> {
+    parse_meminfo(&read_proc("/proc/meminfo")?)
+}
+
+/// Median of the values; the mean of the middle two for an even count.
+pub fn median(xs: &[u64]) -> Option<f64> {
+    let mut v = xs.to_vec();
+    v.sort_unstable();
+    let n = v.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(v[n / 2] as f64),
+        _ => Some((v[n / 2 - 1] as f64 + v[n / 2] as f64) / 2.0),
+    }
+}
+
+/// The 95th percentile by nearest rank: the smallest value at least 95 % of the values reach.
+pub fn p95(xs: &[u64]) -> Option<u64> {
+    let mut v = xs.to_vec();
+    v.sort_unstable();
+    let rank = (v.len() * 95).div_ceil(100);
+    v.get(rank.checked_sub(1)?).copied()
+}
+
+/// One copy's memory: every process of its pid namespace, zombies aside (they map nothing).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct CopyMem {
+    pub label: String,
+    pub pid: i32,
+    pub processes: usize,
+    pub mem: Mem,
+    /// Processes whose smaps_rollup could not be read or parsed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<String>,
+}
+
+fn copy_mem(ctx: &Ctx, label: &str, pid: i32) -> CopyMem {
+    let mut c = CopyMem {
+        label: label.to_string(),
+        pid,
+        processes: 0,
+        mem: Mem::default(),
+        errors: Vec::new(),
+    };
+    let ns: BTreeSet<String> = ctx
+        .tree_record(pid)
+        .and_then(|r| r.pidns.clone())
+        .into_iter()
+        .collect();
+    if ns.is_empty() {
+        c.errors.push(format!(
+            "copy {label} (pid {pid}) has no recorded pid namespace"
+        ));
+        return c;
+    }
+    for m in probe::members(&ns).into_iter().filter(|m| m.state != "Z") {
+        let path = format!("/proc/{}/smaps_rollup", m.pid);
+        match read_proc(&path).and_then(|t| parse_smaps_rollup(&t)) {
+            Ok(mem) => {
+                c.processes += 1;
+                c.mem.add(mem);
+            }
+            // A process that ended between the listing and the read is simply gone.
+            Err(_) if !probe::is_live(m.pid) => {}
+            Err(e) => c.errors.push(format!("{} ({}): {e:#}", m.pid, m.comm)),
+        }
+    }
+    if c.processes == 0 && c.errors.is_empty() {
+        c.errors.push(format!("copy {label} has no live process"));
+    }
+    c
+}
+
+/// What one copy answered while all were up.
+struct Answer {
+    label: String,
+    token: Check,
+    counter: Check,
+    x_in_copy: Check,
+    windows: Check,
+}
+
+fn ask_copy(ctx: &Ctx, label: &str, pid: i32, snap: &Observation) -> Answer {
+    let app = ctx.app(pid, "get").map_err(|e| format!("{e:#}"));
+    let (token, counter) = match &app {
+        Ok(s) => (
+            compare::same_token("same_token", &snap.app.token, &s.token),
+            compare::counter_continues(
+                "counter_continues",
+                snap.app.counter,
+                snap.app_asked_at.elapsed(),
+                s.counter,
+            ),
+        ),
+        Err(e) => (
+            check("same_token", false, json!({"error": e}), "the app answers"),
+            check(
+                "counter_continues",
+                false,
+                json!({"error": e}),
+                "the app answers",
+            ),
+        ),
+    };
+    let windows = match ctx.x(pid, "the copy's X windows", |c| c.mapped_toplevels()) {
+        Ok(w) => compare::same_windows("same_windows", &snap.windows, &w),
+        Err(e) => check(
+            "same_windows",
+            false,
+            json!({"error": format!("{e:#}")}),
+            "the copy's X server answers",
+        ),
+    };
+    Answer {
+        label: label.to_string(),
+        token,
+        counter,
+        x_in_copy: ctx.check_x_server_in_tree("x_server_in_copy", pid),
+        windows,
+    }
+}
+
+impl Answer {
+    fn ok(&self) -> bool {
+        [&self.token, &self.counter, &self.x_in_copy, &self.windows]
+            .iter()
+            .all(|c| c.passed)
+    }
+}
+
+/// One check over every copy: passes when there is at least one copy and each passed; the
+/// value names the copies that did not, with what they showed.
+pub fn all_of(name: &str, expected: &str, per_copy: &[(String, &Check)]) -> Check {
+    let failed: Vec<serde_json::Value> = per_copy
+        .iter()
+        .filter(|(_, c)| !c.passed)
+        .map(|(l, c)| json!({"copy": l, "seen": c.value, "expected": c.expected}))
+        .collect();
+    check(
+        name,
+        !per_copy.is_empty() && failed.is_empty(),
+        json!({"copies": per_copy.len(), "failed": failed}),
+        expected,
+    )
+}
+
+/// The raw figures, under `data.density`: the host reads them back to render the section.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct DensityData {
+    pub requested: Copies,
+    pub limits: Limits,
+    /// Copies up at once when the restoring stopped.
+    pub copies: u32,
+    pub stopped_by: Stop,
+    pub stop_detail: String,
+    /// Each restore's latency (ms), in restore order, the failed one included.
+    pub restore_ms: Vec<u64>,
+    pub restore_ms_median: Option<f64>,
+    pub restore_ms_p95: Option<u64>,
+    /// Measured with every copy up.
+    pub per_copy: Vec<CopyMem>,
+    pub total: Mem,
+    pub mem_total_kib: u64,
+    /// MemTotal - MemAvailable before the first restore and with every copy up.
+    pub mem_used_before_kib: u64,
+    pub mem_used_with_copies_kib: u64,
+    /// Copies of the earlier gates ended first, so that they do not count against this one.
+    pub ended_before: Vec<String>,
+}
+
+pub fn run(ctx: &mut Ctx) -> Gate {
+    let mut g = GateBuilder::new(GateName::Density);
+    let Some(req) = ctx.cfg.options.copies else {
+        g.problem("density runs only with --copies");
+        return g.finish("");
+    };
+    let Some(snap) = ctx.snapshot.clone() else {
+        g.problem("no dump-time state");
+        return g.finish("");
+    };
+    // The earlier gates' copies would count against this one's memory: end them first.
+    let earlier: Vec<(String, i32)> = std::mem::take(&mut ctx.copies).into_iter().collect();
+    let mut ended_before = Vec::new();
+    for (label, pid) in earlier {
+        // One tree may sit under two labels (a lying restore): it ends once.
+        if ctx.tree_record(pid).is_none() {
+            continue;
+        }
+        if let Err(e) = ctx.kill_tree(pid) {
+            g.problem(format!("ending copy {label} of an earlier gate: {e:#}"));
+            return g.finish("");
+        }
+        ended_before.push(label);
+    }
+    let (mem_total, avail_before) = match read_meminfo() {
+        Ok(m) => m,
+        Err(e) => {
+            g.problem(format!("reading the guest's memory: {e:#}"));
+            return g.finish("");
+        }
+    };
+    let limits = Limits::for_request(req, mem_total);
+    let count_mode = matches!(req, Copies::Count(_));
+    let started = Instant::now();
+    let mut up: Vec<(String, i32)> = Vec::new();
+    let mut restore_ms = Vec::new();
+    let mut largest_pss = 0;
+    let (stop, detail) = loop {
+        let avail = match read_meminfo() {
+            Ok((_, a)) => a,
+            Err(e) => {
+                // Without MemAvailable the floor cannot be kept: nothing more is restored.
+                let detail = format!("reading /proc/meminfo before the next restore: {e:#}");
+                g.problem(detail.clone());
+                break (Stop::RestoreFailed, detail);
+            }
+        };
+        let state = SearchState {
+            copies_up: up.len() as u32,
+            elapsed: started.elapsed(),
+            mem_available_kib: avail,
+            largest_copy_pss_kib: largest_pss,
+            avail_drop_per_copy_kib: avail_before.saturating_sub(avail) / (up.len() as u64).max(1),
+        };
+        if let Some(s) = stop_before_next(&limits, &state, count_mode) {
+            let detail = if count_mode {
+                format!(
+                    "{} copies restored as asked, {} s in",
+                    state.copies_up,
+                    state.elapsed.as_secs()
+                )
+            } else {
+                format!(
+                "{} copies up, {} s in, MemAvailable {} MiB, next copy estimated at {} MiB (largest copy PSS {} MiB, MemAvailable fell {} MiB per copy)",
+                state.copies_up,
+                state.elapsed.as_secs(),
+                avail / 1024,
+                state.next_copy_kib() / 1024,
+                largest_pss / 1024,
+                state.avail_drop_per_copy_kib / 1024
+                )
+            };
+            break (s, detail);
+        }
+        let label = format!("density-{}", up.len() + 1);
+        let (pid, ev) = ctx.restore(&label);
+        restore_ms.push(ev.duration_ms);
+        g.evidence(ev);
+        let pid = match pid {
+            Ok(p) => p,
+            Err(e) => {
+                let detail = format!("restoring {label}: {e:#} (log: criu/restore-{label}.log)");
+                break (Stop::RestoreFailed, detail);
+            }
+        };
+        up.push((label.clone(), pid));
+        if !count_mode {
+            let a = ask_copy(ctx, &label, pid, &snap);
+            if !a.ok() {
+                let detail = format!("{label} did not answer with the dump-time state");
+                break (Stop::NoAnswer, detail);
+            }
+            largest_pss = largest_pss.max(copy_mem(ctx, &label, pid).mem.pss_kib);
+        }
+    };
+
+    // With every copy up: each answers, and what each takes.
+    let answers: Vec<Answer> = up
+        .iter()
+        .map(|(l, p)| ask_copy(ctx, l, *p, &snap))
+        .collect();
+    let mems: Vec<CopyMem> = up.iter().map(|(l, p)| copy_mem(ctx, l, *p)).collect();
+    let used_with = read_meminfo().map(|(t, a)| t - a);
+    let mut total = Mem::default();
+    for m in &mems {
+        total.add(m.mem);
+    }
+
+    let restored_ok = stop.is_bound() && !up.is_empty();
+    g.check(check(
+        "all_restored",
+        restored_ok,
+        json!({"requested": req, "restored": up.len(), "stopped_by": stop, "detail": detail}),
+        &match req {
+            Copies::Count(n) => format!("{n} copies restored, each PID 1 of its own pid namespace"),
+            Copies::Max => "at least one copy, and the search stopped at a bound (cap, memory floor, deadline), not at a failed restore or a copy that did not answer".into(),
+        },
+    ));
+    let fresh: Vec<(String, Check)> = up
+        .iter()
+        .map(|(l, p)| {
+            let others: Vec<super::TreeRecord> = ctx
+                .trees
+                .iter()
+                .filter(|t| !t.ended && t.pid1_running() && t.pid != *p)
+                .cloned()
+                .collect();
+            let c = match ctx.tree_record(*p) {
+                Some(rec) => compare::fresh_copy("fresh", rec, &others),
+                None => check("fresh", false, json!({"pid": p}), "a registered tree"),
+            };
+            (l.clone(), c)
+        })
+        .collect();
+    let fresh: Vec<(String, &Check)> = fresh.iter().map(|(l, c)| (l.clone(), c)).collect();
+    g.check(all_of(
+        "copies_distinct",
+        "each copy its own PID 1 and pid namespace, shared with no other running tree",
+        &fresh,
+    ));
+    type Pick = fn(&Answer) -> &Check;
+    let per_answer: [(&str, &str, Pick); 4] = [
+        (
+            "all_same_token",
+            "every copy's app answers the dump-time token",
+            |a| &a.token,
+        ),
+        (
+            "all_counters_continue",
+            "every copy's counter continues from the dump-time value",
+            |a| &a.counter,
+        ),
+        (
+            "all_x_servers_in_copy",
+            "every copy's display is served from inside that copy",
+            |a| &a.x_in_copy,
+        ),
+        (
+            "all_windows_as_dumped",
+            "every copy's X server answers with the dump-time windows",
+            |a| &a.windows,
+        ),
+    ];
+    for (name, expected, f) in per_answer {
+        let per: Vec<(String, &Check)> = answers.iter().map(|a| (a.label.clone(), f(a))).collect();
+        g.check(all_of(name, expected, &per));
+    }
+    let mem_errors: Vec<&String> = mems.iter().flat_map(|m| &m.errors).collect();
+    g.check(check(
+        "memory_measured",
+        !mems.is_empty() && mem_errors.is_empty() && used_with.is_ok(),
+        json!({"copies": mems.len(), "errors": mem_errors,
+               "meminfo": used_with.as_ref().map_err(|e| format!("{e:#}"))}),
+        "smaps_rollup of every process of every copy, and /proc/meminfo, read and parsed",
+    ));
+
+    // Every copy ends here; cleanup looks again.
+    let mut kill_errors = Vec::new();
+    let mut ns = BTreeSet::new();
+    for (l, p) in &up {
+        ns.extend(ctx.tree_record(*p).and_then(|r| r.pidns.clone()));
+        if let Err(e) = ctx.kill_tree(*p) {
+            kill_errors.push(format!("{l}: {e:#}"));
+        }
+        ctx.copies.remove(l);
+    }
+    let left = probe::members(&ns);
+    g.check(check(
+        "copies_killed",
+        kill_errors.is_empty() && left.is_empty(),
+        json!({"copies": up.len(), "errors": kill_errors, "left": left}),
+        "every copy's PID 1 gone and its pid namespace empty",
+    ));
+
+    let data = DensityData {
+        requested: req,
+        limits,
+        copies: up.len() as u32,
+        stopped_by: stop,
+        stop_detail: detail,
+        restore_ms_median: median(&restore_ms),
+        restore_ms_p95: p95(&restore_ms),
+        restore_ms,
+        per_copy: mems,
+        total,
+        mem_total_kib: mem_total,
+        mem_used_before_kib: mem_total - avail_before,
+        mem_used_with_copies_kib: used_with.map_or(0, |u| u),
+        ended_before,
+    };
+    match serde_json::to_value(&data) {
+        Ok(v) => g.data("density", v),
+        Err(e) => g.problem(format!("recording the figures: {e}")),
+    }
+    g.finish(&format!(
+        "{} copies up at once from one dump (stopped: {}), each answering with the dump-time token, counter and windows; all killed",
+        data.copies,
+        serde_json::to_value(stop).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ROLLUP: &str =
+        "55d1c0a4b000-7ffd9a5f6000 ---p 00000000 00:00 0                          [rollup]
+Rss:                3912 kB
+Pss:                1203 kB
+Pss_Anon:            712 kB
+Shared_Clean:       2900 kB
+Private_Clean:       100 kB
+Private_Dirty:       712 kB
+Referenced:         3912 kB
+Swap:                  0 kB
+";
+
+    #[test]
+    fn smaps_rollup_parses_and_uss_is_the_private_pages() {
+        let m = parse_smaps_rollup(ROLLUP).unwrap();
+        assert_eq!(
+            m,
+            Mem {
+                rss_kib: 3912,
+                pss_kib: 1203,
+                uss_kib: 812
+            }
+        );
+    }
+
+    #[test]
+    fn bad_smaps_rollup_is_refused() {
+        let no_pss = ROLLUP.replace("Pss:                1203 kB\n", "");
+        assert!(format!("{:#}", parse_smaps_rollup(&no_pss).unwrap_err()).contains("no Pss"));
+        let words = ROLLUP.replace("1203 kB", "lots kB");
+        assert!(parse_smaps_rollup(&words).is_err());
+        let unit = ROLLUP.replace("1203 kB", "1203 MB");
+        assert!(parse_smaps_rollup(&unit).is_err());
+        let twice = format!("{ROLLUP}Rss: 1 kB\n");
+        assert!(format!("{:#}", parse_smaps_rollup(&twice).unwrap_err()).contains("twice"));
+        let more_than_rss = ROLLUP.replace("Private_Dirty:       712", "Private_Dirty:     99712");
+        assert!(parse_smaps_rollup(&more_than_rss).is_err());
+        assert!(parse_smaps_rollup("").is_err());
+        assert!(parse_smaps_rollup("\u{0}\u{1}garbage").is_err());
+    }
+
+    #[test]
+    fn meminfo_parses_and_refuses_nonsense() {
+        let t = "MemTotal:        1001234 kB\nMemFree:          500000 kB\nMemAvailable:     700000 kB\n";
+        assert_eq!(parse_meminfo(t).unwrap(), (1_001_234, 700_000));
+        assert!(parse_meminfo("MemTotal: 10 kB\nMemAvailable: 20 kB\n").is_err());
+        assert!(parse_meminfo("MemTotal: 10 kB\n").is_err());
+    }
+
+    #[test]
+    fn median_and_p95() {
+        assert_eq!(median(&[]), None);
+        assert_eq!(p95(&[]), None);
+        assert_eq!(median(&[7]), Some(7.0));
+        assert_eq!(p95(&[7]), Some(7));
+        assert_eq!(median(&[3, 1, 2]), Some(2.0));
+        assert_eq!(median(&[4, 1, 3, 2]), Some(2.5));
+        let hundred: Vec<u64> = (1..=100).rev().collect();
+        assert_eq!(p95(&hundred), Some(95));
+        assert_eq!(median(&hundred), Some(50.5));
+        // 20 values: rank 19, not the maximum.
+        let twenty: Vec<u64> = (1..=20).collect();
+        assert_eq!(p95(&twenty), Some(19));
+        // Few values: the p95 is the largest.
+        assert_eq!(p95(&[3000, 3100, 9000]), Some(9000));
+    }
+
+    fn state(up: u32, secs: u64, avail_mib: u64, pss_mib: u64) -> SearchState {
+        SearchState {
+            copies_up: up,
+            elapsed: Duration::from_secs(secs),
+            mem_available_kib: avail_mib * 1024,
+            largest_copy_pss_kib: pss_mib * 1024,
+            avail_drop_per_copy_kib: 0,
+        }
+    }
+
+    #[test]
+    fn the_max_search_stops_at_each_bound() {
+        let l = Limits::for_request(Copies::Max, 1024 * 1024);
+        assert_eq!(l.cap, MAX_COPIES);
+        assert_eq!(l.reserve_kib, Some(128 * 1024));
+        assert_eq!(stop_before_next(&l, &state(0, 0, 900, 0), false), None);
+        assert_eq!(stop_before_next(&l, &state(5, 100, 900, 40), false), None);
+        assert_eq!(
+            stop_before_next(&l, &state(MAX_COPIES, 100, 900, 40), false),
+            Some(Stop::Cap)
+        );
+        assert_eq!(
+            stop_before_next(&l, &state(5, 300, 900, 40), false),
+            Some(Stop::Deadline)
+        );
+        // 160 MiB left, a copy took 40: 120 would remain, under the 128 MiB reserve.
+        assert_eq!(
+            stop_before_next(&l, &state(9, 100, 160, 40), false),
+            Some(Stop::MemoryFloor)
+        );
+        assert_eq!(stop_before_next(&l, &state(9, 100, 170, 40), false), None);
+        // MemAvailable fell more per copy than PSS shows: the larger estimate holds the floor.
+        let kernel_heavy = SearchState {
+            avail_drop_per_copy_kib: 50 * 1024,
+            ..state(9, 100, 170, 40)
+        };
+        assert_eq!(
+            stop_before_next(&l, &kernel_heavy, false),
+            Some(Stop::MemoryFloor)
+        );
+        // Even the first copy is refused on a guest already below the reserve.
+        assert_eq!(
+            stop_before_next(&l, &state(0, 0, 100, 0), false),
+            Some(Stop::MemoryFloor)
+        );
+        // A bigger guest keeps an eighth of itself.
+        assert_eq!(reserve_kib(8 << 20), 1 << 20);
+    }
+
+    #[test]
+    fn a_count_stops_only_at_its_count() {
+        let l = Limits::for_request(Copies::Count(3), 1024 * 1024);
+        assert_eq!(stop_before_next(&l, &state(2, 10_000, 1, 900), true), None);
+        assert_eq!(
+            stop_before_next(&l, &state(3, 0, 900, 0), true),
+            Some(Stop::Count)
+        );
+    }
+
+    #[test]
+    fn only_bounds_are_good_stops() {
+        for s in [Stop::Count, Stop::Cap, Stop::MemoryFloor, Stop::Deadline] {
+            assert!(s.is_bound(), "{s:?}");
+        }
+        assert!(!Stop::RestoreFailed.is_bound());
+        assert!(!Stop::NoAnswer.is_bound());
+    }
+
+    #[test]
+    fn one_copy_that_fails_fails_the_whole_check() {
+        let good = check("same_token", true, json!("t"), "t");
+        let bad = check("same_token", false, json!({"seen": "u"}), "t");
+        let c = all_of(
+            "all_same_token",
+            "all",
+            &[("d1".into(), &good), ("d2".into(), &bad)],
+        );
+        assert!(!c.passed);
+        assert_eq!(c.value["failed"][0]["copy"], "d2");
+        assert!(all_of("all_same_token", "all", &[("d1".into(), &good)]).passed);
+        assert!(
+            !all_of("all_same_token", "all", &[]).passed,
+            "no copy is no pass"
+        );
+    }
+
+    #[test]
+    fn the_figures_round_trip() {
+        let d = DensityData {
+            requested: Copies::Max,
+            limits: Limits::for_request(Copies::Max, 1 << 20),
+            copies: 2,
+            stopped_by: Stop::MemoryFloor,
+            stop_detail: "x".into(),
+            restore_ms: vec![3000, 3200],
+            restore_ms_median: median(&[3000, 3200]),
+            restore_ms_p95: p95(&[3000, 3200]),
+            per_copy: vec![],
+            total: Mem::default(),
+            mem_total_kib: 1 << 20,
+            mem_used_before_kib: 100,
+            mem_used_with_copies_kib: 200,
+            ended_before: vec!["a".into()],
+        };
+        let v = serde_json::to_value(&d).unwrap();
+        assert_eq!(v["stopped_by"], "memory_floor");
+        assert_eq!(v["limits"]["deadline"], 300);
+        assert_eq!(serde_json::from_value::<DensityData>(v).unwrap(), d);
+    }
+}
