@@ -10,11 +10,13 @@ pub mod index;
 pub mod initrd;
 pub mod lock;
 pub mod manifest;
+pub mod mode;
 
-pub use builder::{kernel_cmdline, BuilderMode};
+pub use crate::vm::qemu::kernel_cmdline;
 pub use cache::cache_root;
 pub use definition::GUEST_INIT_PATH;
 pub use manifest::{Manifest, PackageVersion};
+pub use mode::BuilderMode;
 
 use anyhow::{bail, Context, Result};
 use cache::EntryState;
@@ -173,7 +175,7 @@ pub fn plan_image(opts: &BuildOptions) -> Result<Vec<String>> {
         None => {
             out.push(format!(
                 "# mode probe (unshare if it succeeds and the user has subuid/subgid ranges, else fakechroot):\n{}",
-                builder::userns_probe_cmd().display()
+                mode::userns_probe_cmd().display()
             ));
             (BuilderMode::Unshare, "assumed for the plan".to_string())
         }
@@ -270,7 +272,7 @@ pub fn ensure_image_with(opts: &BuildOptions, progress: &Progress) -> Result<Ima
         (_, true) => None,
     };
 
-    let mut missing = exec::missing_tools(&builder::COMMON_TOOLS);
+    let mut missing = exec::missing_tools(&mode::COMMON_TOOLS);
     if !Path::new(index::DEBIAN_KEYRING).is_file() {
         missing.push(format!(
             "{} (apt install debian-archive-keyring)",
@@ -283,7 +285,7 @@ pub fn ensure_image_with(opts: &BuildOptions, progress: &Progress) -> Result<Ima
             missing.join(", ")
         );
     }
-    let (mode, reason) = builder::choose_mode(opts.mode);
+    let (mode, reason) = mode::choose_mode(opts.mode);
     let missing = exec::missing_tools(mode.tools());
     if !missing.is_empty() {
         bail!(
