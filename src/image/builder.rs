@@ -7,6 +7,7 @@ use super::definition::{
     SSHD_CONFIG_PATH,
 };
 use super::exec::{self, quote, Cmd, Progress};
+use super::in_guest;
 use super::index;
 use super::initrd::{self, build_initrd, BUSYBOX_IN_TAR};
 use super::lock::{parse_debs, parse_installed, Lock, PkgKey};
@@ -65,7 +66,7 @@ pub fn mmdebstrap_cmd(
 ) -> Cmd {
     let mut a: Vec<String> = vec![
         "mmdebstrap".into(),
-        format!("--mode={}", mode.as_str()),
+        format!("--mode={}", mode.mmdebstrap_mode()),
         format!("--variant={}", def.variant),
         format!("--arch={}", def.architecture),
         format!("--components={}", def.components.join(",")),
@@ -195,11 +196,27 @@ pub struct BuildPlan {
     pub mode_reason: String,
     pub apt_dir: PathBuf,
     pub work: WorkPaths,
+    /// The cache the entry goes to (guest mode finds its builder VM's image there).
+    pub cache_root: PathBuf,
     /// None for `--update-lock`: the build resolves what the mirror has.
     pub lock: Option<Lock>,
 }
 
 impl BuildPlan {
+    /// What `--plan` prints: the commands, with guest mode's builder VM in place of the host's
+    /// mmdebstrap.
+    pub fn plan_lines(&self, release_hint: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        for c in self.commands(release_hint) {
+            if self.mode == BuilderMode::Guest && c.argv[0] == "mmdebstrap" {
+                out.extend(in_guest::plan_lines(self));
+            } else {
+                out.push(c.display());
+            }
+        }
+        out
+    }
+
     pub fn commands(&self, release_hint: &str) -> Vec<Cmd> {
         let def = &self.image.definition;
         let entry_disk = self.work.entry.join(DISK_FILE);
@@ -302,8 +319,13 @@ pub fn build(plan: &BuildPlan, progress: &Progress) -> Result<BuildResult> {
     st.finish();
 
     let st = progress.stage(&format!("mmdebstrap ({} mode)", plan.mode.as_str()));
-    let cmd = mmdebstrap_cmd(def, &plan.image.dir, &plan.mirror, plan.mode, work);
-    exec::run(&cmd, &st, &work.log, Some(&work.dir))?;
+    let guest_build = if plan.mode == BuilderMode::Guest {
+        Some(in_guest::mmdebstrap(plan, progress, &|m| st.message(m))?)
+    } else {
+        let cmd = mmdebstrap_cmd(def, &plan.image.dir, &plan.mirror, plan.mode, work);
+        exec::run(&cmd, &st, &work.log, Some(&work.dir))?;
+        None
+    };
     st.finish();
 
     let st = progress.stage("lock check");
@@ -408,6 +430,10 @@ pub fn build(plan: &BuildPlan, progress: &Progress) -> Result<BuildResult> {
     let (initrd_sha256, _) = crate::digest::sha256_file(&work.entry.join(INITRD_FILE))?;
     st.finish();
 
+    let mut tools = tool_versions(plan.mode);
+    if let Some(g) = guest_build {
+        tools.insert("builder-vm".into(), g.builder);
+    }
     let manifest = Manifest {
         manifest_version: MANIFEST_VERSION,
         image_name: plan.image.name.clone(),
@@ -434,7 +460,7 @@ pub fn build(plan: &BuildPlan, progress: &Progress) -> Result<BuildResult> {
         source_date_epoch: def.source_date_epoch,
         builder: "mmdebstrap".into(),
         builder_mode: plan.mode.as_str().into(),
-        tool_versions: tool_versions(plan.mode),
+        tool_versions: tools,
         built_at: crate::clock::now_rfc3339(),
         build_seconds: (started.elapsed().as_secs_f64() * 10.0).round() / 10.0,
         disk_image: DISK_FILE.into(),

@@ -48,7 +48,7 @@ pub struct Manifest {
     pub mirror: String,
     pub source_date_epoch: u64,
     pub builder: String,
-    /// "unshare" or "fakechroot".
+    /// "unshare", "fakechroot" or "guest".
     pub builder_mode: String,
     pub tool_versions: BTreeMap<String, String>,
     pub built_at: String,
@@ -118,6 +118,7 @@ pub fn tool_versions(mode: BuilderMode) -> BTreeMap<String, String> {
             ask("fakechroot", &["fakechroot", "--version"]);
             ask("fakeroot", &["fakeroot", "--version"]);
         }
+        BuilderMode::Guest => ask("qemu", &["qemu-system-x86_64", "--version"]),
     }
     v.insert("sharedos-rig".into(), env!("CARGO_PKG_VERSION").into());
     v
