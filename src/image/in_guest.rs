@@ -110,10 +110,13 @@ pub fn downloads(plan: &BuildPlan) -> [(String, PathBuf); 2] {
 }
 
 /// The scratch tmpfs, and the guest clock set from the host's: apt refuses a Release file
-/// dated after its clock, and the guest has only the emulated RTC.
+/// dated after its clock, and the guest has only the emulated RTC. The tmpfs is 0755 because
+/// apt downloads as user _apt: where _apt cannot reach the chroot, apt downloads as root and
+/// leaves the image's `partial` directories owned by root instead of _apt, and the image
+/// differs from an unshare build's.
 pub fn prep_command(epoch_seconds: &str) -> String {
     format!(
-        "mkdir -p {GUEST_DIR} && mount -t tmpfs -o size={TMPFS_MIB}m,mode=0700 sharedos-build {GUEST_DIR} \
+        "mkdir -p {GUEST_DIR} && mount -t tmpfs -o size={TMPFS_MIB}m,mode=0755 sharedos-build {GUEST_DIR} \
          && mkdir {GUEST_DIR}/bin {GUEST_DIR}/image {GUEST_DIR}/tmp && date -u -s @{epoch_seconds} >/dev/null"
     )
 }
@@ -537,7 +540,7 @@ mod tests {
     fn prep_mounts_the_scratch_and_sets_the_clock() {
         assert_eq!(
             prep_command("1764547200"),
-            "mkdir -p /mnt/sharedos-build && mount -t tmpfs -o size=3072m,mode=0700 sharedos-build /mnt/sharedos-build \
+            "mkdir -p /mnt/sharedos-build && mount -t tmpfs -o size=3072m,mode=0755 sharedos-build /mnt/sharedos-build \
              && mkdir /mnt/sharedos-build/bin /mnt/sharedos-build/image /mnt/sharedos-build/tmp && date -u -s @1764547200 >/dev/null"
         );
     }
