@@ -260,7 +260,7 @@ fn a_pin_the_mirror_lacks_fails_fast_naming_it() {
 }
 
 #[test]
-#[ignore = "slow: a fakechroot build of bookworm, then trixie built in a QEMU guest under TCG then trixie built in a QEMU guest under TCG and again in unshare mode (~10 min); run with --ignored"]
+#[ignore = "slow: a fakechroot build of bookworm, then trixie built in a QEMU guest under TCG and again in unshare mode (~10 min); run with --ignored"]
 fn without_user_namespaces_a_newer_suite_builds_in_a_guest() {
     if !can_run("without_user_namespaces_a_newer_suite_builds_in_a_guest") {
         return;
