@@ -139,6 +139,36 @@ impl Guest {
         })
     }
 
+    /// One read of `command`'s output that gives up at `deadline`.
+    fn read_by(
+        &self,
+        ch: &mut ssh2::Channel,
+        command: &str,
+        deadline: Instant,
+        buf: &mut [u8],
+    ) -> Result<usize> {
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                bail!("`{command}` was still running at its deadline");
+            }
+            self.set_timeout(left.max(Duration::from_millis(1)));
+            match ch.read(buf) {
+                Ok(n) => return Ok(n),
+                // libssh2 measures its timeout from a whole-second clock, so it can give up to a
+                // second before our deadline: read again, and let the check above name it.
+                Err(e) if is_timeout(&e) && Instant::now() < deadline => continue,
+                Err(_) if Instant::now() >= deadline => {
+                    bail!("`{command}` was still running at its deadline")
+                }
+                Err(e) => {
+                    return Err(anyhow::Error::from(e)
+                        .context(format!("reading the output of `{command}`")))
+                }
+            }
+        }
+    }
+
     /// Runs `command` and hands each line of its output (standard error merged in) to
     /// `on_line` as it arrives. A line longer than `max_line` bytes is cut there and marked.
     /// Fails once `deadline` passes, whatever the guest is still printing.
@@ -153,24 +183,7 @@ impl Guest {
         let mut lines = LineSplitter::new(max_line);
         let mut buf = [0u8; 8192];
         loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                bail!("`{command}` was still running at its deadline");
-            }
-            self.set_timeout(left.max(Duration::from_millis(1)));
-            let n = match ch.read(&mut buf) {
-                Ok(n) => n,
-                // libssh2 measures its timeout from a whole-second clock, so it can give up to a
-                // second before our deadline: read again, and let the check above name it.
-                Err(e) if is_timeout(&e) && Instant::now() < deadline => continue,
-                Err(_) if Instant::now() >= deadline => {
-                    bail!("`{command}` was still running at its deadline")
-                }
-                Err(e) => {
-                    return Err(anyhow::Error::from(e)
-                        .context(format!("reading the output of `{command}`")))
-                }
-            };
+            let n = self.read_by(&mut ch, command, deadline, &mut buf)?;
             if n == 0 {
                 break;
             }
@@ -188,6 +201,48 @@ impl Guest {
             ch: self.start(command, ExtendedData::Ignore)?,
             command: command.to_string(),
         })
+    }
+
+    /// Runs `command` and writes its standard output to `local` (created or truncated), at most
+    /// `max` bytes: more fails the copy. Standard error is dropped, as by `exec_stream` (redirect
+    /// it in `command` to keep it). Fails once `deadline` passes. `on_bytes` hears the running
+    /// total now and then. Returns the command's exit status.
+    pub fn exec_to_file(
+        &self,
+        command: &str,
+        local: &Path,
+        max: u64,
+        deadline: Instant,
+        on_bytes: &mut dyn FnMut(u64),
+    ) -> Result<i32> {
+        let mut out = std::io::BufWriter::new(
+            std::fs::File::create(local)
+                .with_context(|| format!("creating {}", local.display()))?,
+        );
+        let mut ch = self.start(command, ExtendedData::Ignore)?;
+        let mut buf = vec![0u8; 1 << 16];
+        let mut total = 0u64;
+        let mut told = 0u64;
+        loop {
+            let n = self.read_by(&mut ch, command, deadline, &mut buf)?;
+            if n == 0 {
+                break;
+            }
+            total += n as u64;
+            if total > max {
+                bail!("`{command}` wrote more than {max} bytes; stopped reading it");
+            }
+            out.write_all(&buf[..n])
+                .with_context(|| format!("writing {}", local.display()))?;
+            if total - told >= 16 << 20 {
+                told = total;
+                on_bytes(total);
+            }
+        }
+        out.flush()
+            .with_context(|| format!("writing {}", local.display()))?;
+        on_bytes(total);
+        Self::finish(ch, command)
     }
 
     /// Writes `local` to `remote` with `mode` through `cat` on the guest, which every Debian

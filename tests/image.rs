@@ -47,25 +47,41 @@ fn image(sb: &Sandbox, cache: &str, args: &[&str]) -> Output {
 }
 
 fn lock(sb: &Sandbox) -> Lock {
-    Lock::parse(&std::fs::read_to_string(sb.images.join("bookworm/packages.lock")).unwrap())
+    lock_of(sb, "bookworm")
+}
+
+fn lock_of(sb: &Sandbox, image: &str) -> Lock {
+    Lock::parse(&std::fs::read_to_string(sb.images.join(image).join("packages.lock")).unwrap())
         .unwrap()
 }
 
 /// Builds, then checks the entry the way the VM will use it.
 fn build_and_check(sb: &Sandbox, cache: &str, args: &[&str], want_mode: Option<&str>) -> Manifest {
     let out = image(sb, cache, args);
+    check_build(sb, "bookworm", cache, &out, want_mode)
+}
+
+/// Checks a build's output and its entry against the image's lock.
+fn check_build(
+    sb: &Sandbox,
+    image_name: &str,
+    cache: &str,
+    out: &Output,
+    want_mode: Option<&str>,
+) -> Manifest {
     assert!(
         out.status.success(),
         "build failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let dir = PathBuf::from(last_line(&out));
+    let dir = PathBuf::from(last_line(out));
     assert!(
         dir.starts_with(sb.dir.join(cache)),
         "last line {dir:?} is not an entry of the cache"
     );
     let m = Manifest::read(&dir.join("manifest.json")).unwrap();
-    let lock = lock(sb);
+    let lock = lock_of(sb, image_name);
+    assert_eq!(m.image_name, image_name);
 
     assert_eq!(m.kernel_release, lock.kernel_release);
     for name in [
@@ -89,14 +105,14 @@ fn build_and_check(sb: &Sandbox, cache: &str, args: &[&str], want_mode: Option<&
     if let Some(mode) = want_mode {
         assert_eq!(m.builder_mode, mode);
     }
-    assert!(["unshare", "fakechroot"].contains(&m.builder_mode.as_str()));
+    assert!(["unshare", "fakechroot", "guest"].contains(&m.builder_mode.as_str()));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains(&format!("builder mode: {}", m.builder_mode)),
         "the mode is not announced"
     );
 
-    let lock_bytes = std::fs::read(sb.images.join("bookworm/packages.lock")).unwrap();
+    let lock_bytes = std::fs::read(sb.images.join(image_name).join("packages.lock")).unwrap();
     assert_eq!(m.lock_sha256, sharedos_rig::digest::sha256_hex(&lock_bytes));
     for (file, sha) in [
         (&m.disk_image, &m.image_sha256),
@@ -139,16 +155,7 @@ fn default_mode_builds_as_a_user_and_twice_gives_the_same_image() {
         return;
     }
     let sb = Sandbox::new("default");
-    let userns = Command::new("setpriv")
-        .args([
-            &format!("--reuid={}", sb.uid),
-            &format!("--regid={}", sb.gid),
-            "--init-groups",
-        ])
-        .args(["unshare", "--user", "--map-root-user", "true"])
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false);
+    let userns = user_can_unshare(&sb);
     let has_subids = ["/etc/subuid", "/etc/subgid"].iter().all(|f| {
         std::fs::read_to_string(f)
             .map(|t| {
@@ -250,6 +257,144 @@ fn a_pin_the_mirror_lacks_fails_fast_naming_it() {
         "nothing goes to stdout on failure"
     );
     eprintln!("failed in {:.1} s", took.as_secs_f64());
+}
+
+#[test]
+#[ignore = "slow: a fakechroot build of bookworm, then trixie built in a QEMU guest under TCG and again in unshare mode (~10 min); run with --ignored"]
+fn without_user_namespaces_a_newer_suite_builds_in_a_guest() {
+    if !can_run("without_user_namespaces_a_newer_suite_builds_in_a_guest") {
+        return;
+    }
+    let sb = Sandbox::new("guest");
+    let cache = sb.dir.join("cache");
+    let started = std::time::Instant::now();
+    let out = sb.run_as_user_without_userns(
+        &sb.xtask,
+        &[
+            "image",
+            "--image",
+            "trixie",
+            "--images-dir",
+            sb.images.to_str().unwrap(),
+            "--cache-dir",
+            cache.to_str().unwrap(),
+        ],
+    );
+    let took = started.elapsed();
+    let err = String::from_utf8_lossy(&out.stderr);
+    // Auto mode: no user namespaces, and trixie's glibc is newer than this host's.
+    assert!(
+        err.contains("unprivileged user namespaces are blocked here")
+            || err.contains("has no range in /etc/subuid"),
+        "{err}"
+    );
+    assert!(err.contains("builder mode: guest ("), "{err}");
+    assert!(
+        err.contains("(libc6 2.41") && err.contains("is newer than the host's"),
+        "{err}"
+    );
+    // The builder VM's own image is built first, in a mode this host can run.
+    assert!(
+        err.contains("building the builder VM's image bookworm first, in fakechroot mode"),
+        "{err}"
+    );
+    let m = check_build(&sb, "trixie", "cache", &out, Some("guest"));
+    assert!(
+        m.tool_versions["builder-vm"].starts_with("bookworm "),
+        "{:?}",
+        m.tool_versions
+    );
+    assert!(m.kernel_release.starts_with("6.12."));
+    eprintln!(
+        "guest-mode trixie (bookworm builder image built first) in {:.0} s",
+        took.as_secs_f64()
+    );
+
+    // The same lock built in unshare mode, with user namespaces as this host has them, gives
+    // the same image.
+    if !user_can_unshare(&sb) {
+        common::skip::cannot_run(
+            "without_user_namespaces_a_newer_suite_builds_in_a_guest (its comparison with unshare mode)",
+            &format!("{} cannot use unprivileged user namespaces here", common::USER),
+        );
+        return;
+    }
+    let out = image(
+        &sb,
+        "cache-unshare",
+        &["--image", "trixie", "--mode", "unshare"],
+    );
+    let u = check_build(&sb, "trixie", "cache-unshare", &out, Some("unshare"));
+    assert_eq!(
+        m.image_sha256, u.image_sha256,
+        "the guest-built image differs from the unshare-built one"
+    );
+    assert_eq!(m.kernel_sha256, u.kernel_sha256);
+    assert_eq!(m.initrd_sha256, u.initrd_sha256);
+}
+
+/// Whether the user can create a user namespace mapped to root, as unshare mode needs.
+fn user_can_unshare(sb: &Sandbox) -> bool {
+    Command::new("setpriv")
+        .args([
+            &format!("--reuid={}", sb.uid),
+            &format!("--regid={}", sb.gid),
+            "--init-groups",
+        ])
+        .args(["unshare", "--user", "--map-root-user", "true"])
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
+}
+
+#[test]
+#[ignore = "slow: an image build from the Debian mirror with --update-lock (~2 min); run with --ignored"]
+fn a_backports_kernel_is_locked_from_its_suite() {
+    if !can_run("a_backports_kernel_is_locked_from_its_suite") {
+        return;
+    }
+    let sb = Sandbox::new("bpo");
+    let path = sb.images.join("bookworm-bpo/packages.lock");
+    // The lock checked below is the one this build writes, not the one in the tree.
+    std::fs::remove_file(&path).unwrap();
+    let out = image(&sb, "cache", &["--image", "bookworm-bpo", "--update-lock"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains(&format!("wrote {}", path.display())), "{err}");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let lock = Lock::parse(&text).unwrap();
+    assert_eq!(lock.suite, "bookworm");
+    assert_eq!(lock.extra_suite.as_deref(), Some("bookworm-backports"));
+    assert!(
+        text.contains("\nextra-suite bookworm-backports\n"),
+        "{text}"
+    );
+    let release = &lock.kernel_release;
+    assert!(
+        release.starts_with("6.12.") && release.ends_with("-cloud-amd64"),
+        "{release}"
+    );
+    for name in [
+        format!("linux-image-{release}"),
+        "linux-image-cloud-amd64".into(),
+    ] {
+        let p = lock
+            .get(&name)
+            .unwrap_or_else(|| panic!("{name} is not locked"));
+        assert_eq!(p.suite, "bookworm-backports", "{name}");
+        let line = format!(
+            "package {name} {} {} {} bookworm-backports\n",
+            p.version, p.architecture, p.sha256
+        );
+        assert!(text.contains(&line), "{line} not in the lock:\n{text}");
+        assert!(p.version.contains("~bpo12"), "{name} {}", p.version);
+    }
+    // Everything else comes from bookworm itself.
+    for name in ["criu", "libc6", "openssh-server"] {
+        assert_eq!(lock.get(name).unwrap().suite, "bookworm", "{name}");
+    }
+    let m = Manifest::read(&PathBuf::from(last_line(&out)).join("manifest.json")).unwrap();
+    assert_eq!(&m.kernel_release, release);
 }
 
 #[test]

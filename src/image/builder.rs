@@ -7,50 +7,19 @@ use super::definition::{
     SSHD_CONFIG_PATH,
 };
 use super::exec::{self, quote, Cmd, Progress};
+use super::in_guest;
 use super::index;
-use super::initrd::{self, Entry};
-use super::lock::{DebHashes, Lock, PkgKey};
+use super::initrd::{self, build_initrd, BUSYBOX_IN_TAR};
+use super::lock::{parse_debs, parse_installed, Lock, PkgKey};
 use super::manifest::{
-    Manifest, PackageVersion, DISK_FILE, INITRD_FILE, KERNEL_FILE, MANIFEST_VERSION,
+    tool_versions, Manifest, PackageVersion, DISK_FILE, INITRD_FILE, KERNEL_FILE, MANIFEST_VERSION,
 };
+use super::mode::BuilderMode;
+use crate::vm::qemu::kernel_cmdline;
 use anyhow::{bail, Context, Result};
-use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum BuilderMode {
-    /// mmdebstrap --mode=unshare: unprivileged user namespaces plus subuid/subgid ranges.
-    Unshare,
-    /// mmdebstrap --mode=fakechroot: no namespaces at all (e.g. Ubuntu runners with AppArmor).
-    Fakechroot,
-}
-
-impl BuilderMode {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            BuilderMode::Unshare => "unshare",
-            BuilderMode::Fakechroot => "fakechroot",
-        }
-    }
-
-    /// Host tools this mode needs besides the common ones.
-    pub fn tools(self) -> &'static [&'static str] {
-        match self {
-            BuilderMode::Unshare => &["unshare", "newuidmap", "newgidmap"],
-            BuilderMode::Fakechroot => &["fakechroot", "fakeroot"],
-        }
-    }
-}
-
-pub const COMMON_TOOLS: [&str; 6] = ["mmdebstrap", "genext2fs", "tar", "apt-get", "dpkg", "gpgv"];
 pub const CANONICAL_HOSTNAME: &str = "sharedos-guest";
-/// busybox-static's binary inside the (merged-/usr) tarball.
-pub const BUSYBOX_IN_TAR: &str = "./usr/bin/busybox";
-
-/// The kernel command line the image boots with, minus `sharedos.authorized_key=`.
-pub fn kernel_cmdline() -> String {
-    format!("console=ttyS0 earlyprintk=serial,ttyS0 root=/dev/vda rootfstype=ext4 rw init={GUEST_INIT_PATH} panic=-1")
-}
 
 /// Files a build writes under its work directory.
 #[derive(Debug, Clone)]
@@ -84,16 +53,6 @@ fn p(path: &Path) -> String {
     path.display().to_string()
 }
 
-/// Probes whether unprivileged user namespaces with a root mapping work here.
-pub fn userns_probe_cmd() -> Cmd {
-    Cmd::new(vec![
-        "unshare".into(),
-        "--user".into(),
-        "--map-root-user".into(),
-        "true".into(),
-    ])
-}
-
 /// The mmdebstrap invocation. `work.pins` holds apt preferences that keep every package at its
 /// locked version; for `--update-lock` it is empty and apt takes what the mirror has. It is
 /// installed and removed either way, because removing it leaves preferences.d with a new
@@ -107,7 +66,7 @@ pub fn mmdebstrap_cmd(
 ) -> Cmd {
     let mut a: Vec<String> = vec![
         "mmdebstrap".into(),
-        format!("--mode={}", mode.as_str()),
+        format!("--mode={}", mode.mmdebstrap_mode()),
         format!("--variant={}", def.variant),
         format!("--arch={}", def.architecture),
         format!("--components={}", def.components.join(",")),
@@ -229,133 +188,6 @@ pub fn first_tar_members(release: &str) -> Vec<String> {
     ]
 }
 
-/// Parses the hook's `dpkg-query` output: `name version arch` per line.
-pub fn parse_installed(text: &str) -> Result<Vec<PkgKey>> {
-    let mut out = Vec::new();
-    for line in text.lines().filter(|l| !l.trim().is_empty()) {
-        let f: Vec<&str> = line.split_whitespace().collect();
-        if f.len() != 3 {
-            bail!("unexpected dpkg-query line {line:?}");
-        }
-        out.push((f[0].to_string(), f[1].to_string(), f[2].to_string()));
-    }
-    Ok(out)
-}
-
-/// Parses `sha256sum *.deb` of apt's archive: the file name is `name_version_arch.deb`
-/// with the version's `:` written as `%3a`.
-pub fn parse_debs(text: &str) -> Result<DebHashes> {
-    let mut out = DebHashes::new();
-    for line in text.lines().filter(|l| !l.trim().is_empty()) {
-        let (hash, file) = line
-            .split_once("  ")
-            .with_context(|| format!("unexpected sha256sum line {line:?}"))?;
-        let stem = file
-            .trim()
-            .strip_suffix(".deb")
-            .with_context(|| format!("not a .deb: {file}"))?;
-        let parts: Vec<&str> = stem.split('_').collect();
-        if parts.len() != 3 {
-            bail!("unexpected .deb name {file}");
-        }
-        let version = unescape(parts[1]);
-        out.insert(
-            (parts[0].to_string(), version, parts[2].to_string()),
-            hash.to_ascii_lowercase(),
-        );
-    }
-    Ok(out)
-}
-
-fn unescape(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' && i + 2 < b.len() {
-            if let Some(v) = std::str::from_utf8(&b[i + 1..i + 3])
-                .ok()
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-            {
-                out.push(v);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-/// The message for pins the mirror no longer has, saying how to go on.
-pub fn stale_pins_message(image: &str, mirror: &str, problems: &[String]) -> String {
-    format!(
-        "the lock of image {image} does not match the mirror {mirror}:\n  {}\n\
-         To go on, either rewrite the lock from the mirror (and review the change):\n  \
-         cargo xtask image --image {image} --update-lock\n\
-         or build the locked versions from a dated snapshot archive that still has them:\n  \
-         cargo xtask image --image {image} --mirror http://snapshot.debian.org/archive/debian/<YYYYMMDDTHHMMSSZ>",
-        problems.join("\n  ")
-    )
-}
-
-/// The initrd from what the first tar extraction produced (busybox, module lists) and the
-/// module files themselves.
-pub fn build_initrd(
-    extract: &Path,
-    release: &str,
-    init_script: &[u8],
-    module_order: &[String],
-    mtime: u64,
-) -> Result<Vec<u8>> {
-    let mut entries = Vec::new();
-    let mut dirs: BTreeSet<String> = ["bin", "dev", "proc", "sys", "newroot", "sbin"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-    let busybox =
-        std::fs::read(extract.join(BUSYBOX_IN_TAR)).context("reading busybox from the tarball")?;
-    entries.push(Entry::File {
-        path: "bin/busybox".into(),
-        mode: 0o755,
-        data: busybox,
-    });
-    entries.push(Entry::File {
-        path: "init".into(),
-        mode: 0o755,
-        data: init_script.to_vec(),
-    });
-    // Without /dev/console in the archive the kernel starts /init with no stdio at all.
-    entries.push(Entry::CharDev {
-        path: "dev/console".into(),
-        major: 5,
-        minor: 1,
-    });
-    let mut order = String::new();
-    for m in module_order {
-        let rel = format!("lib/modules/{release}/{m}");
-        let src = extract.join("usr").join(&rel);
-        let data =
-            std::fs::read(&src).with_context(|| format!("reading module {}", src.display()))?;
-        initrd::parents(&rel, &mut dirs);
-        entries.push(Entry::File {
-            path: rel.clone(),
-            mode: 0o644,
-            data,
-        });
-        order.push_str(&rel);
-        order.push('\n');
-    }
-    entries.push(Entry::File {
-        path: "modules.order".into(),
-        mode: 0o644,
-        data: order.into_bytes(),
-    });
-    entries.extend(dirs.into_iter().map(|path| Entry::Dir { path }));
-    initrd::write_newc(&entries, mtime)
-}
-
 /// Everything one build needs to know, decided before anything runs.
 pub struct BuildPlan {
     pub image: ImageDir,
@@ -364,11 +196,27 @@ pub struct BuildPlan {
     pub mode_reason: String,
     pub apt_dir: PathBuf,
     pub work: WorkPaths,
+    /// The cache the entry goes to (guest mode finds its builder VM's image there).
+    pub cache_root: PathBuf,
     /// None for `--update-lock`: the build resolves what the mirror has.
     pub lock: Option<Lock>,
 }
 
 impl BuildPlan {
+    /// What `--plan` prints: the commands, with guest mode's builder VM in place of the host's
+    /// mmdebstrap.
+    pub fn plan_lines(&self, release_hint: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        for c in self.commands(release_hint) {
+            if self.mode == BuilderMode::Guest && c.argv[0] == "mmdebstrap" {
+                out.extend(in_guest::plan_lines(self));
+            } else {
+                out.push(c.display());
+            }
+        }
+        out
+    }
+
     pub fn commands(&self, release_hint: &str) -> Vec<Cmd> {
         let def = &self.image.definition;
         let entry_disk = self.work.entry.join(DISK_FILE);
@@ -452,7 +300,7 @@ pub fn build(plan: &BuildPlan, progress: &Progress) -> Result<BuildResult> {
         }
         let problems = index::missing_pins(lock, &idx);
         if !problems.is_empty() {
-            bail!(stale_pins_message(
+            bail!(index::stale_pins_message(
                 &plan.image.name,
                 &plan.mirror,
                 &problems
@@ -471,8 +319,13 @@ pub fn build(plan: &BuildPlan, progress: &Progress) -> Result<BuildResult> {
     st.finish();
 
     let st = progress.stage(&format!("mmdebstrap ({} mode)", plan.mode.as_str()));
-    let cmd = mmdebstrap_cmd(def, &plan.image.dir, &plan.mirror, plan.mode, work);
-    exec::run(&cmd, &st, &work.log, Some(&work.dir))?;
+    let guest_build = if plan.mode == BuilderMode::Guest {
+        Some(in_guest::mmdebstrap(plan, progress, &|m| st.message(m))?)
+    } else {
+        let cmd = mmdebstrap_cmd(def, &plan.image.dir, &plan.mirror, plan.mode, work);
+        exec::run(&cmd, &st, &work.log, Some(&work.dir))?;
+        None
+    };
     st.finish();
 
     let st = progress.stage("lock check");
@@ -577,6 +430,10 @@ pub fn build(plan: &BuildPlan, progress: &Progress) -> Result<BuildResult> {
     let (initrd_sha256, _) = crate::digest::sha256_file(&work.entry.join(INITRD_FILE))?;
     st.finish();
 
+    let mut tools = tool_versions(plan.mode);
+    if let Some(g) = guest_build {
+        tools.insert("builder-vm".into(), g.builder);
+    }
     let manifest = Manifest {
         manifest_version: MANIFEST_VERSION,
         image_name: plan.image.name.clone(),
@@ -603,7 +460,7 @@ pub fn build(plan: &BuildPlan, progress: &Progress) -> Result<BuildResult> {
         source_date_epoch: def.source_date_epoch,
         builder: "mmdebstrap".into(),
         builder_mode: plan.mode.as_str().into(),
-        tool_versions: tool_versions(plan.mode),
+        tool_versions: tools,
         built_at: crate::clock::now_rfc3339(),
         build_seconds: (started.elapsed().as_secs_f64() * 10.0).round() / 10.0,
         disk_image: DISK_FILE.into(),
@@ -621,104 +478,6 @@ pub fn build(plan: &BuildPlan, progress: &Progress) -> Result<BuildResult> {
 
 fn read(path: &Path) -> Result<String> {
     std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
-}
-
-/// First line of each tool's version output; a tool that will not say is recorded as such.
-pub fn tool_versions(mode: BuilderMode) -> BTreeMap<String, String> {
-    let mut v = BTreeMap::new();
-    let mut ask = |name: &str, argv: &[&str]| {
-        let line = exec::capture(&exec::Cmd::new(
-            argv.iter().map(|s| s.to_string()).collect(),
-        ))
-        .ok()
-        .and_then(|o| {
-            o.lines()
-                .find(|l| !l.trim().is_empty())
-                .map(|l| l.trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown".into());
-        v.insert(name.to_string(), line);
-    };
-    ask("mmdebstrap", &["mmdebstrap", "--version"]);
-    ask("genext2fs", &["genext2fs", "--version"]);
-    ask("tar", &["tar", "--version"]);
-    ask("apt", &["apt-get", "--version"]);
-    ask("dpkg", &["dpkg-query", "-W", "-f=${Version}", "mmdebstrap"]);
-    match mode {
-        BuilderMode::Unshare => ask("uidmap", &["dpkg-query", "-W", "-f=${Version}", "uidmap"]),
-        BuilderMode::Fakechroot => {
-            ask("fakechroot", &["fakechroot", "--version"]);
-            ask("fakeroot", &["fakeroot", "--version"]);
-        }
-    }
-    v.insert("sharedos-rig".into(), env!("CARGO_PKG_VERSION").into());
-    v
-}
-
-/// Picks the mode: an explicit choice, else unshare when the probe works and this user has
-/// subordinate id ranges (root needs none), else fakechroot. Returns the reason in words.
-pub fn choose_mode(explicit: Option<BuilderMode>) -> (BuilderMode, String) {
-    if let Some(m) = explicit {
-        return (m, "chosen with --mode".into());
-    }
-    let uid = nix::unistd::getuid();
-    let name = nix::unistd::User::from_uid(uid)
-        .ok()
-        .flatten()
-        .map(|u| u.name)
-        .unwrap_or_default();
-    let has_range = |file: &str| {
-        std::fs::read_to_string(file)
-            .map(|t| subid_has(&t, &name, uid.as_raw()))
-            .unwrap_or(false)
-    };
-    // As root, mmdebstrap's unshare mode maps ids without subordinate ranges, and root
-    // usually has none: requiring them sent root to fakechroot, which cannot build a suite
-    // newer than the host's.
-    if !uid.is_root() && (!has_range("/etc/subuid") || !has_range("/etc/subgid")) {
-        return (
-            BuilderMode::Fakechroot,
-            format!("user {name} has no range in /etc/subuid and /etc/subgid, so unshare mode cannot map ids"),
-        );
-    }
-    if !exec::missing_tools(BuilderMode::Unshare.tools()).is_empty() {
-        return (
-            BuilderMode::Fakechroot,
-            "newuidmap/newgidmap or unshare is missing".into(),
-        );
-    }
-    let probe = userns_probe_cmd();
-    let ok = std::process::Command::new(&probe.argv[0])
-        .args(&probe.argv[1..])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false);
-    if ok {
-        (
-            BuilderMode::Unshare,
-            "unprivileged user namespaces work here".into(),
-        )
-    } else {
-        (
-            BuilderMode::Fakechroot,
-            format!(
-                "`{}` failed: unprivileged user namespaces are blocked here",
-                probe.display()
-            ),
-        )
-    }
-}
-
-/// Whether an /etc/subuid-style file has a non-empty range for this user (by name or uid).
-pub fn subid_has(text: &str, name: &str, uid: u32) -> bool {
-    text.lines().any(|l| {
-        let f: Vec<&str> = l.trim().split(':').collect();
-        f.len() == 3
-            && (f[0] == name && !name.is_empty() || f[0] == uid.to_string())
-            && f[2].parse::<u64>().map(|n| n > 0).unwrap_or(false)
-    })
 }
 
 #[cfg(test)]
@@ -898,67 +657,5 @@ mod tests {
                 "./usr/bin/busybox"
             ]
         );
-        assert_eq!(
-            userns_probe_cmd().argv,
-            ["unshare", "--user", "--map-root-user", "true"]
-        );
-    }
-
-    #[test]
-    fn parses_hook_outputs() {
-        let i = parse_installed("adduser 3.134 all\nopenssh-server 1:9.2p1-2+deb12u10 amd64\n")
-            .unwrap();
-        assert_eq!(i[1].1, "1:9.2p1-2+deb12u10");
-        assert!(parse_installed("a b\n").is_err());
-        let d = parse_debs(
-            "AB  openssh-server_1%3a9.2p1-2+deb12u10_amd64.deb\ncd  adduser_3.134_all.deb\n",
-        )
-        .unwrap();
-        assert_eq!(
-            d[&(
-                "openssh-server".into(),
-                "1:9.2p1-2+deb12u10".into(),
-                "amd64".into()
-            )],
-            "ab"
-        );
-        assert_eq!(d.len(), 2);
-        assert!(parse_debs("ab  weird.deb\n").is_err());
-    }
-
-    #[test]
-    fn stale_pin_message_says_how_to_go_on() {
-        let m = stale_pins_message(
-            "bookworm",
-            "http://m",
-            &["criu 9 is not on the mirror".into()],
-        );
-        assert!(m.contains("criu 9 is not on the mirror"));
-        assert!(m.contains("--update-lock"));
-        assert!(m.contains("--mirror http://snapshot.debian.org/archive/debian/"));
-    }
-
-    #[test]
-    fn subid_lookup() {
-        let t = "alice:100000:65536\n1001:165536:65536\nbob:1:0\n";
-        assert!(subid_has(t, "alice", 1000));
-        assert!(subid_has(t, "carol", 1001));
-        assert!(!subid_has(t, "bob", 1002));
-        assert!(!subid_has(t, "", 5));
-    }
-
-    #[test]
-    fn kernel_cmdline_matches_the_vm_contract() {
-        let c = kernel_cmdline();
-        for part in [
-            "console=ttyS0",
-            "root=/dev/vda",
-            "rootfstype=ext4",
-            "rw",
-            "init=/usr/sbin/sharedos-init",
-            "panic=-1",
-        ] {
-            assert!(c.split(' ').any(|w| w == part), "{part} missing from {c}");
-        }
     }
 }

@@ -207,6 +207,18 @@ pub fn pin_preferences(lock: &Lock) -> String {
     s
 }
 
+/// The message for pins the mirror no longer has, saying how to go on.
+pub fn stale_pins_message(image: &str, mirror: &str, problems: &[String]) -> String {
+    format!(
+        "the lock of image {image} does not match the mirror {mirror}:\n  {}\n\
+         To go on, either rewrite the lock from the mirror (and review the change):\n  \
+         cargo xtask image --image {image} --update-lock\n\
+         or build the locked versions from a dated snapshot archive that still has them:\n  \
+         cargo xtask image --image {image} --mirror http://snapshot.debian.org/archive/debian/<YYYYMMDDTHHMMSSZ>",
+        problems.join("\n  ")
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -350,5 +362,17 @@ mod tests {
             pin_preferences(&lock),
             "Package: linux-image-1-k\nPin: version 1:2\nPin-Priority: 1001\n\n"
         );
+    }
+
+    #[test]
+    fn stale_pin_message_says_how_to_go_on() {
+        let m = stale_pins_message(
+            "bookworm",
+            "http://m",
+            &["criu 9 is not on the mirror".into()],
+        );
+        assert!(m.contains("criu 9 is not on the mirror"));
+        assert!(m.contains("--update-lock"));
+        assert!(m.contains("--mirror http://snapshot.debian.org/archive/debian/"));
     }
 }

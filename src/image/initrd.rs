@@ -4,6 +4,7 @@
 
 use anyhow::{bail, Context, Result};
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
 
 /// Modules the guest needs before it can mount root and reach the network.
 pub const WANTED_MODULES: [&str; 4] = ["virtio_pci", "virtio_blk", "virtio_net", "ext4"];
@@ -184,6 +185,65 @@ pub fn parents(path: &str, dirs: &mut BTreeSet<String>) {
         acc.push_str(p);
         dirs.insert(acc.clone());
     }
+}
+
+/// busybox-static's binary inside the (merged-/usr) tarball.
+pub const BUSYBOX_IN_TAR: &str = "./usr/bin/busybox";
+
+/// The initrd from what the first tar extraction produced (busybox, module lists) and the
+/// module files themselves.
+pub fn build_initrd(
+    extract: &Path,
+    release: &str,
+    init_script: &[u8],
+    module_order: &[String],
+    mtime: u64,
+) -> Result<Vec<u8>> {
+    let mut entries = Vec::new();
+    let mut dirs: BTreeSet<String> = ["bin", "dev", "proc", "sys", "newroot", "sbin"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let busybox =
+        std::fs::read(extract.join(BUSYBOX_IN_TAR)).context("reading busybox from the tarball")?;
+    entries.push(Entry::File {
+        path: "bin/busybox".into(),
+        mode: 0o755,
+        data: busybox,
+    });
+    entries.push(Entry::File {
+        path: "init".into(),
+        mode: 0o755,
+        data: init_script.to_vec(),
+    });
+    // Without /dev/console in the archive the kernel starts /init with no stdio at all.
+    entries.push(Entry::CharDev {
+        path: "dev/console".into(),
+        major: 5,
+        minor: 1,
+    });
+    let mut order = String::new();
+    for m in module_order {
+        let rel = format!("lib/modules/{release}/{m}");
+        let src = extract.join("usr").join(&rel);
+        let data =
+            std::fs::read(&src).with_context(|| format!("reading module {}", src.display()))?;
+        parents(&rel, &mut dirs);
+        entries.push(Entry::File {
+            path: rel.clone(),
+            mode: 0o644,
+            data,
+        });
+        order.push_str(&rel);
+        order.push('\n');
+    }
+    entries.push(Entry::File {
+        path: "modules.order".into(),
+        mode: 0o644,
+        data: order.into_bytes(),
+    });
+    entries.extend(dirs.into_iter().map(|path| Entry::Dir { path }));
+    write_newc(&entries, mtime)
 }
 
 #[cfg(test)]

@@ -333,6 +333,65 @@ pub fn diff(old: Option<&Lock>, new: &Lock) -> Vec<String> {
     out
 }
 
+/// Parses the hook's `dpkg-query` output: `name version arch` per line.
+pub fn parse_installed(text: &str) -> Result<Vec<PkgKey>> {
+    let mut out = Vec::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() != 3 {
+            bail!("unexpected dpkg-query line {line:?}");
+        }
+        out.push((f[0].to_string(), f[1].to_string(), f[2].to_string()));
+    }
+    Ok(out)
+}
+
+/// Parses `sha256sum *.deb` of apt's archive: the file name is `name_version_arch.deb`
+/// with the version's `:` written as `%3a`.
+pub fn parse_debs(text: &str) -> Result<DebHashes> {
+    let mut out = DebHashes::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let (hash, file) = line
+            .split_once("  ")
+            .with_context(|| format!("unexpected sha256sum line {line:?}"))?;
+        let stem = file
+            .trim()
+            .strip_suffix(".deb")
+            .with_context(|| format!("not a .deb: {file}"))?;
+        let parts: Vec<&str> = stem.split('_').collect();
+        if parts.len() != 3 {
+            bail!("unexpected .deb name {file}");
+        }
+        let version = unescape(parts[1]);
+        out.insert(
+            (parts[0].to_string(), version, parts[2].to_string()),
+            hash.to_ascii_lowercase(),
+        );
+    }
+    Ok(out)
+}
+
+fn unescape(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' && i + 2 < b.len() {
+            if let Some(v) = std::str::from_utf8(&b[i + 1..i + 3])
+                .ok()
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+            {
+                out.push(v);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -570,5 +629,27 @@ mod tests {
             d,
             vec!["~ criu 3.17.1-2+deb12u2 -> 3.18", "- adduser 3.134"]
         );
+    }
+
+    #[test]
+    fn parses_hook_outputs() {
+        let i = parse_installed("adduser 3.134 all\nopenssh-server 1:9.2p1-2+deb12u10 amd64\n")
+            .unwrap();
+        assert_eq!(i[1].1, "1:9.2p1-2+deb12u10");
+        assert!(parse_installed("a b\n").is_err());
+        let d = parse_debs(
+            "AB  openssh-server_1%3a9.2p1-2+deb12u10_amd64.deb\ncd  adduser_3.134_all.deb\n",
+        )
+        .unwrap();
+        assert_eq!(
+            d[&(
+                "openssh-server".into(),
+                "1:9.2p1-2+deb12u10".into(),
+                "amd64".into()
+            )],
+            "ab"
+        );
+        assert_eq!(d.len(), 2);
+        assert!(parse_debs("ab  weird.deb\n").is_err());
     }
 }

@@ -1,5 +1,7 @@
 //! `manifest.json` of a cache entry: what the entry holds, what it was built from, by what.
 
+use super::exec;
+use super::mode::BuilderMode;
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -46,7 +48,7 @@ pub struct Manifest {
     pub mirror: String,
     pub source_date_epoch: u64,
     pub builder: String,
-    /// "unshare" or "fakechroot".
+    /// "unshare", "fakechroot" or "guest".
     pub builder_mode: String,
     pub tool_versions: BTreeMap<String, String>,
     pub built_at: String,
@@ -89,4 +91,37 @@ impl Manifest {
             (self.initrd.as_str(), self.initrd_sha256.as_str()),
         ]
     }
+}
+
+/// First line of each tool's version output; a tool that will not say is recorded as such.
+pub fn tool_versions(mode: BuilderMode) -> BTreeMap<String, String> {
+    let mut v = BTreeMap::new();
+    let mut ask = |name: &str, argv: &[&str]| {
+        let line = exec::capture(&exec::Cmd::new(
+            argv.iter().map(|s| s.to_string()).collect(),
+        ))
+        .ok()
+        .and_then(|o| {
+            o.lines()
+                .find(|l| !l.trim().is_empty())
+                .map(|l| l.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown".into());
+        v.insert(name.to_string(), line);
+    };
+    ask("mmdebstrap", &["mmdebstrap", "--version"]);
+    ask("genext2fs", &["genext2fs", "--version"]);
+    ask("tar", &["tar", "--version"]);
+    ask("apt", &["apt-get", "--version"]);
+    ask("dpkg", &["dpkg-query", "-W", "-f=${Version}", "mmdebstrap"]);
+    match mode {
+        BuilderMode::Unshare => ask("uidmap", &["dpkg-query", "-W", "-f=${Version}", "uidmap"]),
+        BuilderMode::Fakechroot => {
+            ask("fakechroot", &["fakechroot", "--version"]);
+            ask("fakeroot", &["fakeroot", "--version"]);
+        }
+        BuilderMode::Guest => ask("qemu", &["qemu-system-x86_64", "--version"]),
+    }
+    v.insert("sharedos-rig".into(), env!("CARGO_PKG_VERSION").into());
+    v
 }

@@ -6,15 +6,18 @@ pub mod builder;
 pub mod cache;
 pub mod definition;
 pub mod exec;
+pub mod in_guest;
 pub mod index;
 pub mod initrd;
 pub mod lock;
 pub mod manifest;
+pub mod mode;
 
-pub use builder::{kernel_cmdline, BuilderMode};
+pub use crate::vm::qemu::kernel_cmdline;
 pub use cache::cache_root;
 pub use definition::GUEST_INIT_PATH;
 pub use manifest::{Manifest, PackageVersion};
+pub use mode::BuilderMode;
 
 use anyhow::{bail, Context, Result};
 use cache::EntryState;
@@ -41,7 +44,8 @@ pub struct BuildOptions {
     /// Print every command the build would run and run nothing.
     #[arg(long)]
     pub plan: bool,
-    /// Force the builder mode instead of probing (default: unshare where it works, else fakechroot).
+    /// Force the builder mode instead of probing (default: unshare where user namespaces work,
+    /// else fakechroot when the image's glibc is no newer than the host's, else guest).
     #[arg(long, value_enum)]
     pub mode: Option<BuilderMode>,
     /// Where images/ is (default: $SHAREDOS_RIG_IMAGES, ./images, then the source tree).
@@ -172,17 +176,16 @@ pub fn plan_image(opts: &BuildOptions) -> Result<Vec<String>> {
         Some(m) => (m, "chosen with --mode".to_string()),
         None => {
             out.push(format!(
-                "# mode probe (unshare if it succeeds and the user has subuid/subgid ranges, else fakechroot):\n{}",
-                builder::userns_probe_cmd().display()
+                "# mode probe (unshare if it succeeds and the user has subuid/subgid ranges; else fakechroot if the image's glibc is no newer than the host's ({}), else guest):\n{}",
+                mode::host_glibc_cmd().display(),
+                mode::userns_probe_cmd().display()
             ));
             (BuilderMode::Unshare, "assumed for the plan".to_string())
         }
     };
     out.push(format!("# builder mode: {} ({reason})", mode.as_str()));
     let plan = make_plan(opts, &root, inputs, lock, mode, reason)?;
-    for c in plan.commands(&release) {
-        out.push(c.display());
-    }
+    out.extend(plan.plan_lines(&release));
     Ok(out)
 }
 
@@ -217,7 +220,24 @@ fn make_plan(
         mode_reason,
         apt_dir,
         work,
+        cache_root: root.to_path_buf(),
         lock,
+    })
+}
+
+/// The verified cache entry for the image, if the cache holds one; builds nothing.
+pub fn cached_entry(opts: &BuildOptions) -> Result<Option<ImageEntry>> {
+    let images_dir = definition::find_images_dir(opts.images_dir.as_deref(), &opts.image);
+    let inputs = load_inputs(&images_dir, &opts.image)?;
+    let dir = root_of(opts)?.join(&inputs.key);
+    let want = cache::want(&opts.image, &inputs.key, &inputs.hashes);
+    Ok(match cache::check_entry(&dir, &want) {
+        EntryState::Good(m) => Some(ImageEntry {
+            dir,
+            manifest: *m,
+            built: false,
+        }),
+        _ => None,
     })
 }
 
@@ -269,7 +289,7 @@ pub fn ensure_image_with(opts: &BuildOptions, progress: &Progress) -> Result<Ima
         (_, true) => None,
     };
 
-    let mut missing = exec::missing_tools(&builder::COMMON_TOOLS);
+    let mut missing = exec::missing_tools(&mode::COMMON_TOOLS);
     if !Path::new(index::DEBIAN_KEYRING).is_file() {
         missing.push(format!(
             "{} (apt install debian-archive-keyring)",
@@ -282,8 +302,9 @@ pub fn ensure_image_with(opts: &BuildOptions, progress: &Progress) -> Result<Ima
             missing.join(", ")
         );
     }
-    let (mode, reason) = builder::choose_mode(opts.mode);
-    let missing = exec::missing_tools(mode.tools());
+    let glibc = mode::image_glibc(&inputs.image.definition.suite, lock.as_ref());
+    let (mode, reason) = mode::choose_mode(opts.mode, glibc.as_ref());
+    let missing = mode.missing_tools();
     if !missing.is_empty() {
         bail!(
             "host tools missing for {} mode: {}",

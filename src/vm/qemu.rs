@@ -1,6 +1,7 @@
 //! QEMU and qemu-img command lines, built by pure functions so the plan prints exactly what runs.
 
 use crate::cmd::Cmd;
+use crate::image::GUEST_INIT_PATH;
 use std::path::{Path, PathBuf};
 
 pub const QEMU: &str = "qemu-system-x86_64";
@@ -121,6 +122,19 @@ pub fn net_args(ssh_port: u16) -> Vec<String> {
     ]
 }
 
+/// The image builder's VM network: QEMU's user network without `restrict=on`, so apt in the
+/// guest reaches the mirror through QEMU's NAT; the host reaches the guest's sshd only through
+/// the one forwarded loopback port. Only the builder VM gets it: it runs the pinned bookworm
+/// image and Debian's packages, never the guest a gate run examines.
+pub fn builder_net_args(ssh_port: u16) -> Vec<String> {
+    vec![
+        "-netdev".into(),
+        format!("user,id=n0,hostfwd=tcp:127.0.0.1:{ssh_port}-:22"),
+        "-device".into(),
+        "virtio-net-pci,netdev=n0".into(),
+    ]
+}
+
 /// QEMU's own seccomp filter: no obsolete system calls, no privilege changes, no new processes,
 /// no scheduler or affinity changes. A guest that broke out of the emulator would meet it.
 pub fn sandbox_args(on: bool) -> Vec<String> {
@@ -135,14 +149,24 @@ pub fn sandbox_args(on: bool) -> Vec<String> {
 
 /// The vm-run's QEMU.
 pub fn qemu_cmd(s: &QemuSpec) -> Cmd {
+    cmd_with_net(s, net_args(s.ssh_port))
+}
+
+fn cmd_with_net(s: &QemuSpec, net: Vec<String>) -> Cmd {
     let mut v = vec![QEMU.into(), "-name".into(), s.name.clone()];
     v.extend(machine_args(s.accel, s.memory_mib, s.cpus));
     v.extend(console_args(&s.serial_log));
     v.extend(kernel_args(&s.kernel, Some(&s.initrd), &s.append));
     v.extend(drive_args(&s.overlay));
-    v.extend(net_args(s.ssh_port));
+    v.extend(net);
     v.extend(sandbox_args(s.sandbox));
     Cmd::new(v)
+}
+
+/// The image builder's QEMU (`--mode guest`): the vm-run's machine, console, kernel and overlay,
+/// with the builder's outbound network instead of the restricted one.
+pub fn builder_cmd(s: &QemuSpec) -> Cmd {
+    cmd_with_net(s, builder_net_args(s.ssh_port))
 }
 
 /// The floor's kernel command line: with no initrd and no disk the kernel cannot mount a root
@@ -194,6 +218,11 @@ pub fn sandbox_probe_cmd() -> Cmd {
 
 pub fn version_cmd() -> Cmd {
     Cmd::new(vec![QEMU.into(), "--version".into()])
+}
+
+/// The kernel command line the image boots with, minus `sharedos.authorized_key=`.
+pub fn kernel_cmdline() -> String {
+    format!("console=ttyS0 earlyprintk=serial,ttyS0 root=/dev/vda rootfstype=ext4 rw init={GUEST_INIT_PATH} panic=-1")
 }
 
 #[cfg(test)]
@@ -416,11 +445,43 @@ mod tests {
     }
 
     #[test]
+    fn only_the_builder_vm_reaches_out() {
+        let run = qemu_argv(&spec(Accel::Tcg));
+        let b = builder_cmd(&spec(Accel::Tcg)).argv;
+        assert_eq!(
+            after(&b, "-netdev"),
+            "user,id=n0,hostfwd=tcp:127.0.0.1:40022-:22"
+        );
+        assert!(!after(&b, "-netdev").contains("restrict"));
+        assert!(after(&run, "-netdev").contains("restrict=on"));
+        // Everything else is the vm-run's line.
+        let i = b.iter().position(|a| a == "-netdev").unwrap();
+        assert_eq!(b.len(), run.len());
+        assert_eq!(b[..=i], run[..=i]);
+        assert_eq!(b[i + 2..], run[i + 2..]);
+    }
+
+    #[test]
     fn overlay_never_writes_the_base() {
         let a = overlay_cmd(Path::new("/cache/disk.img"), Path::new("/run/o.qcow2")).argv;
         assert_eq!(
             a.join(" "),
             "qemu-img create -q -f qcow2 -F raw -b /cache/disk.img /run/o.qcow2"
         );
+    }
+
+    #[test]
+    fn kernel_cmdline_matches_the_vm_contract() {
+        let c = kernel_cmdline();
+        for part in [
+            "console=ttyS0",
+            "root=/dev/vda",
+            "rootfstype=ext4",
+            "rw",
+            "init=/usr/sbin/sharedos-init",
+            "panic=-1",
+        ] {
+            assert!(c.split(' ').any(|w| w == part), "{part} missing from {c}");
+        }
     }
 }

@@ -164,6 +164,55 @@ impl Sandbox {
         c
     }
 
+    /// `program args` as the user (as `command_as_user`), inside a user namespace that maps ids
+    /// 0-65535 to themselves and sets `user.max_user_namespaces` to 0 there: the user can
+    /// create no user namespace, as on hosts that block them, while this host's own setting is
+    /// left alone. Root maps the namespace from outside (newuidmap would want root's subuid
+    /// range), and the shell inside execs again once mapped, to hold root's capabilities there.
+    pub fn run_as_user_without_userns(&self, program: &Path, args: &[&str]) -> Output {
+        use std::io::Write;
+        let inner = self.command_as_user(program, args);
+        let mut child = Command::new("unshare")
+            .args(["--user", "--", "sh", "-c"])
+            .arg(
+                "read _ && exec sh -c 'echo 0 > /proc/sys/user/max_user_namespaces && exec \"$@\"' sh \"$@\"",
+            )
+            .arg("sh")
+            .arg(inner.get_program())
+            .args(inner.get_args())
+            .current_dir(&self.dir)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("running unshare");
+        let ours = std::fs::read_link("/proc/self/ns/user").unwrap();
+        let ns = format!("/proc/{}/ns/user", child.id());
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while std::fs::read_link(&ns).ok().as_ref() == Some(&ours) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "unshare did not enter a new user namespace within 10 s"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        for map in ["uid_map", "gid_map"] {
+            std::fs::write(format!("/proc/{}/{map}", child.id()), "0 0 65536\n")
+                .unwrap_or_else(|e| panic!("writing {map} of the namespace: {e}"));
+        }
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(b"go\n").unwrap();
+        drop(stdin);
+        let out = child.wait_with_output().expect("waiting for the command");
+        eprintln!(
+            "--- (no user namespaces) {} {args:?} ({}) stderr:\n{}",
+            program.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    }
+
     pub fn run_as_user(&self, program: &Path, args: &[&str]) -> Output {
         let out = self
             .command_as_user(program, args)

@@ -91,7 +91,9 @@ struct MatrixArgs {
     /// Fetch packages from this mirror instead of each definition's.
     #[arg(long)]
     mirror: Option<String>,
-    /// Force the image builder's mode.
+    /// Force the image builder's mode (default: unshare where user namespaces work, else
+    /// fakechroot when the image's glibc is no newer than the host's, else guest: mmdebstrap
+    /// runs as root in a QEMU guest booted from the bookworm image).
     #[arg(long, value_enum)]
     mode: Option<image::BuilderMode>,
     /// Where matrix-<UTC>/ goes.
