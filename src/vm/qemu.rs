@@ -233,17 +233,6 @@ mod tests {
         qemu_cmd(s).argv
     }
 
-    fn floor_argv(
-        accel: Accel,
-        memory_mib: u64,
-        cpus: u32,
-        kernel: &Path,
-        serial_log: &Path,
-        sandbox: bool,
-    ) -> Vec<String> {
-        floor_cmd(accel, memory_mib, cpus, kernel, serial_log, sandbox).argv
-    }
-
     fn spec(accel: Accel) -> QemuSpec {
         QemuSpec {
             name: "sharedos-rig-ab12".into(),
@@ -394,14 +383,15 @@ mod tests {
 
     #[test]
     fn floor_is_the_same_machine_booted_bare() {
-        let f = floor_argv(
+        let f = floor_cmd(
             Accel::Tcg,
             1024,
             2,
             Path::new("/c/vmlinuz"),
             Path::new("/r/serial.log"),
             false,
-        );
+        )
+        .argv;
         assert_eq!(
             f.join(" "),
             "qemu-system-x86_64 -machine pc -accel tcg -cpu max -m 1024 -smp 2 \
@@ -414,14 +404,15 @@ mod tests {
         // The same machine and console as the vm-run it is the floor of.
         let run = qemu_argv(&spec(Accel::Tcg));
         assert_eq!(f[1..22], run[3..24]);
-        let sandboxed = floor_argv(
+        let sandboxed = floor_cmd(
             Accel::Tcg,
             1024,
             2,
             Path::new("/c/vmlinuz"),
             Path::new("/r/serial.log"),
             true,
-        );
+        )
+        .argv;
         assert_eq!(sandboxed[sandboxed.len() - 2..], sandbox_args(true)[..]);
     }
 
