@@ -71,15 +71,18 @@ pub fn dump_argv(
 }
 
 /// Restores one copy, detached. `--root` is required: without it CRIU 3.17 crashes in
-/// mount.c. The pidfile must not exist yet, or CRIU kills what it restored.
+/// mount.c. The pidfile must not exist yet, or CRIU kills what it restored. With a
+/// `cgroup_root` (the copy's own group, made beforehand with the limits), CRIU puts the tree's
+/// dump-time group there instead of back into the original's.
 pub fn restore_argv(
     criu: &Path,
     images: &Path,
     root: &Path,
     pidfile: &Path,
     log: &Path,
+    cgroup_root: Option<&str>,
 ) -> Vec<String> {
-    vec![
+    let mut v = vec![
         s(criu),
         "restore".into(),
         "-D".into(),
@@ -92,7 +95,12 @@ pub fn restore_argv(
         "-o".into(),
         s(log),
         "-v4".into(),
-    ]
+    ];
+    if let Some(cg) = cgroup_root {
+        v.push("--cgroup-root".into());
+        v.push(cg.to_string());
+    }
+    v
 }
 
 /// "Version: 3.17.1" -> "3.17.1".
@@ -141,11 +149,24 @@ mod tests {
             Path::new("/w/root"),
             Path::new("/w/a.pid"),
             Path::new("/r/criu/restore-a.log"),
+            None,
         );
         assert_eq!(
             a.join(" "),
             "criu restore -D /w/dump -d --root /w/root --pidfile /w/a.pid -o /r/criu/restore-a.log -v4"
         );
+        let c = restore_argv(
+            &PathBuf::from("criu"),
+            Path::new("d"),
+            Path::new("r"),
+            Path::new("p"),
+            Path::new("l"),
+            Some("/sharedos-m/copy-a"),
+        );
+        assert!(c.ends_with(&[
+            "--cgroup-root".to_string(),
+            "/sharedos-m/copy-a".to_string()
+        ]));
     }
 
     #[test]

@@ -2,7 +2,8 @@
 
 use crate::gates::{self, prerequisites::TREE_CHECKS, Config, Ctx};
 use crate::report::{
-    Artifact, Gate, GateName, Report, Status, REPORT_FILE, REVIEW_FILE, SCHEMA_VERSION,
+    still_differs, Artifact, Gate, GateName, Report, RunOptions, Status, CLOSABLE, REPORT_FILE,
+    REVIEW_FILE, SCHEMA_VERSION,
 };
 use crate::{criu, digest, environment, signals, tree};
 use anyhow::{Context, Result};
@@ -66,15 +67,23 @@ fn run_gate(name: GateName, ctx: &mut Ctx) -> Gate {
 }
 
 /// The differences from the runtime the diagnostic stands in for, as they applied to this run.
-pub fn fidelity_differences(kernel: &str) -> Vec<String> {
-    vec![
+/// One an option can close leaves the list only when the option was requested and its checks
+/// passed in the restored copies; otherwise it stays, saying why.
+pub fn fidelity_differences(kernel: &str, options: &RunOptions, gates: &[Gate]) -> Vec<String> {
+    let mut v = vec![
         format!("the tree shares the kernel of the machine it ran on ({kernel})"),
         "Xvfb software framebuffer, no GPU".into(),
-        "pid, mount, net, ipc and uts namespaces only: no user namespace, no cgroup CPU or memory limits".into(),
-        "the tree's root is a read-only bind of the machine's /; only /dev, /dev/shm, /tmp and /var/lib/xkb are private".into(),
+    ];
+    for c in &CLOSABLE {
+        if let Some(why) = still_differs(c, options, gates) {
+            v.push(format!("{} ({why})", c.difference));
+        }
+    }
+    v.extend([
         "CRIU restore needs root and the same kernel and CRIU build that dumped".into(),
         "the GUI state gate compares framebuffer pixels and asks a human; it is not proof of application state".into(),
-    ]
+    ]);
+    v
 }
 
 /// Whether the process may set up namespaces and mounts; only root may.
@@ -146,7 +155,7 @@ pub fn run(cfg: Config, progress: &mut dyn FnMut(&Gate)) -> Report {
         done.push(gate);
     }
     ctx.env.finished_at = crate::clock::now_rfc3339();
-    let fidelity = fidelity_differences(&ctx.env.kernel_release);
+    let fidelity = fidelity_differences(&ctx.env.kernel_release, &ctx.cfg.options, &done);
     let report_dir = ctx.cfg.report_dir();
     let mut report = Report {
         schema_version: SCHEMA_VERSION,
@@ -157,6 +166,7 @@ pub fn run(cfg: Config, progress: &mut dyn FnMut(&Gate)) -> Report {
         environment: ctx.env,
         artifacts: collect_artifacts(&report_dir),
         fidelity_differences: fidelity,
+        options: ctx.cfg.options.clone(),
         vm: None,
     };
     report.seal();
@@ -261,9 +271,38 @@ pub fn plan(cfg: &Config) -> Vec<PlanStep> {
             tree::unshare_equivalent_argv(&cfg.exe, &spec),
         ),
         step(GateName::Launch, "PID 1 of the tree, after pivot_root", tree::init_argv(&spec)),
-        step(GateName::Launch, "inside the tree", tree::xvfb_argv(cfg.display)),
-        step(GateName::Launch, "inside the tree", tree::stateapp_argv(&cfg.marker)),
-        step(GateName::Launch, "inside the tree", tree::xterm_argv(&cfg.marker)),
+    ];
+    if let Some(l) = cfg.options.cgroup {
+        let mut argv = vec![
+            "echo +cpu +memory > /sys/fs/cgroup/cgroup.subtree_control and <group>/..".to_string(),
+        ];
+        argv.extend(
+            gates::fidelity::limit_files(&l)
+                .iter()
+                .map(|(f, t)| format!("{f}={t}")),
+        );
+        v.push(step(
+            GateName::Launch,
+            "--cgroup: a group per tree under the run's group (written to cgroup2 files), with these limits; the tree joins its group before PID 1 is forked",
+            argv,
+        ));
+    }
+    v.extend([
+        step(
+            GateName::Launch,
+            "inside the tree",
+            tree::xvfb_argv(cfg.display),
+        ),
+        step(
+            GateName::Launch,
+            "inside the tree",
+            tree::stateapp_argv(&cfg.marker),
+        ),
+        step(
+            GateName::Launch,
+            "inside the tree",
+            tree::xterm_argv(&cfg.marker),
+        ),
         step(
             GateName::Dump,
             "checkpoint the tree (PID is the tree's PID 1 on the host)",
@@ -278,7 +317,7 @@ pub fn plan(cfg: &Config) -> Vec<PlanStep> {
             .map(|a| if a == "0" { "PID".to_string() } else { a })
             .collect(),
         ),
-    ];
+    ]);
     for (gate, label) in [
         (GateName::RestoreLiveProcess, "a"),
         (GateName::Isolation, "b"),
@@ -293,6 +332,7 @@ pub fn plan(cfg: &Config) -> Vec<PlanStep> {
                 &cfg.root_bind(),
                 &cfg.pidfile(label),
                 &cfg.criu_log(&format!("restore-{label}")),
+                cfg.copy_cgroup(label).as_deref(),
             ),
         ));
     }
@@ -476,6 +516,7 @@ mod tests {
             step_timeout: std::time::Duration::from_secs(60),
             exe: PathBuf::from("/bin/sharedos-gate"),
             argv: vec![],
+            options: RunOptions::default(),
         };
         let text = render_plan(&cfg);
         for needle in [
@@ -491,5 +532,63 @@ mod tests {
         ] {
             assert!(text.contains(needle), "plan lacks {needle}:\n{text}");
         }
+        assert!(!text.contains("cgroup"), "{text}");
+        let mut with = cfg.clone();
+        with.options.cgroup = crate::gates::fidelity::parse_cgroup_limits("cpu=2,memory=1G").ok();
+        let text = render_plan(&with);
+        for needle in [
+            "--root /w/root --cgroup /sys/fs/cgroup/sharedos-spike-abc/tree",
+            "--pidfile /w/restore-b.pid -o /r/criu/restore-b.log -v4 --cgroup-root /sharedos-spike-abc/copy-b",
+            "cpu.max=200000 100000",
+            "memory.max=1073741824",
+        ] {
+            assert!(text.contains(needle), "plan lacks {needle}:\n{text}");
+        }
+    }
+
+    fn gate_with(name: GateName, checks: &[(&str, bool)]) -> Gate {
+        let mut g = gate(name, Status::Pass);
+        for (n, passed) in checks {
+            g.checks.push(Check {
+                name: n.to_string(),
+                passed: *passed,
+                value: serde_json::Value::Null,
+                expected: String::new(),
+            });
+        }
+        g
+    }
+
+    #[test]
+    fn a_difference_leaves_only_with_the_option_and_its_passing_checks() {
+        let cgroup = "no cgroup CPU or memory limits";
+        let has = |v: &[String]| v.iter().find(|f| f.starts_with(cgroup)).cloned();
+        let passing = vec![
+            gate_with(
+                GateName::Isolation,
+                &[
+                    ("a_cgroup_limits", true),
+                    ("b_cgroup_limits", true),
+                    ("copies_own_cgroups", true),
+                ],
+            ),
+            gate_with(GateName::Reset, &[("cgroup_limits", true)]),
+        ];
+        let none = RunOptions::default();
+        let f = fidelity_differences("k", &none, &passing);
+        assert!(has(&f).unwrap().contains("--cgroup was not requested"));
+        let opts = RunOptions {
+            cgroup: crate::gates::fidelity::parse_cgroup_limits("cpu=1,memory=512M").ok(),
+            ..RunOptions::default()
+        };
+        assert_eq!(has(&fidelity_differences("k", &opts, &passing)), None);
+        let mut failing = passing.clone();
+        failing[0].checks[1].passed = false;
+        let kept = has(&fidelity_differences("k", &opts, &failing)).unwrap();
+        assert!(kept.contains("isolation.b_cgroup_limits failed"), "{kept}");
+        let kept = has(&fidelity_differences("k", &opts, &passing[..1])).unwrap();
+        assert!(kept.contains("reset.cgroup_limits did not run"), "{kept}");
+        // The other closable differences stay: nothing closed them.
+        assert_eq!(fidelity_differences("k", &opts, &passing).len(), 6);
     }
 }

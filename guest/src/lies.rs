@@ -574,6 +574,7 @@ mod tests {
             environment: Default::default(),
             artifacts: vec![],
             fidelity_differences: vec![],
+            options: Default::default(),
             vm: None,
         }
     }

@@ -1,7 +1,8 @@
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
+use sharedos_gate::gates::fidelity;
 use sharedos_gate::gates::Config;
-use sharedos_gate::report::Gate;
+use sharedos_gate::report::{CgroupLimits, Gate, RunOptions};
 use sharedos_gate::tree::TreeSpec;
 use sharedos_gate::{diagnose, lies, stateapp, tree};
 use std::path::PathBuf;
@@ -29,6 +30,8 @@ enum Cmd {
         display: u32,
         #[arg(long)]
         root: PathBuf,
+        #[arg(long)]
+        cgroup: Option<PathBuf>,
     },
     /// Internal: PID 1 of the tree.
     #[command(hide = true)]
@@ -107,6 +110,10 @@ struct DiagnoseArgs {
     /// Bound, in seconds, of any single step (one command, one wait). Raise it under emulation.
     #[arg(long, default_value_t = 60)]
     step_timeout: u64,
+    /// Run the tree, and each restored copy, in a cgroup v2 group of its own with these limits:
+    /// cpu=N (N CPUs of quota) and memory=SIZE (memory.max), e.g. cpu=1,memory=512M.
+    #[arg(long, value_parser = fidelity::parse_cgroup_limits, value_name = "cpu=N,memory=SIZE")]
+    cgroup: Option<CgroupLimits>,
 }
 
 fn parse_display(s: &str) -> Result<u32, String> {
@@ -189,6 +196,10 @@ fn diagnose_main(a: DiagnoseArgs) -> Result<i32> {
         step_timeout: Duration::from_secs(a.step_timeout.max(1)),
         exe: std::env::current_exe().context("locating this binary")?,
         argv: std::env::args().collect(),
+        options: RunOptions {
+            cgroup: a.cgroup,
+            ..RunOptions::default()
+        },
     };
     if a.plan {
         print!("{}", diagnose::render_plan(&cfg));
@@ -244,16 +255,19 @@ fn main() {
             marker,
             display,
             root,
+            cgroup,
         } => tree::spawn_main(&TreeSpec {
             marker,
             display,
             root,
+            cgroup,
         })
         .map(|()| 0),
         Cmd::TreeInit { marker, display } => tree::init_main(&TreeSpec {
             marker,
             display,
             root: PathBuf::from("/"),
+            cgroup: None,
         })
         .map(|()| 0),
         Cmd::Stateapp { marker: _, socket } => stateapp::serve(&socket).map(|()| 0),

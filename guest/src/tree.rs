@@ -30,6 +30,8 @@ pub struct TreeSpec {
     pub display: u32,
     /// A read-only bind of the host's `/`: the tree's root, and CRIU's `--root` at restore.
     pub root: PathBuf,
+    /// With `--cgroup`: the cgroup2 directory the tree joins before its PID 1 is forked.
+    pub cgroup: Option<PathBuf>,
 }
 
 pub fn namespaces() -> CloneFlags {
@@ -55,6 +57,10 @@ pub fn spawn_argv(exe: &Path, spec: &TreeSpec) -> Vec<String> {
     v.extend(spec_args(spec));
     v.push("--root".into());
     v.push(spec.root.display().to_string());
+    if let Some(cg) = &spec.cgroup {
+        v.push("--cgroup".into());
+        v.push(cg.display().to_string());
+    }
     v
 }
 
@@ -183,6 +189,11 @@ pub fn launch(
 /// `tree-spawn`: runs in the new namespaces but still in the caller's pid namespace; its child
 /// is the new namespace's PID 1.
 pub fn spawn_main(spec: &TreeSpec) -> Result<()> {
+    // Joined before the fork: PID 1 and everything it starts are born in the group.
+    if let Some(cg) = &spec.cgroup {
+        let procs = cg.join("cgroup.procs");
+        std::fs::write(&procs, "0").with_context(|| format!("joining {}", procs.display()))?;
+    }
     // SAFETY: this process was just exec'd and is single-threaded.
     match unsafe { nix::unistd::fork() }.context("fork of the tree's PID 1")? {
         nix::unistd::ForkResult::Parent { child } => {
@@ -414,6 +425,7 @@ mod tests {
             marker: "spike-0123456789ab".into(),
             display: 170,
             root: PathBuf::from("/w/root"),
+            cgroup: None,
         }
     }
 

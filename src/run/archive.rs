@@ -253,6 +253,7 @@ fn partial_report(obs: &Observed) -> Report {
         },
         artifacts: Vec::new(),
         fidelity_differences: Vec::new(),
+        options: Default::default(),
         vm: None,
     }
 }

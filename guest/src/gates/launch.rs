@@ -86,6 +86,14 @@ pub fn run(ctx: &mut Ctx) -> Gate {
         g.problem(format!("cannot prepare the tree's root: {e:#}"));
         return g.finish("");
     }
+    if let Some(l) = ctx.cfg.options.cgroup {
+        let made = super::fidelity::prepare_run_group(&ctx.cfg.marker)
+            .and_then(|()| super::fidelity::make_tree_group(&ctx.cfg.marker, "tree", &l));
+        if let Err(e) = made {
+            g.problem(format!("cannot make the tree's cgroup for --cgroup: {e:#}"));
+            return g.finish("");
+        }
+    }
     let spec = ctx.cfg.spec();
     let (pid, ev) = tree::launch(
         &ctx.cfg.exe,
@@ -146,6 +154,7 @@ pub fn run(ctx: &mut Ctx) -> Gate {
         }
     }
 
+    super::fidelity::check_tree(ctx, &mut g, pid, "tree", "tree_");
     let mine = namespaces_of("self");
     let theirs = namespaces_of(&pid.to_string());
     g.check(check(

@@ -3,6 +3,7 @@
 
 pub mod cleanup;
 pub mod dump;
+pub mod fidelity;
 pub mod gui_pixel_review;
 pub mod isolation;
 pub mod launch;
@@ -13,7 +14,7 @@ pub mod restore_live_process;
 pub mod restore_x_state;
 
 use crate::criu::{self, NetworkLock};
-use crate::report::{Check, Environment, Evidence, Gate, GateName, Status};
+use crate::report::{Check, Environment, Evidence, Gate, GateName, RunOptions, Status};
 use crate::stateapp::{self, AppState};
 use crate::tree::{self, TreeSpec};
 use crate::x11::{self, Window, XConn};
@@ -37,6 +38,7 @@ pub struct Config {
     /// This binary: the tree runs copies of it.
     pub exe: PathBuf,
     pub argv: Vec<String>,
+    pub options: RunOptions,
 }
 
 impl Config {
@@ -66,6 +68,10 @@ impl Config {
             marker: self.marker.clone(),
             display: self.display,
             root: self.root_bind(),
+            cgroup: self
+                .options
+                .cgroup
+                .map(|_| fidelity::group_dir(&fidelity::tree_group(&self.marker, "tree"))),
         }
     }
     /// The criu the run will use: `--criu`, else the first on PATH or in the sbin directories
@@ -75,6 +81,12 @@ impl Config {
             Some(p) => Some(p.clone()),
             None => find_program("criu"),
         }
+    }
+    /// The cgroup a copy is restored into (CRIU's `--cgroup-root`), with `--cgroup`.
+    pub fn copy_cgroup(&self, label: &str) -> Option<String> {
+        self.options
+            .cgroup
+            .map(|_| fidelity::tree_group(&self.marker, &format!("copy-{label}")))
     }
     pub fn quick(&self) -> Duration {
         self.step_timeout.min(Duration::from_secs(20))
@@ -288,12 +300,23 @@ impl Ctx {
         let pidfile = self.cfg.pidfile(label);
         // An existing pidfile makes CRIU kill what it restored.
         let _ = std::fs::remove_file(&pidfile);
+        let cgroup_root = self.cfg.copy_cgroup(label);
+        if let (Some(l), Some(_)) = (self.cfg.options.cgroup, &cgroup_root) {
+            let group = format!("copy-{label}");
+            if let Err(e) = fidelity::make_tree_group(&self.cfg.marker, &group, &l) {
+                return (
+                    Err(e.context("making the copy's cgroup")),
+                    Evidence::default(),
+                );
+            }
+        }
         let argv = criu::restore_argv(
             &criu_path,
             &self.cfg.dump_dir(),
             &self.cfg.root_bind(),
             &pidfile,
             &self.cfg.criu_log(&format!("restore-{label}")),
+            cgroup_root.as_deref(),
         );
         let out = self.run(&format!("criu restore of copy {label}"), &argv);
         let pid = std::fs::read_to_string(&pidfile)

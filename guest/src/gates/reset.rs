@@ -100,6 +100,7 @@ pub fn run(ctx: &mut Ctx) -> Gate {
             "a registered new tree",
         )),
     };
+    super::fidelity::check_tree(ctx, &mut g, pid, "copy-reset", "");
     g.check(ctx.check_x_server_in_tree("x_server_in_copy", pid));
     check_app_state(ctx, &mut g, pid, &snap, "");
     match ctx.observe(pid, "reset") {

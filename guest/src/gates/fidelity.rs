@@ -1,0 +1,386 @@
+//! The fidelity options (`--cgroup`, `--cow-root`, `--userns`): how the tree and each restored
+//! copy get them, and the checks that show a restored copy has them. A check reads what the
+//! kernel says about the copy's own processes, never what the rig meant to set up.
+
+use super::{check, Ctx, GateBuilder};
+use crate::probe;
+use crate::report::{CgroupLimits, Check, CPU_PERIOD_US};
+use anyhow::{bail, Context, Result};
+use serde_json::json;
+use std::collections::BTreeSet;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+/// Where the guest's PID 1 mounts cgroup2.
+pub const CGROUP_FS: &str = "/sys/fs/cgroup";
+
+/// `cpu=N,memory=SIZE` (either or both): N CPUs of quota (a fraction allowed, at least 0.01),
+/// SIZE in bytes with an optional K, M, G or T suffix (powers of 1024).
+pub fn parse_cgroup_limits(s: &str) -> Result<CgroupLimits, String> {
+    const FORM: &str = "write it as cpu=N,memory=SIZE, e.g. --cgroup cpu=1,memory=512M";
+    let mut cpu = None;
+    let mut mem = None;
+    for part in s.split(',') {
+        let Some((k, v)) = part.split_once('=') else {
+            return Err(format!("`{part}` in --cgroup {s} is not KEY=VALUE: {FORM}"));
+        };
+        match k.trim() {
+            "cpu" if cpu.is_none() => {
+                cpu = Some(parse_cpus(v.trim()).map_err(|e| format!("{e}: {FORM}"))?)
+            }
+            "memory" if mem.is_none() => {
+                mem = Some(parse_size(v.trim()).map_err(|e| format!("{e}: {FORM}"))?)
+            }
+            "cpu" | "memory" => return Err(format!("--cgroup {s} gives {k} twice: {FORM}")),
+            other => {
+                return Err(format!(
+                    "--cgroup knows cpu and memory, not `{other}`: {FORM}"
+                ))
+            }
+        }
+    }
+    match (cpu, mem) {
+        (Some(cpu_quota_us), Some(memory_max_bytes)) => Ok(CgroupLimits {
+            cpu_quota_us,
+            memory_max_bytes,
+        }),
+        _ => Err(format!("--cgroup {s} needs both cpu and memory: {FORM}")),
+    }
+}
+
+fn parse_cpus(v: &str) -> Result<u64, String> {
+    let n: f64 = v
+        .parse()
+        .map_err(|_| format!("cpu={v} is not a number of CPUs"))?;
+    let quota = (n * CPU_PERIOD_US as f64).round();
+    // The kernel refuses quotas under 1 ms.
+    if !(1000.0..=1e12).contains(&quota) {
+        return Err(format!("cpu={v} is out of range (0.01 to 10000000 CPUs)"));
+    }
+    Ok(quota as u64)
+}
+
+fn parse_size(v: &str) -> Result<u64, String> {
+    let (num, mult) = match v.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let m: u64 = match c.to_ascii_uppercase() {
+                'K' => 1 << 10,
+                'M' => 1 << 20,
+                'G' => 1 << 30,
+                'T' => 1 << 40,
+                _ => {
+                    return Err(format!(
+                        "memory={v} has an unknown suffix (use K, M, G or T)"
+                    ))
+                }
+            };
+            (&v[..i], m)
+        }
+        _ => (v, 1),
+    };
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("memory={v} is not a whole size"))?;
+    let bytes = n
+        .checked_mul(mult)
+        .ok_or_else(|| format!("memory={v} is too large"))?;
+    // Below a few MiB Xvfb alone cannot start; it would be an OOM, not a finding.
+    if bytes < 16 << 20 {
+        return Err(format!("memory={v} is below 16M, too little for Xvfb"));
+    }
+    Ok(bytes)
+}
+
+/// The run's own group, relative to the cgroup2 root.
+pub fn run_group(marker: &str) -> String {
+    format!("/sharedos-{marker}")
+}
+
+/// The group of one tree of the run: `tree` for the original, `copy-LABEL` for a restore.
+pub fn tree_group(marker: &str, label: &str) -> String {
+    format!("{}/{label}", run_group(marker))
+}
+
+pub fn group_dir(group: &str) -> PathBuf {
+    Path::new(CGROUP_FS).join(group.trim_start_matches('/'))
+}
+
+/// The controller files of a group with these limits and their contents.
+pub fn limit_files(l: &CgroupLimits) -> [(&'static str, String); 2] {
+    [
+        ("cpu.max", format!("{} {CPU_PERIOD_US}", l.cpu_quota_us)),
+        ("memory.max", l.memory_max_bytes.to_string()),
+    ]
+}
+
+fn write(path: &Path, text: &str) -> Result<()> {
+    std::fs::write(path, text).with_context(|| format!("writing {text:?} to {}", path.display()))
+}
+
+/// Enables cpu and memory for the children of the cgroup2 root and of the run's group, and
+/// makes the run's group. The root may hold processes and enable controllers; the run's group
+/// must hold none (cgroup v2 has no processes in inner groups with controllers).
+pub fn prepare_run_group(marker: &str) -> Result<()> {
+    let root = Path::new(CGROUP_FS);
+    if !root.join("cgroup.controllers").is_file() {
+        bail!(
+            "no cgroup2 at {CGROUP_FS}: --cgroup needs it mounted there (mount -t cgroup2 cgroup2 {CGROUP_FS})"
+        );
+    }
+    write(&root.join("cgroup.subtree_control"), "+cpu +memory")?;
+    let dir = group_dir(&run_group(marker));
+    std::fs::create_dir(&dir).with_context(|| format!("mkdir {}", dir.display()))?;
+    write(&dir.join("cgroup.subtree_control"), "+cpu +memory")
+}
+
+/// Makes the group of one tree with the limits.
+pub fn make_tree_group(marker: &str, label: &str, l: &CgroupLimits) -> Result<PathBuf> {
+    let dir = group_dir(&tree_group(marker, label));
+    std::fs::create_dir(&dir).with_context(|| format!("mkdir {}", dir.display()))?;
+    for (file, text) in limit_files(l) {
+        write(&dir.join(file), &text)?;
+    }
+    Ok(dir)
+}
+
+/// Removes the run's groups (each must be empty); what could not be removed, in words.
+pub fn remove_run_groups(marker: &str) -> Vec<String> {
+    let run = group_dir(&run_group(marker));
+    if !run.exists() {
+        return Vec::new();
+    }
+    let mut failed = Vec::new();
+    if let Ok(rd) = std::fs::read_dir(&run) {
+        for e in rd.flatten().filter(|e| e.path().is_dir()) {
+            if let Err(err) = std::fs::remove_dir(e.path()) {
+                failed.push(format!("rmdir {}: {err}", e.path().display()));
+            }
+        }
+    }
+    if let Err(err) = std::fs::remove_dir(&run) {
+        failed.push(format!("rmdir {}: {err}", run.display()));
+    }
+    failed
+}
+
+/// Reads at most 64 KiB of a kernel file; the guest's /proc and /sys are still bounded.
+pub fn read_small(path: &Path) -> Result<String> {
+    let f = std::fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut s = String::new();
+    f.take(64 * 1024)
+        .read_to_string(&mut s)
+        .with_context(|| format!("reading {}", path.display()))?;
+    Ok(s)
+}
+
+/// The cgroup v2 path of a process: the `0::PATH` line of /proc/PID/cgroup.
+pub fn cgroup_of(pid: i32) -> Result<String> {
+    let text = read_small(Path::new(&format!("/proc/{pid}/cgroup")))?;
+    parse_proc_cgroup(&text).with_context(|| format!("/proc/{pid}/cgroup has no 0:: line"))
+}
+
+pub fn parse_proc_cgroup(text: &str) -> Option<String> {
+    text.lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .map(|p| p.trim().to_string())
+}
+
+/// What a group's controller files said.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct GroupFiles {
+    pub cpu_max: String,
+    pub memory_max: String,
+    pub memory_current: Option<u64>,
+    pub oom_kills: Option<u64>,
+}
+
+pub fn read_group(group: &str) -> GroupFiles {
+    let dir = group_dir(group);
+    let read = |f: &str| read_small(&dir.join(f)).unwrap_or_else(|e| format!("unreadable: {e:#}"));
+    GroupFiles {
+        cpu_max: read("cpu.max").trim().to_string(),
+        memory_max: read("memory.max").trim().to_string(),
+        memory_current: read("memory.current").trim().parse().ok(),
+        oom_kills: read("memory.events").lines().find_map(|l| {
+            l.strip_prefix("oom_kill ")
+                .and_then(|n| n.trim().parse().ok())
+        }),
+    }
+}
+
+/// Every process of a copy sits in `want` (the copy's own group), whose limits are the
+/// requested ones, and the app's memory stayed under the limit with no OOM kill.
+pub fn cgroup_check(
+    name: &str,
+    want: &str,
+    l: &CgroupLimits,
+    procs: &[(i32, String)],
+    files: &GroupFiles,
+) -> Check {
+    let [(_, cpu), (_, mem)] = limit_files(l);
+    // memory.max reads back rounded down to whole pages.
+    let mem_ok = files
+        .memory_max
+        .parse::<u64>()
+        .is_ok_and(|m| m <= l.memory_max_bytes && l.memory_max_bytes - m < 4096 * 16);
+    let in_group = !procs.is_empty() && procs.iter().all(|(_, g)| g == want);
+    let under = matches!((files.memory_current, files.memory_max.parse::<u64>()), (Some(c), Ok(m)) if c <= m);
+    let passed = in_group && files.cpu_max == cpu && mem_ok && under && files.oom_kills == Some(0);
+    check(
+        name,
+        passed,
+        json!({"group": want, "processes": procs, "files": files}),
+        &format!(
+            "every process of the copy in {want}, cpu.max {cpu}, memory.max {mem}, memory.current <= memory.max, oom_kill 0"
+        ),
+    )
+}
+
+/// The processes of a tree (PID 1's pid namespace) with their cgroup paths.
+pub fn tree_cgroups(ctx: &Ctx, pid: i32) -> Vec<(i32, String)> {
+    let ns: BTreeSet<String> = ctx
+        .tree_record(pid)
+        .and_then(|r| r.pidns.clone())
+        .into_iter()
+        .collect();
+    probe::members(&ns)
+        .into_iter()
+        .filter(|m| m.state != "Z")
+        .map(|m| {
+            let g = cgroup_of(m.pid).unwrap_or_else(|e| format!("unreadable: {e:#}"));
+            (m.pid, g)
+        })
+        .collect()
+}
+
+/// The option checks of one running tree (a copy, or the original at launch), named with
+/// `prefix`; returns the cgroup path the tree's PID 1 is in, for comparisons between copies.
+pub fn check_tree(
+    ctx: &Ctx,
+    g: &mut GateBuilder,
+    pid: i32,
+    label: &str,
+    prefix: &str,
+) -> Option<String> {
+    let l = ctx.cfg.options.cgroup?;
+    let want = tree_group(&ctx.cfg.marker, label);
+    let procs = tree_cgroups(ctx, pid);
+    g.check(cgroup_check(
+        &format!("{prefix}cgroup_limits"),
+        &want,
+        &l,
+        &procs,
+        &read_group(&want),
+    ));
+    cgroup_of(pid).ok()
+}
+
+/// Two copies sit in different groups.
+pub fn own_cgroups_check(a: Option<&str>, b: Option<&str>) -> Check {
+    check(
+        "copies_own_cgroups",
+        matches!((a, b), (Some(x), Some(y)) if x != y),
+        json!({"a": a, "b": b}),
+        "copies A and B in different cgroups",
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_cpu_and_memory() {
+        let l = parse_cgroup_limits("cpu=1,memory=512M").unwrap();
+        assert_eq!(l.cpu_quota_us, 100_000);
+        assert_eq!(l.memory_max_bytes, 512 << 20);
+        assert_eq!(
+            limit_files(&l),
+            [
+                ("cpu.max", "100000 100000".to_string()),
+                ("memory.max", "536870912".to_string())
+            ]
+        );
+        let l = parse_cgroup_limits("memory=1g, cpu=0.5").unwrap();
+        assert_eq!(l.cpu_quota_us, 50_000);
+        assert_eq!(l.memory_max_bytes, 1 << 30);
+    }
+
+    #[test]
+    fn bad_limits_name_the_problem_and_the_form() {
+        for (bad, says) in [
+            ("cpu=1", "needs both"),
+            ("cpu=x,memory=1G", "not a number"),
+            ("cpu=0,memory=1G", "out of range"),
+            ("cpu=1,memory=12Q", "unknown suffix"),
+            ("cpu=1,memory=1M", "below 16M"),
+            ("cpu=1,memory=1.5G", "not a whole size"),
+            ("cpu=1,cpu=2,memory=1G", "twice"),
+            ("cpu=1,io=5,memory=1G", "not `io`"),
+            ("cpu", "not KEY=VALUE"),
+        ] {
+            let e = parse_cgroup_limits(bad).unwrap_err();
+            assert!(e.contains(says), "{bad}: {e}");
+            assert!(e.contains("cpu=N,memory=SIZE"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn groups_are_per_run_and_per_tree() {
+        assert_eq!(tree_group("spike-1", "copy-a"), "/sharedos-spike-1/copy-a");
+        assert_eq!(
+            group_dir("/sharedos-spike-1/tree"),
+            PathBuf::from("/sys/fs/cgroup/sharedos-spike-1/tree")
+        );
+        assert_eq!(
+            parse_proc_cgroup("0::/sharedos-m/copy-a\n").as_deref(),
+            Some("/sharedos-m/copy-a")
+        );
+        assert_eq!(parse_proc_cgroup("1:name=x:/\n"), None);
+    }
+
+    #[test]
+    fn the_cgroup_check_fails_on_each_wrong_fact() {
+        let l = parse_cgroup_limits("cpu=1,memory=512M").unwrap();
+        let want = "/sharedos-m/copy-a";
+        let procs = vec![(10, want.to_string()), (11, want.to_string())];
+        let files = GroupFiles {
+            cpu_max: "100000 100000".into(),
+            memory_max: "536870912".into(),
+            memory_current: Some(40 << 20),
+            oom_kills: Some(0),
+        };
+        assert!(cgroup_check("c", want, &l, &procs, &files).passed);
+        let mut stray = procs.clone();
+        stray[1].1 = "/sharedos-m/tree".into();
+        assert!(!cgroup_check("c", want, &l, &stray, &files).passed);
+        assert!(!cgroup_check("c", want, &l, &[], &files).passed);
+        for f in [
+            GroupFiles {
+                cpu_max: "max 100000".into(),
+                ..files.clone()
+            },
+            GroupFiles {
+                memory_max: "max".into(),
+                ..files.clone()
+            },
+            GroupFiles {
+                memory_current: None,
+                ..files.clone()
+            },
+            GroupFiles {
+                oom_kills: Some(1),
+                ..files.clone()
+            },
+            GroupFiles {
+                memory_current: Some(600 << 20),
+                ..files.clone()
+            },
+        ] {
+            assert!(!cgroup_check("c", want, &l, &procs, &f).passed, "{f:?}");
+        }
+        assert!(own_cgroups_check(Some("/x/a"), Some("/x/b")).passed);
+        assert!(!own_cgroups_check(Some("/x/a"), Some("/x/a")).passed);
+        assert!(!own_cgroups_check(None, Some("/x/a")).passed);
+    }
+}
