@@ -19,9 +19,11 @@ pub struct Lie {
     pub does: &'static str,
     pub target: GateName,
     pub caught_by: &'static [&'static str],
+    /// Options of `diagnose` the run under this lie needs (a lie about a fidelity option).
+    pub options: &'static [&'static str],
 }
 
-pub const LIES: [Lie; 11] = [
+pub const LIES: [Lie; 12] = [
     Lie {
         name: "dump-writes-nothing",
         does: "`criu dump` exits 0 without dumping: no image, the tree keeps running",
@@ -31,6 +33,7 @@ pub const LIES: [Lie; 11] = [
             "pstree_matches_tree",
             "original_tree_ended",
         ],
+        options: &[],
     },
     Lie {
         name: "dump-leaves-tree-running",
@@ -38,60 +41,77 @@ pub const LIES: [Lie; 11] = [
             "`criu dump` dumps with --leave-running: the images are there, the tree was never ended",
         target: GateName::Dump,
         caught_by: &["original_tree_ended"],
+        options: &[],
     },
     Lie {
         name: "dump-drops-a-process",
         does: "`criu dump` succeeds, then the last process is cut out of pstree.img",
         target: GateName::Dump,
         caught_by: &["pstree_matches_tree"],
+        options: &[],
     },
     Lie {
         name: "restore-a-restores-nothing",
         does: "the restore of copy a exits 0 without restoring anything",
         target: GateName::RestoreLiveProcess,
         caught_by: &["criu_restore_succeeded"],
+        options: &[],
     },
     Lie {
         name: "restore-a-wrong-app-state",
         does: "copy a is restored, then its app is changed (new token, counter jumped)",
         target: GateName::RestoreLiveProcess,
         caught_by: &["same_token", "counter_continues"],
+        options: &[],
     },
     Lie {
         name: "restore-a-wrong-pixels",
         does: "copy a is restored, then a blue rectangle is painted on its screen",
         target: GateName::RestoreXState,
         caught_by: &["same_framebuffer"],
+        options: &[],
     },
     Lie {
         name: "restore-a-extra-window",
         does: "copy a is restored, then a window the dump never had is mapped on its screen",
         target: GateName::RestoreXState,
         caught_by: &["same_windows"],
+        options: &[],
     },
     Lie {
         name: "restore-b-is-copy-a",
         does: "the restore of copy b exits 0 and hands back copy a's PID 1",
         target: GateName::Isolation,
         caught_by: &["two_copies_running", "own_namespaces"],
+        options: &[],
     },
     Lie {
         name: "restore-b-wrong-app-state",
         does: "copy b is restored, then its app is changed: B does not hold the dump-time state",
         target: GateName::Isolation,
         caught_by: &["b_same_token", "b_counter_continues"],
+        options: &[],
     },
     Lie {
         name: "restore-reset-is-copy-b",
         does: "the restore for reset exits 0 and hands back copy b, which still runs unchanged",
         target: GateName::Reset,
         caught_by: &["new_copy"],
+        options: &[],
     },
     Lie {
         name: "restore-reset-wrong-app-state",
         does: "the reset copy is restored, then its app is changed",
         target: GateName::Reset,
         caught_by: &["same_token", "counter_continues"],
+        options: &[],
+    },
+    Lie {
+        name: "restore-b-without-cgroup-limits",
+        does: "copy b is restored into its own cgroup, then the group's cpu.max and memory.max are lifted to max",
+        target: GateName::Isolation,
+        caught_by: &["b_cgroup_limits"],
+        options: &["--cgroup", "cpu=1,memory=512M"],
     },
 ];
 
@@ -100,9 +120,14 @@ pub fn table_markdown() -> String {
     let mut t = String::from("| lie | what the wrapper does | caught by | failing check (one of) |\n| --- | --- | --- | --- |\n");
     for l in LIES {
         t.push_str(&format!(
-            "| `{}` | {} | {} | {} |\n",
+            "| `{}` | {}{} | {} | {} |\n",
             l.name,
             l.does.replace('|', "\\|"),
+            if l.options.is_empty() {
+                String::new()
+            } else {
+                format!(" (diagnose runs with `{}`)", l.options.join(" "))
+            },
             l.target,
             l.caught_by
                 .iter()
@@ -328,6 +353,14 @@ pub fn wrapper_main(real: &Path, lie_name: &str, state: &Path, args: &[String]) 
                         },
                     )?;
                 }
+                "restore-b-without-cgroup-limits" => {
+                    let group = crate::gates::fidelity::cgroup_of(pid)?;
+                    let dir = crate::gates::fidelity::group_dir(&group);
+                    for (file, text) in [("cpu.max", "max"), ("memory.max", "max")] {
+                        std::fs::write(dir.join(file), text)
+                            .with_context(|| format!("writing {}", dir.join(file).display()))?;
+                    }
+                }
                 _ => change_app(pid)?,
             }
             Ok(0)
@@ -424,6 +457,7 @@ pub fn suite_main(cfg: &SuiteConfig, progress: &mut dyn FnMut(&LieOutcome)) -> R
             .arg(format!(":{}", cfg.display))
             .args(["--step-timeout", &cfg.step_timeout.to_string(), "--criu"])
             .arg(&wrapper)
+            .args(lie.options)
             .status()
             .with_context(|| format!("running diagnose under {}", lie.name))?;
         let left = crate::probe::scan(&marker);

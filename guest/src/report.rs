@@ -398,11 +398,7 @@ pub fn still_differs(c: &Closable, options: &RunOptions, gates: &[Gate]) -> Opti
 pub fn unjustified_omissions(r: &Report) -> Vec<String> {
     CLOSABLE
         .iter()
-        .filter(|c| {
-            !r.fidelity_differences
-                .iter()
-                .any(|f| f.contains(c.key))
-        })
+        .filter(|c| !r.fidelity_differences.iter().any(|f| f.contains(c.key)))
         .filter_map(|c| {
             still_differs(c, &r.options, &r.gates).map(|why| {
                 format!(
