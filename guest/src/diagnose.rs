@@ -272,6 +272,13 @@ pub fn plan(cfg: &Config) -> Vec<PlanStep> {
         ),
         step(GateName::Launch, "PID 1 of the tree, after pivot_root", tree::init_argv(&spec)),
     ];
+    if cfg.options.cow_root {
+        v.push(step(
+            GateName::Launch,
+            "--cow-root: the tree's writable root, an overlay over the read-only bind with its upper layer on a tmpfs at the work directory's cow/ (mount(2))",
+            overlay_argv(cfg, "tree"),
+        ));
+    }
     if let Some(l) = cfg.options.cgroup {
         let mut argv = vec![
             "echo +cpu +memory > /sys/fs/cgroup/cgroup.subtree_control and <group>/..".to_string(),
@@ -323,13 +330,28 @@ pub fn plan(cfg: &Config) -> Vec<PlanStep> {
         (GateName::Isolation, "b"),
         (GateName::Reset, "reset"),
     ] {
+        let copy = format!("copy-{label}");
+        if cfg.options.cow_root {
+            v.push(step(
+                gate,
+                &format!(
+                    "--cow-root: copy {label}'s upper layer starts as the original's at the dump"
+                ),
+                gates::fidelity::copy_layer_argv(&cfg.cow_upper("tree"), &cfg.cow_upper(&copy)),
+            ));
+            v.push(step(
+                gate,
+                &format!("--cow-root: copy {label}'s writable root (mount(2))"),
+                overlay_argv(cfg, &copy),
+            ));
+        }
         v.push(step(
             gate,
             &format!("restore copy {label}"),
             criu::restore_argv(
                 &criu_path,
                 &cfg.dump_dir(),
-                &cfg.root_bind(),
+                &cfg.tree_root(&copy),
                 &cfg.pidfile(label),
                 &cfg.criu_log(&format!("restore-{label}")),
                 cfg.copy_cgroup(label).as_deref(),
@@ -357,6 +379,15 @@ pub fn plan(cfg: &Config) -> Vec<PlanStep> {
         vec!["kill".into(), "-TERM".into(), format!("<pids marked {}>", cfg.marker)],
     ));
     v
+}
+
+fn overlay_argv(cfg: &Config, label: &str) -> Vec<String> {
+    gates::fidelity::overlay_mount_argv(
+        &cfg.root_bind(),
+        &cfg.cow_upper(label),
+        &cfg.cow_dir().join(label).join("work"),
+        &cfg.tree_root(label),
+    )
 }
 
 pub fn render_plan(cfg: &Config) -> String {
@@ -541,6 +572,16 @@ mod tests {
             "--pidfile /w/restore-b.pid -o /r/criu/restore-b.log -v4 --cgroup-root /sharedos-spike-abc/copy-b",
             "cpu.max=200000 100000",
             "memory.max=1073741824",
+        ] {
+            assert!(text.contains(needle), "plan lacks {needle}:\n{text}");
+        }
+        with.options.cow_root = true;
+        let text = render_plan(&with);
+        for needle in [
+            "--root /w/root-tree --cgroup",
+            "mount -t overlay overlay -o lowerdir=/w/root,upperdir=/w/cow/tree/upper,workdir=/w/cow/tree/work /w/root-tree",
+            "cp -a -- /w/cow/tree/upper/. /w/cow/copy-b/upper",
+            "--root /w/root-copy-b --pidfile /w/restore-b.pid",
         ] {
             assert!(text.contains(needle), "plan lacks {needle}:\n{text}");
         }

@@ -23,7 +23,7 @@ pub struct Lie {
     pub options: &'static [&'static str],
 }
 
-pub const LIES: [Lie; 12] = [
+pub const LIES: [Lie; 13] = [
     Lie {
         name: "dump-writes-nothing",
         does: "`criu dump` exits 0 without dumping: no image, the tree keeps running",
@@ -112,6 +112,13 @@ pub const LIES: [Lie; 12] = [
         target: GateName::Isolation,
         caught_by: &["b_cgroup_limits"],
         options: &["--cgroup", "cpu=1,memory=512M"],
+    },
+    Lie {
+        name: "restore-b-shares-a-root",
+        does: "copy b is restored onto copy a's writable root instead of its own: one upper layer for both",
+        target: GateName::Isolation,
+        caught_by: &["b_cow_file_absent"],
+        options: &["--cow-root"],
     },
 ];
 
@@ -317,6 +324,13 @@ pub fn wrapper_main(real: &Path, lie_name: &str, state: &Path, args: &[String]) 
         "restore-b-is-copy-a" => {
             write_pid(sibling("a")?)?;
             Ok(0)
+        }
+        "restore-b-shares-a-root" => {
+            let mut a = args.to_vec();
+            let i = a.iter().position(|x| x == "--root").context("no --root")?;
+            let root = a.get_mut(i + 1).context("no value after --root")?;
+            *root = root.replace("root-copy-b", "root-copy-a");
+            run_real(real, &a)
         }
         "restore-reset-is-copy-b" => {
             write_pid(sibling("b")?)?;

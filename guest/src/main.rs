@@ -114,6 +114,10 @@ struct DiagnoseArgs {
     /// cpu=N (N CPUs of quota) and memory=SIZE (memory.max), e.g. cpu=1,memory=512M.
     #[arg(long, value_parser = fidelity::parse_cgroup_limits, value_name = "cpu=N,memory=SIZE")]
     cgroup: Option<CgroupLimits>,
+    /// Give the tree, and each restored copy, a writable overlay of its own over the read-only
+    /// root; a copy's layer starts as the original's was at the dump.
+    #[arg(long)]
+    cow_root: bool,
 }
 
 fn parse_display(s: &str) -> Result<u32, String> {
@@ -198,6 +202,7 @@ fn diagnose_main(a: DiagnoseArgs) -> Result<i32> {
         argv: std::env::args().collect(),
         options: RunOptions {
             cgroup: a.cgroup,
+            cow_root: a.cow_root,
             ..RunOptions::default()
         },
     };

@@ -4,7 +4,8 @@
 
 use super::{check, Ctx, GateBuilder};
 use crate::probe;
-use crate::report::{CgroupLimits, Check, CPU_PERIOD_US};
+use crate::report::{CgroupLimits, Check, Evidence, CPU_PERIOD_US};
+use crate::stateapp::AppState;
 use anyhow::{bail, Context, Result};
 use serde_json::json;
 use std::collections::BTreeSet;
@@ -285,6 +286,208 @@ pub fn own_cgroups_check(a: Option<&str>, b: Option<&str>) -> Check {
     )
 }
 
+/// The overlay that gives one tree (`tree`, `copy-a`, ...) a writable root of its own: the
+/// read-only bind of / below, the tree's own upper layer above, on the run's tmpfs.
+pub fn overlay_options(lower: &Path, upper: &Path, work: &Path) -> String {
+    format!(
+        "lowerdir={},upperdir={},workdir={}",
+        lower.display(),
+        upper.display(),
+        work.display()
+    )
+}
+
+/// The util-linux command that makes the same overlay, for readers of the plan.
+pub fn overlay_mount_argv(lower: &Path, upper: &Path, work: &Path, target: &Path) -> Vec<String> {
+    vec![
+        "mount".into(),
+        "-t".into(),
+        "overlay".into(),
+        "overlay".into(),
+        "-o".into(),
+        overlay_options(lower, upper, work),
+        target.display().to_string(),
+    ]
+}
+
+/// A copy's upper layer starts as the original's was at the dump (the original is frozen and
+/// gone by then): what the tree wrote to its root before the dump is in every copy, and what a
+/// copy writes stays in its own layer. `-a` keeps overlayfs's whiteouts and xattrs.
+pub fn copy_layer_argv(from_upper: &Path, to_upper: &Path) -> Vec<String> {
+    vec![
+        "cp".into(),
+        "-a".into(),
+        "--".into(),
+        format!("{}/.", from_upper.display()),
+        to_upper.display().to_string(),
+    ]
+}
+
+/// Makes the writable root of tree `label` under the run's tmpfs, its upper layer a copy of
+/// `carry`'s when given, and mounts it at `cfg.tree_root(label)`.
+pub fn make_cow_root(
+    ctx: &Ctx,
+    label: &str,
+    carry: Option<&str>,
+) -> (Result<PathBuf>, Vec<Evidence>) {
+    let cfg = &ctx.cfg;
+    let (upper, work, target) = (
+        cfg.cow_upper(label),
+        cfg.cow_dir().join(label).join("work"),
+        cfg.tree_root(label),
+    );
+    let mut evidence = Vec::new();
+    let made = (|| -> Result<PathBuf> {
+        for d in [&upper, &work, &target] {
+            std::fs::create_dir_all(d).with_context(|| format!("mkdir {}", d.display()))?;
+        }
+        if let Some(from) = carry {
+            let out = ctx.run(
+                &format!("carry the dump-time upper layer into {label}'s"),
+                &copy_layer_argv(&cfg.cow_upper(from), &upper),
+            );
+            let ok = out.success();
+            let summary = out.summary();
+            evidence.push(out.evidence);
+            if !ok {
+                bail!("copying the dump-time upper layer: {summary}");
+            }
+        }
+        nix::mount::mount(
+            Some("overlay"),
+            &target,
+            Some("overlay"),
+            nix::mount::MsFlags::empty(),
+            Some(overlay_options(&cfg.root_bind(), &upper, &work).as_str()),
+        )
+        .with_context(|| {
+            format!(
+                "mounting the overlay root of {label} on {}",
+                target.display()
+            )
+        })?;
+        Ok(target)
+    })();
+    (made, evidence)
+}
+
+/// The run's tmpfs for the upper layers, in diagnose's private mount namespace: it goes with
+/// the run however the run ends.
+pub fn mount_cow_tmpfs(cfg: &super::Config) -> Result<()> {
+    let dir = cfg.cow_dir();
+    std::fs::create_dir_all(&dir).with_context(|| format!("mkdir {}", dir.display()))?;
+    nix::mount::mount(
+        Some("tmpfs"),
+        &dir,
+        Some("tmpfs"),
+        nix::mount::MsFlags::MS_NOSUID,
+        Some("mode=0755"),
+    )
+    .with_context(|| format!("mounting a tmpfs for the upper layers on {}", dir.display()))
+}
+
+fn file_value(reply: &Result<AppState, String>) -> serde_json::Value {
+    match reply {
+        Ok(s) => json!({"token": s.token, "file": s.file}),
+        Err(e) => json!({"error": e}),
+    }
+}
+
+/// What the app said of a file: its content and no error, or why not.
+fn file_content(reply: &Result<AppState, String>) -> Option<Option<&str>> {
+    let f = reply.as_ref().ok()?.file.as_ref()?;
+    f.error.is_none().then_some(f.content.as_deref())
+}
+
+/// A copy wrote a file to its root: the app reads back its own token, the write sits in the
+/// copy's own upper layer and not on the machine's /, and the dump-time file is there as the
+/// original wrote it.
+pub fn file_written_check(
+    name: &str,
+    wrote: &Result<AppState, String>,
+    in_own_layer: bool,
+    on_machine_root: bool,
+    dump_time: &Result<AppState, String>,
+    dump_token: &str,
+) -> Check {
+    let own = wrote.as_ref().ok().map(|s| s.token.as_str());
+    let written = own.is_some() && file_content(wrote) == Some(own);
+    let carried = file_content(dump_time) == Some(Some(dump_token));
+    check(
+        name,
+        written && in_own_layer && !on_machine_root && carried,
+        json!({"write": file_value(wrote), "in_own_upper_layer": in_own_layer,
+               "on_machine_root": on_machine_root, "dump_time_file": file_value(dump_time)}),
+        &format!("the copy reads back the file it wrote, the write is in its own upper layer only, and its dump-time file holds {dump_token}"),
+    )
+}
+
+/// A copy does not see a file another copy (or its own earlier life) wrote, and still has the
+/// dump-time file.
+pub fn file_absent_check(
+    name: &str,
+    read: &Result<AppState, String>,
+    dump_time: &Result<AppState, String>,
+    dump_token: &str,
+) -> Check {
+    let absent = file_content(read) == Some(None);
+    let carried = file_content(dump_time) == Some(Some(dump_token));
+    check(
+        name,
+        absent && carried,
+        json!({"read": file_value(read), "dump_time_file": file_value(dump_time)}),
+        &format!("the file is absent and the dump-time file holds {dump_token}"),
+    )
+}
+
+/// The name of the file the original writes before the dump.
+pub const DUMP_TIME_FILE: &str = "dump-time";
+
+/// Asks a tree's app about one of its root files.
+pub fn ask_file(ctx: &Ctx, pid: i32, verb: &str, name: &str) -> Result<AppState, String> {
+    ctx.app(pid, &format!("file-{verb} {name}"))
+        .map_err(|e| format!("{e:#}"))
+}
+
+/// `file-write NAME` in a tree, checked: the write landed in `label`'s own upper layer only.
+pub fn check_write(
+    ctx: &Ctx,
+    g: &mut GateBuilder,
+    pid: i32,
+    label: &str,
+    name: &str,
+    check_name: &str,
+    dump_token: &str,
+) {
+    let wrote = ask_file(ctx, pid, "write", name);
+    let inner = crate::stateapp::root_file_path(name).unwrap_or_default();
+    let rel = inner.trim_start_matches('/');
+    let in_layer = ctx.cfg.cow_upper(label).join(rel).is_file();
+    let on_root = Path::new(&inner).exists();
+    let dump_time = if name == DUMP_TIME_FILE {
+        wrote.clone()
+    } else {
+        ask_file(ctx, pid, "read", DUMP_TIME_FILE)
+    };
+    g.check(file_written_check(
+        check_name, &wrote, in_layer, on_root, &dump_time, dump_token,
+    ));
+}
+
+/// `file-read NAME` in a tree, checked absent.
+pub fn check_absent(
+    ctx: &Ctx,
+    g: &mut GateBuilder,
+    pid: i32,
+    name: &str,
+    check_name: &str,
+    dump_token: &str,
+) {
+    let read = ask_file(ctx, pid, "read", name);
+    let dump_time = ask_file(ctx, pid, "read", DUMP_TIME_FILE);
+    g.check(file_absent_check(check_name, &read, &dump_time, dump_token));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -382,5 +585,57 @@ mod tests {
         assert!(own_cgroups_check(Some("/x/a"), Some("/x/b")).passed);
         assert!(!own_cgroups_check(Some("/x/a"), Some("/x/a")).passed);
         assert!(!own_cgroups_check(None, Some("/x/a")).passed);
+    }
+
+    fn reply(token: &str, content: Option<&str>, error: Option<&str>) -> Result<AppState, String> {
+        Ok(AppState {
+            token: token.into(),
+            counter: 1,
+            pid: 3,
+            file: Some(crate::stateapp::RootFile {
+                path: "/var/tmp/sharedos-file-x".into(),
+                content: content.map(str::to_string),
+                error: error.map(str::to_string),
+            }),
+        })
+    }
+
+    #[test]
+    fn the_file_checks_fail_on_each_wrong_fact() {
+        let dump = reply("d", Some("d"), None);
+        let wrote = reply("t", Some("t"), None);
+        assert!(file_written_check("w", &wrote, true, false, &dump, "d").passed);
+        for (w, layer, root, dt) in [
+            (
+                reply("t", Some("t"), Some("EROFS")),
+                true,
+                false,
+                dump.clone(),
+            ),
+            (reply("t", None, None), true, false, dump.clone()),
+            (reply("t", Some("other"), None), true, false, dump.clone()),
+            (Err("no answer".to_string()), true, false, dump.clone()),
+            (wrote.clone(), false, false, dump.clone()),
+            (wrote.clone(), true, true, dump.clone()),
+            (wrote.clone(), true, false, reply("d", None, None)),
+        ] {
+            assert!(
+                !file_written_check("w", &w, layer, root, &dt, "d").passed,
+                "{w:?} {layer} {root} {dt:?}"
+            );
+        }
+        assert!(file_absent_check("a", &reply("d", None, None), &dump, "d").passed);
+        assert!(!file_absent_check("a", &reply("d", Some("t"), None), &dump, "d").passed);
+        assert!(!file_absent_check("a", &reply("d", None, Some("EIO")), &dump, "d").passed);
+        assert!(
+            !file_absent_check("a", &reply("d", None, None), &reply("d", None, None), "d").passed
+        );
+        let no_file = Ok(AppState {
+            token: "d".into(),
+            counter: 1,
+            pid: 3,
+            file: None,
+        });
+        assert!(!file_absent_check("a", &no_file, &dump, "d").passed);
     }
 }

@@ -56,6 +56,11 @@ pub fn run(ctx: &mut Ctx) -> Gate {
             cg_b.as_deref(),
         ));
     }
+    if ctx.cfg.options.cow_root {
+        let t = &snap.app.token;
+        fidelity::check_write(ctx, &mut g, a, "copy-a", "copy-a", "a_cow_file_written", t);
+        fidelity::check_absent(ctx, &mut g, b, "copy-a", "b_cow_file_absent", t);
+    }
     let (na, nb) = (namespaces_of(&a.to_string()), namespaces_of(&b.to_string()));
     g.check(check(
         "own_namespaces",

@@ -51,6 +51,23 @@ impl Config {
     pub fn root_bind(&self) -> PathBuf {
         self.work.join("root")
     }
+    /// The tmpfs holding every tree's upper layer, with `--cow-root`.
+    pub fn cow_dir(&self) -> PathBuf {
+        self.work.join("cow")
+    }
+    pub fn cow_upper(&self, label: &str) -> PathBuf {
+        self.cow_dir().join(label).join("upper")
+    }
+    /// The root of tree `label` (`tree` or `copy-LABEL`): the tree's `pivot_root` target, and
+    /// CRIU's `--root` for a copy. With `--cow-root` an overlay of its own, else the one
+    /// read-only bind of /.
+    pub fn tree_root(&self, label: &str) -> PathBuf {
+        if self.options.cow_root {
+            self.work.join(format!("root-{label}"))
+        } else {
+            self.root_bind()
+        }
+    }
     pub fn dump_dir(&self) -> PathBuf {
         self.work.join("dump")
     }
@@ -67,7 +84,7 @@ impl Config {
         TreeSpec {
             marker: self.marker.clone(),
             display: self.display,
-            root: self.root_bind(),
+            root: self.tree_root("tree"),
             cgroup: self
                 .options
                 .cgroup
@@ -300,6 +317,14 @@ impl Ctx {
         let pidfile = self.cfg.pidfile(label);
         // An existing pidfile makes CRIU kill what it restored.
         let _ = std::fs::remove_file(&pidfile);
+        if self.cfg.options.cow_root {
+            let (made, mut ev) =
+                fidelity::make_cow_root(self, &format!("copy-{label}"), Some("tree"));
+            if let Err(e) = made {
+                let ev = ev.pop().unwrap_or_default();
+                return (Err(e.context("making the copy's writable root")), ev);
+            }
+        }
         let cgroup_root = self.cfg.copy_cgroup(label);
         if let (Some(l), Some(_)) = (self.cfg.options.cgroup, &cgroup_root) {
             let group = format!("copy-{label}");
@@ -313,7 +338,7 @@ impl Ctx {
         let argv = criu::restore_argv(
             &criu_path,
             &self.cfg.dump_dir(),
-            &self.cfg.root_bind(),
+            &self.cfg.tree_root(&format!("copy-{label}")),
             &pidfile,
             &self.cfg.criu_log(&format!("restore-{label}")),
             cgroup_root.as_deref(),
