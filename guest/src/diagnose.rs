@@ -319,6 +319,7 @@ pub fn plan(cfg: &Config) -> Vec<PlanStep> {
                 &cfg.dump_dir(),
                 &cfg.criu_log("dump"),
                 criu::NetworkLock::detect(),
+                &cfg.dump_extra(),
             )
             .into_iter()
             .map(|a| if a == "0" { "PID".to_string() } else { a })
@@ -354,7 +355,7 @@ pub fn plan(cfg: &Config) -> Vec<PlanStep> {
                 &cfg.tree_root(&copy),
                 &cfg.pidfile(label),
                 &cfg.criu_log(&format!("restore-{label}")),
-                cfg.copy_cgroup(label).as_deref(),
+                &cfg.restore_extra(label),
             ),
         ));
     }

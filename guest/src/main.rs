@@ -32,6 +32,8 @@ enum Cmd {
         root: PathBuf,
         #[arg(long)]
         cgroup: Option<PathBuf>,
+        #[arg(long)]
+        userns: bool,
     },
     /// Internal: PID 1 of the tree.
     #[command(hide = true)]
@@ -118,6 +120,10 @@ struct DiagnoseArgs {
     /// root; a copy's layer starts as the original's was at the dump.
     #[arg(long)]
     cow_root: bool,
+    /// Run the tree in a user namespace of its own, root inside mapped to uids and gids
+    /// 100000-165535 outside.
+    #[arg(long)]
+    userns: bool,
 }
 
 fn parse_display(s: &str) -> Result<u32, String> {
@@ -203,7 +209,7 @@ fn diagnose_main(a: DiagnoseArgs) -> Result<i32> {
         options: RunOptions {
             cgroup: a.cgroup,
             cow_root: a.cow_root,
-            ..RunOptions::default()
+            userns: a.userns,
         },
     };
     if a.plan {
@@ -261,11 +267,13 @@ fn main() {
             display,
             root,
             cgroup,
+            userns,
         } => tree::spawn_main(&TreeSpec {
             marker,
             display,
             root,
             cgroup,
+            userns,
         })
         .map(|()| 0),
         Cmd::TreeInit { marker, display } => tree::init_main(&TreeSpec {
@@ -273,6 +281,7 @@ fn main() {
             display,
             root: PathBuf::from("/"),
             cgroup: None,
+            userns: false,
         })
         .map(|()| 0),
         Cmd::Stateapp { marker: _, socket } => stateapp::serve(&socket).map(|()| 0),

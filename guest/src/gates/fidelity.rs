@@ -263,6 +263,14 @@ pub fn check_tree(
     label: &str,
     prefix: &str,
 ) -> Option<String> {
+    if ctx.cfg.options.userns {
+        let mine = read_link(&format!("/proc/{}/ns/user", std::process::id()));
+        g.check(userns_check(
+            &format!("{prefix}userns_mapped"),
+            &mine,
+            &tree_userns(ctx, pid),
+        ));
+    }
     let l = ctx.cfg.options.cgroup?;
     let want = tree_group(&ctx.cfg.marker, label);
     let procs = tree_cgroups(ctx, pid);
@@ -274,6 +282,88 @@ pub fn check_tree(
         &read_group(&want),
     ));
     cgroup_of(pid).ok()
+}
+
+fn read_link(path: &str) -> String {
+    std::fs::read_link(path)
+        .map(|l| l.display().to_string())
+        .unwrap_or_else(|e| format!("unreadable: {e}"))
+}
+
+/// One process of a tree as its user namespace sees it.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct UsernsView {
+    pub pid: i32,
+    pub userns: String,
+    pub uid_map: String,
+    pub gid_map: String,
+}
+
+/// Every live process of a tree with its user namespace and id maps.
+pub fn tree_userns(ctx: &Ctx, pid: i32) -> Vec<UsernsView> {
+    let ns: BTreeSet<String> = ctx
+        .tree_record(pid)
+        .and_then(|r| r.pidns.clone())
+        .into_iter()
+        .collect();
+    probe::members(&ns)
+        .into_iter()
+        .filter(|m| m.state != "Z")
+        .map(|m| {
+            let read = |f: &str| {
+                read_small(Path::new(&format!("/proc/{}/{f}", m.pid)))
+                    .unwrap_or_else(|e| format!("unreadable: {e:#}"))
+            };
+            UsernsView {
+                pid: m.pid,
+                userns: read_link(&format!("/proc/{}/ns/user", m.pid)),
+                uid_map: read("uid_map"),
+                gid_map: read("gid_map"),
+            }
+        })
+        .collect()
+}
+
+/// The lines of a uid_map or gid_map as (inside, outside, count).
+pub fn parse_id_map(text: &str) -> Option<Vec<(u64, u64, u64)>> {
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let n: Vec<u64> = l
+                .split_whitespace()
+                .map(|w| w.parse().ok())
+                .collect::<Option<_>>()?;
+            match n[..] {
+                [a, b, c] => Some((a, b, c)),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+/// Every process of a tree sits in one user namespace, not the guest's, whose maps are exactly
+/// root inside to the unprivileged range outside.
+pub fn userns_check(name: &str, guest_userns: &str, procs: &[UsernsView]) -> Check {
+    use crate::tree::{USERNS_COUNT, USERNS_OUTSIDE};
+    let want = vec![(0, u64::from(USERNS_OUTSIDE), u64::from(USERNS_COUNT))];
+    let one_ns = procs.first().is_some_and(|p| {
+        !p.userns.starts_with("unreadable")
+            && p.userns != guest_userns
+            && procs.iter().all(|q| q.userns == p.userns)
+    });
+    let mapped = procs.iter().all(|p| {
+        parse_id_map(&p.uid_map).as_ref() == Some(&want)
+            && parse_id_map(&p.gid_map).as_ref() == Some(&want)
+    });
+    check(
+        name,
+        one_ns && mapped,
+        json!({"guest_userns": guest_userns, "processes": procs}),
+        &format!(
+            "every process in one user namespace other than the guest's, uid_map and gid_map `{}`",
+            crate::tree::userns_map_line()
+        ),
+    )
 }
 
 /// Two copies sit in different groups.
@@ -598,6 +688,42 @@ mod tests {
                 error: error.map(str::to_string),
             }),
         })
+    }
+
+    #[test]
+    fn the_userns_check_fails_on_each_wrong_fact() {
+        let v = |pid, ns: &str, uid: &str, gid: &str| UsernsView {
+            pid,
+            userns: ns.into(),
+            uid_map: uid.into(),
+            gid_map: gid.into(),
+        };
+        let good = "         0     100000      65536\n";
+        let ok = vec![v(1, "user:[9]", good, good), v(2, "user:[9]", good, good)];
+        assert!(userns_check("u", "user:[1]", &ok).passed);
+        assert!(!userns_check("u", "user:[1]", &[]).passed);
+        assert!(
+            !userns_check("u", "user:[9]", &ok).passed,
+            "the guest's own namespace"
+        );
+        let host = "         0          0 4294967295\n";
+        for bad in [
+            vec![ok[0].clone(), v(2, "user:[1]", host, host)],
+            vec![ok[0].clone(), v(2, "user:[9]", host, good)],
+            vec![ok[0].clone(), v(2, "user:[9]", good, "0 100000 10")],
+            vec![
+                ok[0].clone(),
+                v(2, "user:[9]", &format!("{good}1 1 1\n"), good),
+            ],
+            vec![v(1, "unreadable: gone", good, good)],
+        ] {
+            assert!(!userns_check("u", "user:[1]", &bad).passed, "{bad:?}");
+        }
+        assert_eq!(
+            parse_id_map("0 1 2\n3 4 5"),
+            Some(vec![(0, 1, 2), (3, 4, 5)])
+        );
+        assert_eq!(parse_id_map("0 1"), None);
     }
 
     #[test]

@@ -89,6 +89,7 @@ impl Config {
                 .options
                 .cgroup
                 .map(|_| fidelity::group_dir(&fidelity::tree_group(&self.marker, "tree"))),
+            userns: self.options.userns,
         }
     }
     /// The criu the run will use: `--criu`, else the first on PATH or in the sbin directories
@@ -99,11 +100,26 @@ impl Config {
             None => find_program("criu"),
         }
     }
-    /// The cgroup a copy is restored into (CRIU's `--cgroup-root`), with `--cgroup`.
-    pub fn copy_cgroup(&self, label: &str) -> Option<String> {
-        self.options
-            .cgroup
-            .map(|_| fidelity::tree_group(&self.marker, &format!("copy-{label}")))
+    /// What the options add to `criu dump`.
+    pub fn dump_extra(&self) -> Vec<String> {
+        if self.options.userns {
+            criu::external_dev_dump_args(&tree::dev_node_names())
+        } else {
+            Vec::new()
+        }
+    }
+    /// What the options add to the `criu restore` of copy `label`: its own cgroup with
+    /// `--cgroup`, the machine's /dev nodes with `--userns`.
+    pub fn restore_extra(&self, label: &str) -> Vec<String> {
+        let mut v = Vec::new();
+        if self.options.cgroup.is_some() {
+            let group = fidelity::tree_group(&self.marker, &format!("copy-{label}"));
+            v.extend(criu::cgroup_root_args(&group));
+        }
+        if self.options.userns {
+            v.extend(criu::external_dev_restore_args(&tree::dev_node_names()));
+        }
+        v
     }
     pub fn quick(&self) -> Duration {
         self.step_timeout.min(Duration::from_secs(20))
@@ -325,8 +341,7 @@ impl Ctx {
                 return (Err(e.context("making the copy's writable root")), ev);
             }
         }
-        let cgroup_root = self.cfg.copy_cgroup(label);
-        if let (Some(l), Some(_)) = (self.cfg.options.cgroup, &cgroup_root) {
+        if let Some(l) = self.cfg.options.cgroup {
             let group = format!("copy-{label}");
             if let Err(e) = fidelity::make_tree_group(&self.cfg.marker, &group, &l) {
                 return (
@@ -341,7 +356,7 @@ impl Ctx {
             &self.cfg.tree_root(&format!("copy-{label}")),
             &pidfile,
             &self.cfg.criu_log(&format!("restore-{label}")),
-            cgroup_root.as_deref(),
+            &self.cfg.restore_extra(label),
         );
         let out = self.run(&format!("criu restore of copy {label}"), &argv);
         let pid = std::fs::read_to_string(&pidfile)
