@@ -23,7 +23,7 @@ pub struct Lie {
     pub options: &'static [&'static str],
 }
 
-pub const LIES: [Lie; 13] = [
+pub const LIES: [Lie; 14] = [
     Lie {
         name: "dump-writes-nothing",
         does: "`criu dump` exits 0 without dumping: no image, the tree keeps running",
@@ -119,6 +119,13 @@ pub const LIES: [Lie; 13] = [
         target: GateName::Isolation,
         caught_by: &["b_cow_file_absent"],
         options: &["--cow-root"],
+    },
+    Lie {
+        name: "restore-b-process-outside-userns",
+        does: "copy b is restored, then a process is started in its pid namespace but in the machine's user namespace, with root's whole map",
+        target: GateName::Isolation,
+        caught_by: &["b_userns_mapped"],
+        options: &["--userns"],
     },
 ];
 
@@ -367,6 +374,7 @@ pub fn wrapper_main(real: &Path, lie_name: &str, state: &Path, args: &[String]) 
                         },
                     )?;
                 }
+                "restore-b-process-outside-userns" => start_outside_userns(pid)?,
                 "restore-b-without-cgroup-limits" => {
                     let group = crate::gates::fidelity::cgroup_of(pid)?;
                     let dir = crate::gates::fidelity::group_dir(&group);
@@ -380,6 +388,50 @@ pub fn wrapper_main(real: &Path, lie_name: &str, state: &Path, args: &[String]) 
             Ok(0)
         }
     }
+}
+
+/// The argv that starts a process in a tree's pid namespace and nothing else of it: it stays
+/// in the machine's user namespace.
+pub fn outside_userns_argv(pid: i32) -> Vec<String> {
+    [
+        "nsenter",
+        "--target",
+        &pid.to_string(),
+        "--pid",
+        "--",
+        "sleep",
+        "600",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+/// Starts that process and waits until it is seen in the tree: it ends with the tree's PID 1.
+fn start_outside_userns(pid: i32) -> Result<()> {
+    let argv = outside_userns_argv(pid);
+    Command::new(&argv[0])
+        .args(&argv[1..])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .with_context(|| format!("starting {}", argv.join(" ")))?;
+    let ns: std::collections::BTreeSet<String> = crate::probe::pidns_of(pid).into_iter().collect();
+    let mine = std::fs::read_link("/proc/self/ns/user").context("our user namespace")?;
+    crate::wait::until(
+        "the process outside the user namespace",
+        Duration::from_secs(20),
+        || {
+            crate::probe::members(&ns)
+                .iter()
+                .any(|m| {
+                    std::fs::read_link(format!("/proc/{}/ns/user", m.pid)).is_ok_and(|u| u == mine)
+                })
+                .then_some(())
+        },
+    )?;
+    Ok(())
 }
 
 /// Cuts the last entry off a pstree image.
@@ -580,6 +632,16 @@ mod tests {
         }
         assert_eq!(restore_label(&restore("reset")).as_deref(), Some("reset"));
         assert_eq!(restore_label(&dump), None);
+    }
+
+    #[test]
+    fn the_userns_lie_enters_only_the_pid_namespace() {
+        assert_eq!(
+            outside_userns_argv(42).join(" "),
+            "nsenter --target 42 --pid -- sleep 600"
+        );
+        let l = lie("restore-b-process-outside-userns").unwrap();
+        assert_eq!(l.options, ["--userns"]);
     }
 
     #[test]
