@@ -204,17 +204,7 @@ fn full_run_archives_an_identified_report_that_verify_agrees_with(sb: &Sandbox, 
     }
 
     // `sharedos-rig verify` agrees with the run's exit code.
-    let verify = Command::new(env!("CARGO_BIN_EXE_sharedos-rig"))
-        .arg("verify")
-        .arg(&out_dir)
-        .output()
-        .unwrap();
-    assert_eq!(
-        verify.status.code(),
-        Some(code),
-        "{}",
-        String::from_utf8_lossy(&verify.stdout)
-    );
+    verify_exits(&out_dir, code);
     // In the pinned guest the CRIU gates must pass: only the human review is left.
     assert_eq!(
         code,
@@ -335,14 +325,19 @@ fn fidelity_options_all_at_once(sb: &Sandbox, gate: &Path) {
         "{:?}",
         r.fidelity_differences
     );
+    verify_exits(&out_dir, 3);
+}
+
+/// `sharedos-rig verify` of a report directory exits with `code`.
+fn verify_exits(dir: &Path, code: i32) {
     let verify = Command::new(env!("CARGO_BIN_EXE_sharedos-rig"))
         .arg("verify")
-        .arg(&out_dir)
+        .arg(dir)
         .output()
         .unwrap();
     assert_eq!(
         verify.status.code(),
-        Some(3),
+        Some(code),
         "{}",
         String::from_utf8_lossy(&verify.stdout)
     );

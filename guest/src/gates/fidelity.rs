@@ -237,8 +237,8 @@ pub fn cgroup_check(
     )
 }
 
-/// The processes of a tree (PID 1's pid namespace) with their cgroup paths.
-pub fn tree_cgroups(ctx: &Ctx, pid: i32) -> Vec<(i32, String)> {
+/// The live (not zombie) processes of a tree: every member of its PID 1's pid namespace.
+fn live_members(ctx: &Ctx, pid: i32) -> Vec<i32> {
     let ns: BTreeSet<String> = ctx
         .tree_record(pid)
         .and_then(|r| r.pidns.clone())
@@ -247,9 +247,19 @@ pub fn tree_cgroups(ctx: &Ctx, pid: i32) -> Vec<(i32, String)> {
     probe::members(&ns)
         .into_iter()
         .filter(|m| m.state != "Z")
-        .map(|m| {
-            let g = cgroup_of(m.pid).unwrap_or_else(|e| format!("unreadable: {e:#}"));
-            (m.pid, g)
+        .map(|m| m.pid)
+        .collect()
+}
+
+/// The processes of a tree with their cgroup paths.
+pub fn tree_cgroups(ctx: &Ctx, pid: i32) -> Vec<(i32, String)> {
+    live_members(ctx, pid)
+        .into_iter()
+        .map(|p| {
+            (
+                p,
+                cgroup_of(p).unwrap_or_else(|e| format!("unreadable: {e:#}")),
+            )
         })
         .collect()
 }
@@ -301,22 +311,16 @@ pub struct UsernsView {
 
 /// Every live process of a tree with its user namespace and id maps.
 pub fn tree_userns(ctx: &Ctx, pid: i32) -> Vec<UsernsView> {
-    let ns: BTreeSet<String> = ctx
-        .tree_record(pid)
-        .and_then(|r| r.pidns.clone())
+    live_members(ctx, pid)
         .into_iter()
-        .collect();
-    probe::members(&ns)
-        .into_iter()
-        .filter(|m| m.state != "Z")
-        .map(|m| {
+        .map(|p| {
             let read = |f: &str| {
-                read_small(Path::new(&format!("/proc/{}/{f}", m.pid)))
+                read_small(Path::new(&format!("/proc/{p}/{f}")))
                     .unwrap_or_else(|e| format!("unreadable: {e:#}"))
             };
             UsernsView {
-                pid: m.pid,
-                userns: read_link(&format!("/proc/{}/ns/user", m.pid)),
+                pid: p,
+                userns: read_link(&format!("/proc/{p}/ns/user")),
                 uid_map: read("uid_map"),
                 gid_map: read("gid_map"),
             }
