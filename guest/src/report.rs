@@ -341,6 +341,7 @@ pub const CLOSABLE: [Closable; 3] = [
         checks: &[
             (GateName::Isolation, "a_userns_mapped"),
             (GateName::Isolation, "b_userns_mapped"),
+            (GateName::Isolation, "copies_own_userns"),
             (GateName::Reset, "userns_mapped"),
         ],
     },

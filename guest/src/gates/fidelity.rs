@@ -370,6 +370,24 @@ pub fn userns_check(name: &str, guest_userns: &str, procs: &[UsernsView]) -> Che
     )
 }
 
+/// Two copies run in user namespaces of their own, each other's included.
+pub fn own_userns_check(a: i32, b: i32) -> Check {
+    let (na, nb) = (
+        read_link(&format!("/proc/{a}/ns/user")),
+        read_link(&format!("/proc/{b}/ns/user")),
+    );
+    own_userns(&na, &nb)
+}
+
+pub fn own_userns(a: &str, b: &str) -> Check {
+    check(
+        "copies_own_userns",
+        a.starts_with("user:[") && b.starts_with("user:[") && a != b,
+        json!({"a": a, "b": b}),
+        "copies A and B in different user namespaces",
+    )
+}
+
 /// Two copies sit in different groups.
 pub fn own_cgroups_check(a: Option<&str>, b: Option<&str>) -> Check {
     check(
@@ -679,6 +697,9 @@ mod tests {
         assert!(own_cgroups_check(Some("/x/a"), Some("/x/b")).passed);
         assert!(!own_cgroups_check(Some("/x/a"), Some("/x/a")).passed);
         assert!(!own_cgroups_check(None, Some("/x/a")).passed);
+        assert!(own_userns("user:[1]", "user:[2]").passed);
+        assert!(!own_userns("user:[1]", "user:[1]").passed);
+        assert!(!own_userns("unreadable: gone", "user:[2]").passed);
     }
 
     fn reply(token: &str, content: Option<&str>, error: Option<&str>) -> Result<AppState, String> {

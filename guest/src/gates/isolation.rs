@@ -56,6 +56,9 @@ pub fn run(ctx: &mut Ctx) -> Gate {
             cg_b.as_deref(),
         ));
     }
+    if ctx.cfg.options.userns {
+        g.check(fidelity::own_userns_check(a, b));
+    }
     if ctx.cfg.options.cow_root {
         let t = &snap.app.token;
         fidelity::check_write(ctx, &mut g, a, "copy-a", "copy-a", "a_cow_file_written", t);
