@@ -421,7 +421,10 @@ pub(crate) mod tests {
                     kind: "criu-log".into(),
                 },
             ],
-            fidelity_differences: vec![],
+            fidelity_differences: report::CLOSABLE
+                .iter()
+                .map(|c| c.difference.to_string())
+                .collect(),
             options: Default::default(),
             vm: None,
         };

@@ -183,11 +183,16 @@ pub fn gate_list_problems(gates: &[Gate], options: &RunOptions) -> Vec<String> {
 }
 
 /// report.json must have the SPEC's ten gates in order; its GUI gate can never say PASS, since
-/// only a valid review.json beside it passes that gate; and its `all_gates_pass` and `exit_code`
-/// must be what its own gates say (or, for a run whose rig failed, the rig-failure code).
+/// only a valid review.json beside it passes that gate; its `all_gates_pass` and `exit_code`
+/// must be what its own gates say (or, for a run whose rig failed, the rig-failure code); and
+/// it may leave out a fidelity difference only when its options and their passing checks close
+/// it (a run whose rig failed has no guest list to judge).
 pub fn inconsistencies(r: &Report) -> Vec<String> {
     let v = report::verdict(&r.gates);
     let mut out = gate_list_problems(&r.gates, &r.options);
+    if rig_error(r).is_none() {
+        out.extend(report::unjustified_omissions(r));
+    }
     for g in r.gates.iter().filter(|g| g.status == Status::Pass) {
         if g.name == GateName::GuiPixelReview {
             out.push(format!(
@@ -429,6 +434,55 @@ mod tests {
     fn judge(r: &Report, file: ReviewFile, mism: Vec<Mismatch>) -> Outcome {
         let state = review::assess(r, None, file);
         evaluate(r.clone(), None, state, mism)
+    }
+
+    #[test]
+    fn a_fidelity_difference_left_out_needs_its_option_and_passing_checks() {
+        let cgroup = report::CLOSABLE[1];
+        assert_eq!(cgroup.option, report::FidelityOption::Cgroup);
+        let mut r = fresh_report();
+        r.fidelity_differences
+            .retain(|f| !f.starts_with(cgroup.difference));
+        let flagged = |r: &Report| {
+            judge(r, ReviewFile::Absent, vec![])
+                .inconsistencies
+                .into_iter()
+                .filter(|p| p.contains(cgroup.difference))
+                .collect::<Vec<_>>()
+        };
+        let p = flagged(&r);
+        assert!(
+            p.len() == 1 && p[0].contains("--cgroup was not requested"),
+            "{p:?}"
+        );
+        r.options.cgroup = Some(report::CgroupLimits {
+            cpu_quota_us: 100_000,
+            memory_max_bytes: 512 << 20,
+        });
+        let p = flagged(&r);
+        assert!(
+            p[0].contains("isolation.a_cgroup_limits did not run"),
+            "{p:?}"
+        );
+        for (gate, name) in cgroup.checks {
+            let g = r.gates.iter_mut().find(|g| g.name == *gate).unwrap();
+            g.checks.push(report::Check {
+                name: name.to_string(),
+                passed: true,
+                value: serde_json::json!(null),
+                expected: String::new(),
+            });
+        }
+        assert!(flagged(&r).is_empty());
+        assert_eq!(judge(&r, ReviewFile::Absent, vec![]).exit_code, 3);
+        // One failed check in a copy and the omission is a lie again.
+        r.gates[7].checks.last_mut().unwrap().passed = false;
+        let o = judge(&r, ReviewFile::Absent, vec![]);
+        assert!(o
+            .inconsistencies
+            .iter()
+            .any(|p| p.contains("reset.cgroup_limits failed")));
+        assert_eq!(o.verdict, Verdict::Fail);
     }
 
     #[test]

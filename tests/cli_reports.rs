@@ -110,7 +110,9 @@ fn write_report(dir: &Path, started_at: &str, tweak: impl FnOnce(&mut Report)) {
             command_line: vec!["sharedos-gate".into(), "diagnose".into()],
         },
         artifacts,
-        fidelity_differences: vec!["Xvfb software framebuffer".into()],
+        fidelity_differences: std::iter::once("Xvfb software framebuffer".to_string())
+            .chain(report::CLOSABLE.iter().map(|c| c.difference.to_string()))
+            .collect(),
         options: Default::default(),
         vm: Some(VmProvenance {
             accel: "tcg".into(),

@@ -297,6 +297,7 @@ mod tests {
 
     fn app(token: &str, counter: u64) -> AppState {
         AppState {
+            file: None,
             token: token.into(),
             counter,
             pid: 3,

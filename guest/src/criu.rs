@@ -51,6 +51,7 @@ pub fn dump_argv(
     images: &Path,
     log: &Path,
     lock: NetworkLock,
+    extra: &[String],
 ) -> Vec<String> {
     let mut v = vec![
         s(criu),
@@ -67,19 +68,22 @@ pub fn dump_argv(
         v.push("--network-lock".into());
         v.push("nftables".into());
     }
+    v.extend(extra.iter().cloned());
     v
 }
 
 /// Restores one copy, detached. `--root` is required: without it CRIU 3.17 crashes in
-/// mount.c. The pidfile must not exist yet, or CRIU kills what it restored.
+/// mount.c. The pidfile must not exist yet, or CRIU kills what it restored. `extra` comes from
+/// the options (`cgroup_root_args`, `external_dev_restore_args`).
 pub fn restore_argv(
     criu: &Path,
     images: &Path,
     root: &Path,
     pidfile: &Path,
     log: &Path,
+    extra: &[String],
 ) -> Vec<String> {
-    vec![
+    let mut v = vec![
         s(criu),
         "restore".into(),
         "-D".into(),
@@ -92,7 +96,33 @@ pub fn restore_argv(
         "-o".into(),
         s(log),
         "-v4".into(),
-    ]
+    ];
+    v.extend(extra.iter().cloned());
+    v
+}
+
+/// The copy's own group (made beforehand with the limits): CRIU puts the tree's dump-time group
+/// there instead of back into the original's. CRIU's default `--manage-cgroups soft` then
+/// leaves the properties of a group it did not make alone.
+pub fn cgroup_root_args(group: &str) -> Vec<String> {
+    vec!["--cgroup-root".into(), group.to_string()]
+}
+
+/// In a user namespace the tree's /dev nodes are binds of the machine's (mknod is refused
+/// there), which CRIU cannot dump as mounts of the tree: they are named external at dump ...
+pub fn external_dev_dump_args(nodes: &[&str]) -> Vec<String> {
+    nodes
+        .iter()
+        .flat_map(|n| ["--external".to_string(), format!("mnt[/dev/{n}]:dev-{n}")])
+        .collect()
+}
+
+/// ... and bound again from the machine's at restore.
+pub fn external_dev_restore_args(nodes: &[&str]) -> Vec<String> {
+    nodes
+        .iter()
+        .flat_map(|n| ["--external".to_string(), format!("mnt[dev-{n}]:/dev/{n}")])
+        .collect()
 }
 
 /// "Version: 3.17.1" -> "3.17.1".
@@ -117,6 +147,7 @@ mod tests {
             Path::new("/w/dump"),
             Path::new("/r/criu/dump.log"),
             NetworkLock::Iptables,
+            &[],
         );
         assert_eq!(
             a.join(" "),
@@ -129,8 +160,12 @@ mod tests {
             Path::new("d"),
             Path::new("l"),
             NetworkLock::Nftables,
+            &external_dev_dump_args(&["null"]),
         );
-        assert!(n.ends_with(&["--network-lock".to_string(), "nftables".to_string()]));
+        assert_eq!(
+            n[n.len() - 4..].join(" "),
+            "--network-lock nftables --external mnt[/dev/null]:dev-null"
+        );
     }
 
     #[test]
@@ -141,10 +176,27 @@ mod tests {
             Path::new("/w/root"),
             Path::new("/w/a.pid"),
             Path::new("/r/criu/restore-a.log"),
+            &[],
         );
         assert_eq!(
             a.join(" "),
             "criu restore -D /w/dump -d --root /w/root --pidfile /w/a.pid -o /r/criu/restore-a.log -v4"
+        );
+        let c = restore_argv(
+            &PathBuf::from("criu"),
+            Path::new("d"),
+            Path::new("r"),
+            Path::new("p"),
+            Path::new("l"),
+            &[
+                cgroup_root_args("/sharedos-m/copy-a"),
+                external_dev_restore_args(&["null", "tty"]),
+            ]
+            .concat(),
+        );
+        assert_eq!(
+            c[c.len() - 6..].join(" "),
+            "--cgroup-root /sharedos-m/copy-a --external mnt[dev-null]:/dev/null --external mnt[dev-tty]:/dev/tty"
         );
     }
 

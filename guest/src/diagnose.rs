@@ -2,7 +2,8 @@
 
 use crate::gates::{self, prerequisites::TREE_CHECKS, Config, Ctx};
 use crate::report::{
-    Artifact, Gate, GateName, Report, Status, REPORT_FILE, REVIEW_FILE, SCHEMA_VERSION,
+    still_differs, Artifact, Gate, GateName, Report, RunOptions, Status, CLOSABLE, REPORT_FILE,
+    REVIEW_FILE, SCHEMA_VERSION,
 };
 use crate::{criu, digest, environment, signals, tree};
 use anyhow::{Context, Result};
@@ -68,15 +69,23 @@ fn run_gate(name: GateName, ctx: &mut Ctx) -> Gate {
 }
 
 /// The differences from the runtime the diagnostic stands in for, as they applied to this run.
-pub fn fidelity_differences(kernel: &str) -> Vec<String> {
-    vec![
+/// One an option can close leaves the list only when the option was requested and its checks
+/// passed in the restored copies; otherwise it stays, saying why.
+pub fn fidelity_differences(kernel: &str, options: &RunOptions, gates: &[Gate]) -> Vec<String> {
+    let mut v = vec![
         format!("the tree shares the kernel of the machine it ran on ({kernel})"),
         "Xvfb software framebuffer, no GPU".into(),
-        "pid, mount, net, ipc and uts namespaces only: no user namespace, no cgroup CPU or memory limits".into(),
-        "the tree's root is a read-only bind of the machine's /; only /dev, /dev/shm, /tmp and /var/lib/xkb are private".into(),
+    ];
+    for c in &CLOSABLE {
+        if let Some(why) = still_differs(c, options, gates) {
+            v.push(format!("{} ({why})", c.difference));
+        }
+    }
+    v.extend([
         "CRIU restore needs root and the same kernel and CRIU build that dumped".into(),
         "the GUI state gate compares framebuffer pixels and asks a human; it is not proof of application state".into(),
-    ]
+    ]);
+    v
 }
 
 /// Whether the process may set up namespaces and mounts; only root may.
@@ -149,7 +158,7 @@ pub fn run(cfg: Config, progress: &mut dyn FnMut(&Gate)) -> Report {
         done.push(gate);
     }
     ctx.env.finished_at = crate::clock::now_rfc3339();
-    let fidelity = fidelity_differences(&ctx.env.kernel_release);
+    let fidelity = fidelity_differences(&ctx.env.kernel_release, &options, &done);
     let report_dir = ctx.cfg.report_dir();
     let mut report = Report {
         schema_version: SCHEMA_VERSION,
@@ -227,11 +236,6 @@ pub struct PlanStep {
 pub fn plan(cfg: &Config) -> Vec<PlanStep> {
     let spec = cfg.spec();
     let criu_path = cfg.criu_path().unwrap_or_else(|| PathBuf::from("criu"));
-    let step = |gate, what: &str, argv: Vec<String>| PlanStep {
-        gate,
-        what: what.to_string(),
-        argv,
-    };
     let sv = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
     let mut v = vec![
         step(GateName::Prerequisites, "CRIU version", criu::version_argv(&criu_path)),
@@ -265,9 +269,45 @@ pub fn plan(cfg: &Config) -> Vec<PlanStep> {
             tree::unshare_equivalent_argv(&cfg.exe, &spec),
         ),
         step(GateName::Launch, "PID 1 of the tree, after pivot_root", tree::init_argv(&spec)),
-        step(GateName::Launch, "inside the tree", tree::xvfb_argv(cfg.display)),
-        step(GateName::Launch, "inside the tree", tree::stateapp_argv(&cfg.marker)),
-        step(GateName::Launch, "inside the tree", tree::xterm_argv(&cfg.marker)),
+    ];
+    if cfg.options.cow_root {
+        v.push(step(
+            GateName::Launch,
+            "--cow-root: the tree's writable root, an overlay over the read-only bind with its upper layer on a tmpfs at the work directory's cow/ (mount(2))",
+            overlay_argv(cfg, "tree"),
+        ));
+    }
+    if let Some(l) = cfg.options.cgroup {
+        let mut argv = vec![
+            "echo +cpu +memory > /sys/fs/cgroup/cgroup.subtree_control and <group>/..".to_string(),
+        ];
+        argv.extend(
+            gates::fidelity::limit_files(&l)
+                .iter()
+                .map(|(f, t)| format!("{f}={t}")),
+        );
+        v.push(step(
+            GateName::Launch,
+            "--cgroup: a group per tree under the run's group (written to cgroup2 files), with these limits; the tree joins its group before PID 1 is forked",
+            argv,
+        ));
+    }
+    v.extend([
+        step(
+            GateName::Launch,
+            "inside the tree",
+            tree::xvfb_argv(cfg.display),
+        ),
+        step(
+            GateName::Launch,
+            "inside the tree",
+            tree::stateapp_argv(&cfg.marker),
+        ),
+        step(
+            GateName::Launch,
+            "inside the tree",
+            tree::xterm_argv(&cfg.marker),
+        ),
         step(
             GateName::Dump,
             "checkpoint the tree (PID is the tree's PID 1 on the host)",
@@ -277,27 +317,24 @@ pub fn plan(cfg: &Config) -> Vec<PlanStep> {
                 &cfg.dump_dir(),
                 &cfg.criu_log("dump"),
                 criu::NetworkLock::detect(),
+                &cfg.dump_extra(),
             )
             .into_iter()
             .map(|a| if a == "0" { "PID".to_string() } else { a })
             .collect(),
         ),
-    ];
+    ]);
     for (gate, label) in [
         (GateName::RestoreLiveProcess, "a"),
         (GateName::Isolation, "b"),
         (GateName::Reset, "reset"),
     ] {
-        v.push(step(
+        v.extend(restore_steps(
+            cfg,
+            &criu_path,
             gate,
+            label,
             &format!("restore copy {label}"),
-            criu::restore_argv(
-                &criu_path,
-                &cfg.dump_dir(),
-                &cfg.root_bind(),
-                &cfg.pidfile(label),
-                &cfg.criu_log(&format!("restore-{label}")),
-            ),
         ));
     }
     for inner in [&["nft", "list", "ruleset"][..], &["iptables-save"][..]] {
@@ -311,16 +348,12 @@ pub fn plan(cfg: &Config) -> Vec<PlanStep> {
         ));
     }
     if let Some(copies) = cfg.options.copies {
-        v.push(step(
+        v.extend(restore_steps(
+            cfg,
+            &criu_path,
             GateName::Density,
+            "density-1",
             &format!("restore copy density-1, then density-2 and on, all kept up (--copies {copies}); each copy's processes' /proc/PID/smaps_rollup and /proc/meminfo are read in-process"),
-            criu::restore_argv(
-                &criu_path,
-                &cfg.dump_dir(),
-                &cfg.root_bind(),
-                &cfg.pidfile("density-1"),
-                &cfg.criu_log("restore-density-1"),
-            ),
         ));
     }
     v.push(step(
@@ -334,6 +367,61 @@ pub fn plan(cfg: &Config) -> Vec<PlanStep> {
         vec!["kill".into(), "-TERM".into(), format!("<pids marked {}>", cfg.marker)],
     ));
     v
+}
+
+fn step(gate: GateName, what: &str, argv: Vec<String>) -> PlanStep {
+    PlanStep {
+        gate,
+        what: what.to_string(),
+        argv,
+    }
+}
+
+/// The steps that restore copy `label`: with `--cow-root` its writable root first, then
+/// `criu restore` with what the options add.
+fn restore_steps(
+    cfg: &Config,
+    criu_path: &Path,
+    gate: GateName,
+    label: &str,
+    what: &str,
+) -> Vec<PlanStep> {
+    let copy = format!("copy-{label}");
+    let mut v = Vec::new();
+    if cfg.options.cow_root {
+        v.push(step(
+            gate,
+            &format!("--cow-root: copy {label}'s upper layer starts as the original's at the dump"),
+            gates::fidelity::copy_layer_argv(&cfg.cow_upper("tree"), &cfg.cow_upper(&copy)),
+        ));
+        v.push(step(
+            gate,
+            &format!("--cow-root: copy {label}'s writable root (mount(2))"),
+            overlay_argv(cfg, &copy),
+        ));
+    }
+    v.push(step(
+        gate,
+        what,
+        criu::restore_argv(
+            criu_path,
+            &cfg.dump_dir(),
+            &cfg.tree_root(&copy),
+            &cfg.pidfile(label),
+            &cfg.criu_log(&format!("restore-{label}")),
+            &cfg.restore_extra(label),
+        ),
+    ));
+    v
+}
+
+fn overlay_argv(cfg: &Config, label: &str) -> Vec<String> {
+    gates::fidelity::overlay_mount_argv(
+        &cfg.root_bind(),
+        &cfg.cow_upper(label),
+        &cfg.cow_dir().join(label).join("work"),
+        &cfg.tree_root(label),
+    )
 }
 
 pub fn render_plan(cfg: &Config) -> String {
@@ -494,7 +582,7 @@ mod tests {
             step_timeout: std::time::Duration::from_secs(60),
             exe: PathBuf::from("/bin/sharedos-gate"),
             argv: vec![],
-            options: Default::default(),
+            options: RunOptions::default(),
         };
         let text = render_plan(&cfg);
         for needle in [
@@ -511,12 +599,8 @@ mod tests {
             assert!(text.contains(needle), "plan lacks {needle}:\n{text}");
         }
         assert!(!text.contains("density"), "a plain run has no density step");
-        let dense = Config {
-            options: crate::report::RunOptions {
-                copies: Some(crate::report::Copies::Max),
-            },
-            ..cfg
-        };
+        let mut dense = cfg.clone();
+        dense.options.copies = Some(crate::report::Copies::Max);
         let text = render_plan(&dense);
         assert!(
             text.contains("[density] restore copy density-1")
@@ -524,5 +608,73 @@ mod tests {
                 && text.contains("--copies max"),
             "{text}"
         );
+        assert!(!text.contains("cgroup"), "{text}");
+        let mut with = cfg.clone();
+        with.options.cgroup = crate::gates::fidelity::parse_cgroup_limits("cpu=2,memory=1G").ok();
+        let text = render_plan(&with);
+        for needle in [
+            "--root /w/root --cgroup /sys/fs/cgroup/sharedos-spike-abc/tree",
+            "--pidfile /w/restore-b.pid -o /r/criu/restore-b.log -v4 --cgroup-root /sharedos-spike-abc/copy-b",
+            "cpu.max=200000 100000",
+            "memory.max=1073741824",
+        ] {
+            assert!(text.contains(needle), "plan lacks {needle}:\n{text}");
+        }
+        with.options.cow_root = true;
+        let text = render_plan(&with);
+        for needle in [
+            "--root /w/root-tree --cgroup",
+            "mount -t overlay overlay -o lowerdir=/w/root,upperdir=/w/cow/tree/upper,workdir=/w/cow/tree/work /w/root-tree",
+            "cp -a -- /w/cow/tree/upper/. /w/cow/copy-b/upper",
+            "--root /w/root-copy-b --pidfile /w/restore-b.pid",
+        ] {
+            assert!(text.contains(needle), "plan lacks {needle}:\n{text}");
+        }
+    }
+
+    fn gate_with(name: GateName, checks: &[(&str, bool)]) -> Gate {
+        let mut g = gate(name, Status::Pass);
+        for (n, passed) in checks {
+            g.checks.push(Check {
+                name: n.to_string(),
+                passed: *passed,
+                value: serde_json::Value::Null,
+                expected: String::new(),
+            });
+        }
+        g
+    }
+
+    #[test]
+    fn a_difference_leaves_only_with_the_option_and_its_passing_checks() {
+        let cgroup = "no cgroup CPU or memory limits";
+        let has = |v: &[String]| v.iter().find(|f| f.starts_with(cgroup)).cloned();
+        let passing = vec![
+            gate_with(
+                GateName::Isolation,
+                &[
+                    ("a_cgroup_limits", true),
+                    ("b_cgroup_limits", true),
+                    ("copies_own_cgroups", true),
+                ],
+            ),
+            gate_with(GateName::Reset, &[("cgroup_limits", true)]),
+        ];
+        let none = RunOptions::default();
+        let f = fidelity_differences("k", &none, &passing);
+        assert!(has(&f).unwrap().contains("--cgroup was not requested"));
+        let opts = RunOptions {
+            cgroup: crate::gates::fidelity::parse_cgroup_limits("cpu=1,memory=512M").ok(),
+            ..RunOptions::default()
+        };
+        assert_eq!(has(&fidelity_differences("k", &opts, &passing)), None);
+        let mut failing = passing.clone();
+        failing[0].checks[1].passed = false;
+        let kept = has(&fidelity_differences("k", &opts, &failing)).unwrap();
+        assert!(kept.contains("isolation.b_cgroup_limits failed"), "{kept}");
+        let kept = has(&fidelity_differences("k", &opts, &passing[..1])).unwrap();
+        assert!(kept.contains("reset.cgroup_limits did not run"), "{kept}");
+        // The other closable differences stay: nothing closed them.
+        assert_eq!(fidelity_differences("k", &opts, &passing).len(), 6);
     }
 }

@@ -19,9 +19,11 @@ pub struct Lie {
     pub does: &'static str,
     pub target: GateName,
     pub caught_by: &'static [&'static str],
+    /// Options of `diagnose` the run under this lie needs (a lie about a fidelity option).
+    pub options: &'static [&'static str],
 }
 
-pub const LIES: [Lie; 12] = [
+pub const LIES: [Lie; 15] = [
     Lie {
         name: "dump-writes-nothing",
         does: "`criu dump` exits 0 without dumping: no image, the tree keeps running",
@@ -31,6 +33,7 @@ pub const LIES: [Lie; 12] = [
             "pstree_matches_tree",
             "original_tree_ended",
         ],
+        options: &[],
     },
     Lie {
         name: "dump-leaves-tree-running",
@@ -38,89 +41,114 @@ pub const LIES: [Lie; 12] = [
             "`criu dump` dumps with --leave-running: the images are there, the tree was never ended",
         target: GateName::Dump,
         caught_by: &["original_tree_ended"],
+        options: &[],
     },
     Lie {
         name: "dump-drops-a-process",
         does: "`criu dump` succeeds, then the last process is cut out of pstree.img",
         target: GateName::Dump,
         caught_by: &["pstree_matches_tree"],
+        options: &[],
     },
     Lie {
         name: "restore-a-restores-nothing",
         does: "the restore of copy a exits 0 without restoring anything",
         target: GateName::RestoreLiveProcess,
         caught_by: &["criu_restore_succeeded"],
+        options: &[],
     },
     Lie {
         name: "restore-a-wrong-app-state",
         does: "copy a is restored, then its app is changed (new token, counter jumped)",
         target: GateName::RestoreLiveProcess,
         caught_by: &["same_token", "counter_continues"],
+        options: &[],
     },
     Lie {
         name: "restore-a-wrong-pixels",
         does: "copy a is restored, then a blue rectangle is painted on its screen",
         target: GateName::RestoreXState,
         caught_by: &["same_framebuffer"],
+        options: &[],
     },
     Lie {
         name: "restore-a-extra-window",
         does: "copy a is restored, then a window the dump never had is mapped on its screen",
         target: GateName::RestoreXState,
         caught_by: &["same_windows"],
+        options: &[],
     },
     Lie {
         name: "restore-b-is-copy-a",
         does: "the restore of copy b exits 0 and hands back copy a's PID 1",
         target: GateName::Isolation,
         caught_by: &["two_copies_running", "own_namespaces"],
+        options: &[],
     },
     Lie {
         name: "restore-b-wrong-app-state",
         does: "copy b is restored, then its app is changed: B does not hold the dump-time state",
         target: GateName::Isolation,
         caught_by: &["b_same_token", "b_counter_continues"],
+        options: &[],
     },
     Lie {
         name: "restore-reset-is-copy-b",
         does: "the restore for reset exits 0 and hands back copy b, which still runs unchanged",
         target: GateName::Reset,
         caught_by: &["new_copy"],
+        options: &[],
     },
     Lie {
         name: "restore-reset-wrong-app-state",
         does: "the reset copy is restored, then its app is changed",
         target: GateName::Reset,
         caught_by: &["same_token", "counter_continues"],
+        options: &[],
     },
     Lie {
-        name: DENSITY_LIE,
-        does: "with `--copies 2`, the second density copy is restored, then its app is changed: one copy of the two answers another token",
+        name: "restore-b-without-cgroup-limits",
+        does: "copy b is restored into its own cgroup, then the group's cpu.max and memory.max are lifted to max",
+        target: GateName::Isolation,
+        caught_by: &["b_cgroup_limits"],
+        options: &["--cgroup", "cpu=1,memory=512M"],
+    },
+    Lie {
+        name: "restore-b-shares-a-root",
+        does: "copy b is restored onto copy a's writable root instead of its own: one upper layer for both",
+        target: GateName::Isolation,
+        caught_by: &["b_cow_file_absent"],
+        options: &["--cow-root"],
+    },
+    Lie {
+        name: "restore-b-process-outside-userns",
+        does: "copy b is restored, then a process is started in its pid namespace but in the machine's user namespace, with root's whole map",
+        target: GateName::Isolation,
+        caught_by: &["b_userns_mapped"],
+        options: &["--userns"],
+    },
+    Lie {
+        name: "density-copy-wrong-token",
+        does: "the second density copy is restored, then its app is changed: one copy of the two answers another token",
         target: GateName::Density,
         caught_by: &["all_same_token", "all_counters_continue"],
+        options: &["--copies", "2"],
     },
 ];
-
-/// The density lie: the only one whose run is given `--copies` (so the density gate runs).
-pub const DENSITY_LIE: &str = "density-copy-wrong-token";
-
-/// The options a lie's run of `diagnose` needs beyond the suite's own.
-pub fn lie_run_args(lie: &Lie) -> Vec<String> {
-    if lie.target == GateName::Density {
-        vec!["--copies".into(), "2".into()]
-    } else {
-        Vec::new()
-    }
-}
 
 /// The lies as a Markdown table: the lie, the gate that catches it, and the checks it reports.
 pub fn table_markdown() -> String {
     let mut t = String::from("| lie | what the wrapper does | caught by | failing check (one of) |\n| --- | --- | --- | --- |\n");
     for l in LIES {
         t.push_str(&format!(
-            "| `{}` | {} | {} | {} |\n",
+            "| `{}` | {}{} | {} | {} |\n",
             l.name,
             l.does.replace('|', "\\|"),
+            if l.options.is_empty() {
+                String::new()
+            } else {
+                format!(" (diagnose runs with `{}`)", l.options.join(" "))
+            },
             l.target,
             l.caught_by
                 .iter()
@@ -312,6 +340,13 @@ pub fn wrapper_main(real: &Path, lie_name: &str, state: &Path, args: &[String]) 
             write_pid(sibling("a")?)?;
             Ok(0)
         }
+        "restore-b-shares-a-root" => {
+            let mut a = args.to_vec();
+            let i = a.iter().position(|x| x == "--root").context("no --root")?;
+            let root = a.get_mut(i + 1).context("no value after --root")?;
+            *root = root.replace("root-copy-b", "root-copy-a");
+            run_real(real, &a)
+        }
         "restore-reset-is-copy-b" => {
             write_pid(sibling("b")?)?;
             Ok(0)
@@ -347,11 +382,64 @@ pub fn wrapper_main(real: &Path, lie_name: &str, state: &Path, args: &[String]) 
                         },
                     )?;
                 }
+                "restore-b-process-outside-userns" => start_outside_userns(pid)?,
+                "restore-b-without-cgroup-limits" => {
+                    let group = crate::gates::fidelity::cgroup_of(pid)?;
+                    let dir = crate::gates::fidelity::group_dir(&group);
+                    for (file, text) in [("cpu.max", "max"), ("memory.max", "max")] {
+                        std::fs::write(dir.join(file), text)
+                            .with_context(|| format!("writing {}", dir.join(file).display()))?;
+                    }
+                }
                 _ => change_app(pid)?,
             }
             Ok(0)
         }
     }
+}
+
+/// The argv that starts a process in a tree's pid namespace and nothing else of it: it stays
+/// in the machine's user namespace.
+pub fn outside_userns_argv(pid: i32) -> Vec<String> {
+    [
+        "nsenter",
+        "--target",
+        &pid.to_string(),
+        "--pid",
+        "--",
+        "sleep",
+        "600",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+/// Starts that process and waits until it is seen in the tree: it ends with the tree's PID 1.
+fn start_outside_userns(pid: i32) -> Result<()> {
+    let argv = outside_userns_argv(pid);
+    Command::new(&argv[0])
+        .args(&argv[1..])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .with_context(|| format!("starting {}", argv.join(" ")))?;
+    let ns: std::collections::BTreeSet<String> = crate::probe::pidns_of(pid).into_iter().collect();
+    let mine = std::fs::read_link("/proc/self/ns/user").context("our user namespace")?;
+    crate::wait::until(
+        "the process outside the user namespace",
+        Duration::from_secs(20),
+        || {
+            crate::probe::members(&ns)
+                .iter()
+                .any(|m| {
+                    std::fs::read_link(format!("/proc/{}/ns/user", m.pid)).is_ok_and(|u| u == mine)
+                })
+                .then_some(())
+        },
+    )?;
+    Ok(())
 }
 
 /// Cuts the last entry off a pstree image.
@@ -443,7 +531,7 @@ pub fn suite_main(cfg: &SuiteConfig, progress: &mut dyn FnMut(&LieOutcome)) -> R
             .arg(format!(":{}", cfg.display))
             .args(["--step-timeout", &cfg.step_timeout.to_string(), "--criu"])
             .arg(&wrapper)
-            .args(lie_run_args(lie))
+            .args(lie.options)
             .status()
             .with_context(|| format!("running diagnose under {}", lie.name))?;
         let left = crate::probe::scan(&marker);
@@ -556,6 +644,16 @@ mod tests {
     }
 
     #[test]
+    fn the_userns_lie_enters_only_the_pid_namespace() {
+        assert_eq!(
+            outside_userns_argv(42).join(" "),
+            "nsenter --target 42 --pid -- sleep 600"
+        );
+        let l = lie("restore-b-process-outside-userns").unwrap();
+        assert_eq!(l.options, ["--userns"]);
+    }
+
+    #[test]
     fn the_wrapper_script_passes_every_argument() {
         let s = wrapper_script(
             Path::new("/usr/local/bin/sharedos-gate"),
@@ -628,6 +726,11 @@ mod tests {
         assert_eq!(t.lines().count(), LIES.len() + 2);
         assert!(t.contains("| `restore-reset-is-copy-b` |"));
         assert!(t.contains("| reset | `new_copy` |"));
+        assert!(
+            include_str!("../../README.md").contains(&t),
+            "README.md's lie table is not the suite's: replace it with the output of \
+             `cargo run -p sharedos-gate -- lie-suite --list`"
+        );
     }
 
     #[test]
@@ -644,12 +747,12 @@ mod tests {
 
     #[test]
     fn the_density_lie_runs_with_copies_and_is_judged_on_the_density_gate() {
-        let lie = lie(DENSITY_LIE).unwrap();
-        assert_eq!(lie_run_args(&lie), ["--copies", "2"]);
+        let lie = lie("density-copy-wrong-token").unwrap();
+        assert_eq!(lie.options, ["--copies", "2"]);
         assert!(LIES
             .iter()
-            .filter(|l| l.name != DENSITY_LIE)
-            .all(|l| lie_run_args(l).is_empty()));
+            .filter(|l| l.target != GateName::Density)
+            .all(|l| !l.options.contains(&"--copies")));
         // A report of the ten gates lacks the density gate the lie is caught by.
         let p = judge(&lie, &report_for(&lie, "all_same_token"));
         assert!(

@@ -1,7 +1,8 @@
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
+use sharedos_gate::gates::fidelity;
 use sharedos_gate::gates::Config;
-use sharedos_gate::report::{Copies, Gate, RunOptions};
+use sharedos_gate::report::{CgroupLimits, Copies, Gate, RunOptions};
 use sharedos_gate::tree::TreeSpec;
 use sharedos_gate::{diagnose, lies, stateapp, tree};
 use std::path::PathBuf;
@@ -29,6 +30,10 @@ enum Cmd {
         display: u32,
         #[arg(long)]
         root: PathBuf,
+        #[arg(long)]
+        cgroup: Option<PathBuf>,
+        #[arg(long)]
+        userns: bool,
     },
     /// Internal: PID 1 of the tree.
     #[command(hide = true)]
@@ -111,6 +116,18 @@ struct DiagnoseArgs {
     /// upward for the most that fit (`max`).
     #[arg(long, value_parser = parse_copies)]
     copies: Option<Copies>,
+    /// Run the tree, and each restored copy, in a cgroup v2 group of its own with these limits:
+    /// cpu=N (N CPUs of quota) and memory=SIZE (memory.max), e.g. cpu=1,memory=512M.
+    #[arg(long, value_parser = fidelity::parse_cgroup_limits, value_name = "cpu=N,memory=SIZE")]
+    cgroup: Option<CgroupLimits>,
+    /// Give the tree, and each restored copy, a writable overlay of its own over the read-only
+    /// root; a copy's layer starts as the original's was at the dump.
+    #[arg(long)]
+    cow_root: bool,
+    /// Run the tree in a user namespace of its own, root inside mapped to uids and gids
+    /// 100000-165535 outside.
+    #[arg(long)]
+    userns: bool,
 }
 
 fn parse_copies(s: &str) -> Result<Copies, String> {
@@ -205,7 +222,12 @@ fn diagnose_main(a: DiagnoseArgs) -> Result<i32> {
         step_timeout: Duration::from_secs(a.step_timeout.max(1)),
         exe: std::env::current_exe().context("locating this binary")?,
         argv: std::env::args().collect(),
-        options: RunOptions { copies: a.copies },
+        options: RunOptions {
+            copies: a.copies,
+            cgroup: a.cgroup,
+            cow_root: a.cow_root,
+            userns: a.userns,
+        },
     };
     if a.plan {
         print!("{}", diagnose::render_plan(&cfg));
@@ -261,16 +283,22 @@ fn main() {
             marker,
             display,
             root,
+            cgroup,
+            userns,
         } => tree::spawn_main(&TreeSpec {
             marker,
             display,
             root,
+            cgroup,
+            userns,
         })
         .map(|()| 0),
         Cmd::TreeInit { marker, display } => tree::init_main(&TreeSpec {
             marker,
             display,
             root: PathBuf::from("/"),
+            cgroup: None,
+            userns: false,
         })
         .map(|()| 0),
         Cmd::Stateapp { marker: _, socket } => stateapp::serve(&socket).map(|()| 0),

@@ -282,19 +282,30 @@ pub struct Report {
     pub environment: Environment,
     pub artifacts: Vec<Artifact>,
     pub fidelity_differences: Vec<String>,
-    /// What `diagnose` was asked to do beyond the ten gates; absent in a plain run.
+    /// What `diagnose` was asked to do beyond the ten plain gates; absent in a plain run.
     #[serde(default, skip_serializing_if = "RunOptions::is_plain")]
     pub options: RunOptions,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vm: Option<VmProvenance>,
 }
 
-/// The options of `diagnose` that change which gates run.
+/// The options of `diagnose`: the density gate's copies, and the fidelity options that close a
+/// fidelity difference when their checks pass in the restored copies.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 pub struct RunOptions {
     /// `--copies N|max`: the density gate runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub copies: Option<Copies>,
+    /// `--cgroup`: the tree and every copy in a cgroup v2 group of their own with these limits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<CgroupLimits>,
+    /// `--cow-root`: a private writable overlay over the read-only root, per copy.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cow_root: bool,
+    /// `--userns`: the tree in a user namespace of its own with root mapped to an unprivileged
+    /// range.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub userns: bool,
 }
 
 impl RunOptions {
@@ -305,6 +316,14 @@ impl RunOptions {
     /// The gates a run with these options has, in order.
     pub fn gates(&self) -> Vec<GateName> {
         GateName::sequence(self.copies.is_some())
+    }
+
+    pub fn requested(&self, option: FidelityOption) -> bool {
+        match option {
+            FidelityOption::Cgroup => self.cgroup.is_some(),
+            FidelityOption::CowRoot => self.cow_root,
+            FidelityOption::Userns => self.userns,
+        }
     }
 }
 
@@ -325,6 +344,116 @@ impl fmt::Display for Copies {
             Copies::Max => f.write_str("max"),
         }
     }
+}
+
+/// cgroup v2 limits: `cpu.max` is `cpu_quota_us 100000`, `memory.max` is `memory_max_bytes`.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CgroupLimits {
+    pub cpu_quota_us: u64,
+    pub memory_max_bytes: u64,
+}
+
+/// The cgroup v2 CPU period the quota is counted in.
+pub const CPU_PERIOD_US: u64 = 100_000;
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum FidelityOption {
+    Cgroup,
+    CowRoot,
+    Userns,
+}
+
+/// A fidelity difference an option can close, and the checks that must have passed in the
+/// restored copies (isolation's two, reset's one) before a report may leave it out.
+#[derive(Clone, Copy, Debug)]
+pub struct Closable {
+    pub option: FidelityOption,
+    pub flag: &'static str,
+    pub difference: &'static str,
+    /// The words that name the difference in any report's list, this rig's earlier wording
+    /// included (one entry then named the user namespace and the cgroups together).
+    pub key: &'static str,
+    pub checks: &'static [(GateName, &'static str)],
+}
+
+pub const CLOSABLE: [Closable; 3] = [
+    Closable {
+        option: FidelityOption::Userns,
+        flag: "--userns",
+        difference: "no user namespace: root in the tree is root of the machine",
+        key: "no user namespace",
+        checks: &[
+            (GateName::Isolation, "a_userns_mapped"),
+            (GateName::Isolation, "b_userns_mapped"),
+            (GateName::Isolation, "copies_own_userns"),
+            (GateName::Reset, "userns_mapped"),
+        ],
+    },
+    Closable {
+        option: FidelityOption::Cgroup,
+        flag: "--cgroup",
+        difference: "no cgroup CPU or memory limits",
+        key: "no cgroup CPU or memory limits",
+        checks: &[
+            (GateName::Isolation, "a_cgroup_limits"),
+            (GateName::Isolation, "b_cgroup_limits"),
+            (GateName::Isolation, "copies_own_cgroups"),
+            (GateName::Reset, "cgroup_limits"),
+        ],
+    },
+    Closable {
+        option: FidelityOption::CowRoot,
+        flag: "--cow-root",
+        difference: "the tree's root is a read-only bind of the machine's /; only /dev, /dev/shm, /tmp and /var/lib/xkb are private",
+        key: "read-only bind of the machine's /",
+        checks: &[
+            (GateName::Isolation, "a_cow_file_written"),
+            (GateName::Isolation, "b_cow_file_absent"),
+            (GateName::Reset, "cow_file_discarded"),
+        ],
+    },
+];
+
+/// Why `c` still applies to a run with `options` and these gates, or None when the run closed
+/// it: the option was requested and every one of its checks is present and passed.
+pub fn still_differs(c: &Closable, options: &RunOptions, gates: &[Gate]) -> Option<String> {
+    if !options.requested(c.option) {
+        return Some(format!("{} was not requested", c.flag));
+    }
+    let short: Vec<String> = c
+        .checks
+        .iter()
+        .filter_map(|(gate, name)| {
+            match gates
+                .iter()
+                .find(|g| g.name == *gate)
+                .and_then(|g| g.check(name))
+            {
+                Some(ch) if ch.passed => None,
+                Some(_) => Some(format!("{gate}.{name} failed")),
+                None => Some(format!("{gate}.{name} did not run")),
+            }
+        })
+        .collect();
+    (!short.is_empty()).then(|| format!("{} was requested, but {}", c.flag, short.join(", ")))
+}
+
+/// Fidelity differences the report leaves out although its options and checks do not close
+/// them: each a problem in words.
+pub fn unjustified_omissions(r: &Report) -> Vec<String> {
+    CLOSABLE
+        .iter()
+        .filter(|c| !r.fidelity_differences.iter().any(|f| f.contains(c.key)))
+        .filter_map(|c| {
+            still_differs(c, &r.options, &r.gates).map(|why| {
+                format!(
+                    "report.json leaves out the fidelity difference \"{}\", but {why}",
+                    c.difference
+                )
+            })
+        })
+        .collect()
 }
 
 impl Report {
@@ -572,6 +701,7 @@ mod tests {
         assert_eq!(plain.gates(), GateName::ALL.to_vec());
         let four = RunOptions {
             copies: Some(Copies::Count(4)),
+            ..RunOptions::default()
         };
         assert_eq!(
             serde_json::to_value(&four).unwrap(),

@@ -20,6 +20,54 @@ pub struct AppState {
     pub counter: u64,
     /// The app's pid inside its namespace.
     pub pid: i32,
+    /// The answer to `file-write NAME` or `file-read NAME`; absent for the other requests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<RootFile>,
+}
+
+/// A file the app keeps on the tree's root, outside the private /tmp: written with the app's
+/// token, read back as it is now.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct RootFile {
+    pub path: String,
+    /// The file's content; None when it does not exist.
+    pub content: Option<String>,
+    /// Why writing or reading failed (a read-only root, say).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// Where `file-write NAME` writes, as the tree sees it: on the root, outside every private mount.
+pub fn root_file_path(name: &str) -> Option<String> {
+    let ok = !name.is_empty()
+        && name.len() <= 32
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    ok.then(|| format!("/var/tmp/sharedos-file-{name}"))
+}
+
+fn root_file(name: &str, write: Option<&str>) -> Option<RootFile> {
+    let path = root_file_path(name)?;
+    let mut error = None;
+    if let Some(text) = write {
+        if let Err(e) = std::fs::write(&path, text) {
+            error = Some(format!("writing {path}: {e}"));
+        }
+    }
+    let content = match std::fs::read_to_string(&path) {
+        Ok(s) => Some(s),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => {
+            error.get_or_insert(format!("reading {path}: {e}"));
+            None
+        }
+    };
+    Some(RootFile {
+        path,
+        content,
+        error,
+    })
 }
 
 pub fn random_hex(bytes: usize) -> Result<String> {
@@ -73,7 +121,21 @@ pub fn serve(socket: &Path) -> Result<()> {
         if BufReader::new(&stream).read_line(&mut line).is_err() {
             continue;
         }
-        match line.trim() {
+        let request = line.trim();
+        let mut file = None;
+        match request.split_once(' ') {
+            Some(("file-write", name)) => match root_file(name, Some(&token)) {
+                Some(f) => file = Some(f),
+                None => continue,
+            },
+            Some(("file-read", name)) => match root_file(name, None) {
+                Some(f) => file = Some(f),
+                None => continue,
+            },
+            _ => {}
+        }
+        match request {
+            _ if file.is_some() => {}
             "get" => {}
             // Isolation changes the state of one copy: a new token and a jump of the counter
             // that no amount of ticking in the other copy could produce.
@@ -87,6 +149,7 @@ pub fn serve(socket: &Path) -> Result<()> {
             token: token.clone(),
             counter,
             pid,
+            file,
         };
         if let Ok(mut text) = serde_json::to_string(&reply) {
             text.push('\n');
@@ -147,5 +210,13 @@ mod tests {
         let m = query(&sock, "mutate", Duration::from_secs(2)).unwrap();
         assert_ne!(m.token, a.token);
         assert!(m.counter >= b.counter + 1_000_000);
+        assert_eq!(m.file, None);
+        // Only the shape of the name is tested here: the path lies on the machine's /var/tmp.
+        assert!(query(&sock, "file-read ../etc", Duration::from_secs(2)).is_err());
+        assert_eq!(
+            root_file_path("copy-a").as_deref(),
+            Some("/var/tmp/sharedos-file-copy-a")
+        );
+        assert_eq!(root_file_path("A"), None);
     }
 }

@@ -30,6 +30,33 @@ pub struct TreeSpec {
     pub display: u32,
     /// A read-only bind of the host's `/`: the tree's root, and CRIU's `--root` at restore.
     pub root: PathBuf,
+    /// With `--cgroup`: the cgroup2 directory the tree joins before its PID 1 is forked.
+    pub cgroup: Option<PathBuf>,
+    /// With `--userns`: the tree in a user namespace of its own, root mapped to `USERNS_MAP`.
+    pub userns: bool,
+}
+
+/// The device nodes of the tree's /dev: name, major, minor.
+pub const DEV_NODES: [(&str, u64, u64); 6] = [
+    ("null", 1, 3),
+    ("zero", 1, 5),
+    ("full", 1, 7),
+    ("random", 1, 8),
+    ("urandom", 1, 9),
+    ("tty", 5, 0),
+];
+
+pub fn dev_node_names() -> Vec<&'static str> {
+    DEV_NODES.iter().map(|(n, _, _)| *n).collect()
+}
+
+/// First uid and gid outside that root inside the tree's user namespace maps to, and how many.
+pub const USERNS_OUTSIDE: u32 = 100_000;
+pub const USERNS_COUNT: u32 = 65_536;
+
+/// The line written to the tree's uid_map and gid_map: inside, outside, count.
+pub fn userns_map_line() -> String {
+    format!("0 {USERNS_OUTSIDE} {USERNS_COUNT}")
 }
 
 pub fn namespaces() -> CloneFlags {
@@ -55,27 +82,44 @@ pub fn spawn_argv(exe: &Path, spec: &TreeSpec) -> Vec<String> {
     v.extend(spec_args(spec));
     v.push("--root".into());
     v.push(spec.root.display().to_string());
+    if let Some(cg) = &spec.cgroup {
+        v.push("--cgroup".into());
+        v.push(cg.display().to_string());
+    }
+    if spec.userns {
+        v.push("--userns".into());
+    }
     v
 }
 
 /// The util-linux command that makes the same namespaces, for readers of the plan.
 pub fn unshare_equivalent_argv(exe: &Path, spec: &TreeSpec) -> Vec<String> {
-    let mut v: Vec<String> = [
-        "unshare",
-        "--pid",
-        "--fork",
-        "--mount-proc",
-        "--mount",
-        "--net",
-        "--ipc",
-        "--uts",
-        "--propagation",
-        "private",
-        "--",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    let mut v: Vec<String> = vec!["unshare".into()];
+    if spec.userns {
+        // util-linux 2.38's form: outer, inner, count.
+        let map = format!("{USERNS_OUTSIDE},0,{USERNS_COUNT}");
+        v.extend([
+            "--user".to_string(),
+            format!("--map-users={map}"),
+            format!("--map-groups={map}"),
+        ]);
+    }
+    v.extend(
+        [
+            "--pid",
+            "--fork",
+            "--mount-proc",
+            "--mount",
+            "--net",
+            "--ipc",
+            "--uts",
+            "--propagation",
+            "private",
+            "--",
+        ]
+        .iter()
+        .map(|s| s.to_string()),
+    );
     v.extend(spawn_argv(exe, spec));
     v
 }
@@ -161,11 +205,16 @@ pub fn launch(
 ) -> (Result<i32>, Evidence) {
     let argv = spawn_argv(exe, spec);
     let env = tree_env(spec);
+    let userns = spec.userns;
     let out = exec::run_with("spawn the tree", &argv, timeout, scratch, |cmd| {
         cmd.env_clear().envs(env);
-        // SAFETY: unshare(2) is async-signal-safe; nothing else runs between fork and exec.
-        unsafe {
-            cmd.pre_exec(|| nix::sched::unshare(namespaces()).map_err(std::io::Error::from));
+        // With a user namespace tree-spawn makes every namespace itself: the others must belong
+        // to the new user namespace, which needs its map written from outside first.
+        if !userns {
+            // SAFETY: unshare(2) is async-signal-safe; nothing else runs between fork and exec.
+            unsafe {
+                cmd.pre_exec(|| nix::sched::unshare(namespaces()).map_err(std::io::Error::from));
+            }
         }
     });
     let pid = if out.success() {
@@ -183,6 +232,18 @@ pub fn launch(
 /// `tree-spawn`: runs in the new namespaces but still in the caller's pid namespace; its child
 /// is the new namespace's PID 1.
 pub fn spawn_main(spec: &TreeSpec) -> Result<()> {
+    // Joined before the fork: PID 1 and everything it starts are born in the group.
+    if let Some(cg) = &spec.cgroup {
+        let procs = cg.join("cgroup.procs");
+        std::fs::write(&procs, "0").with_context(|| format!("joining {}", procs.display()))?;
+    }
+    if spec.userns {
+        return spawn_in_userns(spec);
+    }
+    fork_init(spec)
+}
+
+fn fork_init(spec: &TreeSpec) -> Result<()> {
     // SAFETY: this process was just exec'd and is single-threaded.
     match unsafe { nix::unistd::fork() }.context("fork of the tree's PID 1")? {
         nix::unistd::ForkResult::Parent { child } => {
@@ -195,6 +256,102 @@ pub fn spawn_main(spec: &TreeSpec) -> Result<()> {
             std::process::exit(1);
         }
     }
+}
+
+/// `tree-spawn --userns`: a child makes the user namespace and waits; this process, still
+/// root outside, writes the child's uid and gid maps; then the child becomes root inside, makes
+/// the other namespaces (owned by the new user namespace) and forks PID 1 as without one.
+fn spawn_in_userns(spec: &TreeSpec) -> Result<()> {
+    use std::io::{Read, Write};
+    let (ready_r, ready_w) = nix::unistd::pipe().context("pipe")?;
+    let (go_r, go_w) = nix::unistd::pipe().context("pipe")?;
+    // SAFETY: this process was just exec'd and is single-threaded.
+    match unsafe { nix::unistd::fork() }.context("fork of the user namespace's first process")? {
+        nix::unistd::ForkResult::Child => {
+            drop((ready_r, go_w));
+            let run = || -> Result<()> {
+                // Root inside is no owner of the directories above the root (the work directory
+                // may sit under root's 0700 home): the way there is walked now, while still root
+                // outside, and PID 1 goes on from this working directory.
+                nix::unistd::chdir(&spec.root)
+                    .with_context(|| format!("chdir {}", spec.root.display()))?;
+                nix::sched::unshare(CloneFlags::CLONE_NEWUSER).context("unshare(CLONE_NEWUSER)")?;
+                std::fs::File::from(ready_w)
+                    .write_all(b"u")
+                    .context("telling the parent")?;
+                let mut go = [0u8; 1];
+                std::fs::File::from(go_r)
+                    .read_exact(&mut go)
+                    .context("waiting for the uid and gid maps")?;
+                if &go != b"g" {
+                    bail!("the parent did not write the maps");
+                }
+                let root = nix::unistd::Gid::from_raw(0);
+                nix::unistd::setresgid(root, root, root).context("setresgid(0) inside")?;
+                let root = nix::unistd::Uid::from_raw(0);
+                nix::unistd::setresuid(root, root, root).context("setresuid(0) inside")?;
+                nix::sched::unshare(namespaces()).context("unshare of the tree's namespaces")?;
+                fork_init(spec)
+            };
+            let code = match run() {
+                Ok(()) => 0,
+                Err(e) => {
+                    eprintln!("tree-spawn in a user namespace: {e:#}");
+                    1
+                }
+            };
+            std::process::exit(code);
+        }
+        nix::unistd::ForkResult::Parent { child } => {
+            drop((ready_w, go_r));
+            let mapped = (|| -> Result<()> {
+                let mut ready = [0u8; 1];
+                std::fs::File::from(ready_r)
+                    .read_exact(&mut ready)
+                    .context("waiting for the child's user namespace")?;
+                for file in ["uid_map", "gid_map"] {
+                    let p = format!("/proc/{child}/{file}");
+                    std::fs::write(&p, userns_map_line())
+                        .with_context(|| format!("writing {p}"))?;
+                }
+                Ok(())
+            })();
+            if mapped.is_ok() {
+                std::fs::File::from(go_w)
+                    .write_all(b"g")
+                    .context("letting the child go on")?;
+            } else {
+                // Closing the pipe unanswered makes the child give up.
+                drop(go_w);
+            }
+            let status = nix::sys::wait::waitpid(child, None).context("waiting for the child")?;
+            mapped?;
+            match status {
+                nix::sys::wait::WaitStatus::Exited(_, 0) => Ok(()),
+                other => bail!("the user namespace's first process ended {other:?}"),
+            }
+        }
+    }
+}
+
+/// The root bind came into this user namespace's mount namespace locked to its parent, and
+/// pivot_root(2) refuses a locked mount: a bind of it made here is not locked. The working
+/// directory still names the old mount, so it moves to the new one through `..` and the root's
+/// own name (looking up a name follows mounts; `.` does not).
+fn enter_own_root_bind(root: &Path) -> Result<()> {
+    let name = root
+        .file_name()
+        .with_context(|| format!("{} has no last component", root.display()))?;
+    mount(
+        Some("."),
+        ".",
+        None::<&str>,
+        MsFlags::MS_BIND | MsFlags::MS_REC,
+        None::<&str>,
+    )
+    .context("binding the tree's root onto itself")?;
+    let again = Path::new("..").join(name);
+    nix::unistd::chdir(&again).with_context(|| format!("chdir {}", again.display()))
 }
 
 fn mount_fs(fstype: &str, target: &Path, flags: MsFlags, data: &str) -> Result<()> {
@@ -223,20 +380,34 @@ fn setup_root_and_exec(spec: &TreeSpec) -> Result<std::convert::Infallible> {
     )
     .context("making the mount tree private")?;
     nix::unistd::sethostname("sharedos-tree").context("setting the tree's hostname")?;
-    let root = &spec.root;
+    // In a user namespace the root is reached from the working directory tree-spawn set.
+    let root = if spec.userns {
+        enter_own_root_bind(&spec.root)?;
+        Path::new(".")
+    } else {
+        spec.root.as_path()
+    };
     let nodev = MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC;
 
     let dev = root.join("dev");
     mount_fs("tmpfs", &dev, MsFlags::MS_NOSUID, "mode=0755,size=1m")?;
-    for (name, major, minor) in [
-        ("null", 1, 3),
-        ("zero", 1, 5),
-        ("full", 1, 7),
-        ("random", 1, 8),
-        ("urandom", 1, 9),
-        ("tty", 5, 0),
-    ] {
+    for (name, major, minor) in DEV_NODES {
         let p = dev.join(name);
+        if spec.userns {
+            // mknod(2) of a device is refused inside a user namespace: the machine's node is
+            // bound instead (the old root is still there to bind it from).
+            std::fs::File::create(&p).with_context(|| format!("creating {}", p.display()))?;
+            let host = Path::new("/dev").join(name);
+            mount(
+                Some(&host),
+                &p,
+                None::<&str>,
+                MsFlags::MS_BIND,
+                None::<&str>,
+            )
+            .with_context(|| format!("binding {} on {}", host.display(), p.display()))?;
+            continue;
+        }
         mknod(
             &p,
             SFlag::S_IFCHR,
@@ -414,6 +585,8 @@ mod tests {
             marker: "spike-0123456789ab".into(),
             display: 170,
             root: PathBuf::from("/w/root"),
+            cgroup: None,
+            userns: false,
         }
     }
 

@@ -191,6 +191,19 @@ pub fn run(ctx: &mut Ctx) -> Gate {
     }
     ctx.tree = None;
     ctx.copies.clear();
+    if ctx.cfg.options.cgroup.is_some() {
+        // A group empties a moment after its last process is reaped: removal is retried until
+        // it succeeds or the bound passes, and what stays is a cleanup failure.
+        let mut left_groups = Vec::new();
+        let removed = wait::until_through_signals("the run's cgroups to be removed", bound, || {
+            left_groups = super::fidelity::remove_run_groups(&ctx.cfg.marker);
+            left_groups.is_empty().then_some(())
+        });
+        if removed.is_err() {
+            failures.extend(left_groups.iter().cloned());
+        }
+        g.data("cgroups_not_removed", json!(left_groups));
+    }
 
     g.data("terminated", listing(&terminated));
     g.data("force_killed", listing(&force_killed));

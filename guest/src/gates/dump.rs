@@ -73,6 +73,7 @@ pub fn run(ctx: &mut Ctx) -> Gate {
         &ctx.cfg.dump_dir(),
         &ctx.cfg.criu_log("dump"),
         ctx.lock,
+        &ctx.cfg.dump_extra(),
     );
     let started = Instant::now();
     let out = ctx.run("criu dump of the tree", &argv);

@@ -1,7 +1,9 @@
 //! isolation: two copies from one dump run at once in their own namespaces; changing the app and
 //! the screen of one leaves the other at the dump-time state.
 
-use super::{all_differ, check, namespaces_of, obs_value, Ctx, GateBuilder, MARK, MARK_RGB};
+use super::{
+    all_differ, check, fidelity, namespaces_of, obs_value, Ctx, GateBuilder, MARK, MARK_RGB,
+};
 use super::{restore_live_process::check_app_state, restore_x_state::check_x_state};
 use crate::compare;
 use crate::report::{Gate, GateName};
@@ -46,6 +48,22 @@ pub fn run(ctx: &mut Ctx) -> Gate {
         json!({"a": a, "b": b}),
         "both copies alive at once",
     ));
+    let cg_a = fidelity::check_tree(ctx, &mut g, a, "copy-a", "a_");
+    let cg_b = fidelity::check_tree(ctx, &mut g, b, "copy-b", "b_");
+    if ctx.cfg.options.cgroup.is_some() {
+        g.check(fidelity::own_cgroups_check(
+            cg_a.as_deref(),
+            cg_b.as_deref(),
+        ));
+    }
+    if ctx.cfg.options.userns {
+        g.check(fidelity::own_userns_check(a, b));
+    }
+    if ctx.cfg.options.cow_root {
+        let t = &snap.app.token;
+        fidelity::check_write(ctx, &mut g, a, "copy-a", "copy-a", "a_cow_file_written", t);
+        fidelity::check_absent(ctx, &mut g, b, "copy-a", "b_cow_file_absent", t);
+    }
     let (na, nb) = (namespaces_of(&a.to_string()), namespaces_of(&b.to_string()));
     g.check(check(
         "own_namespaces",

@@ -86,6 +86,24 @@ pub fn run(ctx: &mut Ctx) -> Gate {
         g.problem(format!("cannot prepare the tree's root: {e:#}"));
         return g.finish("");
     }
+    if ctx.cfg.options.cow_root {
+        let made = super::fidelity::mount_cow_tmpfs(&ctx.cfg)
+            .and_then(|()| super::fidelity::make_cow_root(ctx, "tree", None).0);
+        if let Err(e) = made {
+            g.problem(format!(
+                "cannot make the tree's writable root for --cow-root: {e:#}"
+            ));
+            return g.finish("");
+        }
+    }
+    if let Some(l) = ctx.cfg.options.cgroup {
+        let made = super::fidelity::prepare_run_group(&ctx.cfg.marker)
+            .and_then(|()| super::fidelity::make_tree_group(&ctx.cfg.marker, "tree", &l));
+        if let Err(e) = made {
+            g.problem(format!("cannot make the tree's cgroup for --cgroup: {e:#}"));
+            return g.finish("");
+        }
+    }
     let spec = ctx.cfg.spec();
     let (pid, ev) = tree::launch(
         &ctx.cfg.exe,
@@ -146,6 +164,23 @@ pub fn run(ctx: &mut Ctx) -> Gate {
         }
     }
 
+    super::fidelity::check_tree(ctx, &mut g, pid, "tree", "tree_");
+    if ctx.cfg.options.cow_root && ok {
+        // The file every copy must find as the original left it; the app's token is the
+        // dump-time one, since nothing changes the original's app before the dump.
+        match ctx.app(pid, "get") {
+            Ok(s) => super::fidelity::check_write(
+                ctx,
+                &mut g,
+                pid,
+                "tree",
+                super::fidelity::DUMP_TIME_FILE,
+                "tree_cow_file_written",
+                &s.token,
+            ),
+            Err(e) => g.problem(format!("asking the app for its token: {e:#}")),
+        }
+    }
     let mine = namespaces_of("self");
     let theirs = namespaces_of(&pid.to_string());
     g.check(check(

@@ -4,6 +4,7 @@
 pub mod cleanup;
 pub mod density;
 pub mod dump;
+pub mod fidelity;
 pub mod gui_pixel_review;
 pub mod isolation;
 pub mod launch;
@@ -38,7 +39,8 @@ pub struct Config {
     /// This binary: the tree runs copies of it.
     pub exe: PathBuf,
     pub argv: Vec<String>,
-    /// Options that add gates (`--copies`).
+    /// Options that add a gate (`--copies`) or change how the tree runs (`--cgroup`,
+    /// `--cow-root`, `--userns`).
     pub options: RunOptions,
 }
 
@@ -51,6 +53,23 @@ impl Config {
     }
     pub fn root_bind(&self) -> PathBuf {
         self.work.join("root")
+    }
+    /// The tmpfs holding every tree's upper layer, with `--cow-root`.
+    pub fn cow_dir(&self) -> PathBuf {
+        self.work.join("cow")
+    }
+    pub fn cow_upper(&self, label: &str) -> PathBuf {
+        self.cow_dir().join(label).join("upper")
+    }
+    /// The root of tree `label` (`tree` or `copy-LABEL`): the tree's `pivot_root` target, and
+    /// CRIU's `--root` for a copy. With `--cow-root` an overlay of its own, else the one
+    /// read-only bind of /.
+    pub fn tree_root(&self, label: &str) -> PathBuf {
+        if self.options.cow_root {
+            self.work.join(format!("root-{label}"))
+        } else {
+            self.root_bind()
+        }
     }
     pub fn dump_dir(&self) -> PathBuf {
         self.work.join("dump")
@@ -68,7 +87,12 @@ impl Config {
         TreeSpec {
             marker: self.marker.clone(),
             display: self.display,
-            root: self.root_bind(),
+            root: self.tree_root("tree"),
+            cgroup: self
+                .options
+                .cgroup
+                .map(|_| fidelity::group_dir(&fidelity::tree_group(&self.marker, "tree"))),
+            userns: self.options.userns,
         }
     }
     /// The criu the run will use: `--criu`, else the first on PATH or in the sbin directories
@@ -78,6 +102,27 @@ impl Config {
             Some(p) => Some(p.clone()),
             None => find_program("criu"),
         }
+    }
+    /// What the options add to `criu dump`.
+    pub fn dump_extra(&self) -> Vec<String> {
+        if self.options.userns {
+            criu::external_dev_dump_args(&tree::dev_node_names())
+        } else {
+            Vec::new()
+        }
+    }
+    /// What the options add to the `criu restore` of copy `label`: its own cgroup with
+    /// `--cgroup`, the machine's /dev nodes with `--userns`.
+    pub fn restore_extra(&self, label: &str) -> Vec<String> {
+        let mut v = Vec::new();
+        if self.options.cgroup.is_some() {
+            let group = fidelity::tree_group(&self.marker, &format!("copy-{label}"));
+            v.extend(criu::cgroup_root_args(&group));
+        }
+        if self.options.userns {
+            v.extend(criu::external_dev_restore_args(&tree::dev_node_names()));
+        }
+        v
     }
     pub fn quick(&self) -> Duration {
         self.step_timeout.min(Duration::from_secs(20))
@@ -291,12 +336,30 @@ impl Ctx {
         let pidfile = self.cfg.pidfile(label);
         // An existing pidfile makes CRIU kill what it restored.
         let _ = std::fs::remove_file(&pidfile);
+        if self.cfg.options.cow_root {
+            let (made, mut ev) =
+                fidelity::make_cow_root(self, &format!("copy-{label}"), Some("tree"));
+            if let Err(e) = made {
+                let ev = ev.pop().unwrap_or_default();
+                return (Err(e.context("making the copy's writable root")), ev);
+            }
+        }
+        if let Some(l) = self.cfg.options.cgroup {
+            let group = format!("copy-{label}");
+            if let Err(e) = fidelity::make_tree_group(&self.cfg.marker, &group, &l) {
+                return (
+                    Err(e.context("making the copy's cgroup")),
+                    Evidence::default(),
+                );
+            }
+        }
         let argv = criu::restore_argv(
             &criu_path,
             &self.cfg.dump_dir(),
-            &self.cfg.root_bind(),
+            &self.cfg.tree_root(&format!("copy-{label}")),
             &pidfile,
             &self.cfg.criu_log(&format!("restore-{label}")),
+            &self.cfg.restore_extra(label),
         );
         let out = self.run(&format!("criu restore of copy {label}"), &argv);
         let pid = std::fs::read_to_string(&pidfile)

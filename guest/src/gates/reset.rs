@@ -48,6 +48,17 @@ pub fn run(ctx: &mut Ctx) -> Gate {
     }) {
         g.problem(format!("drawing into the copy: {e:#}"));
     }
+    if ctx.cfg.options.cow_root {
+        super::fidelity::check_write(
+            ctx,
+            &mut g,
+            target,
+            "copy-a",
+            "reset-change",
+            "cow_change_written",
+            &snap.app.token,
+        );
+    }
     match ctx.observe(target, "reset-changed") {
         Ok(o) => {
             g.check(compare::copy_changed(
@@ -100,6 +111,17 @@ pub fn run(ctx: &mut Ctx) -> Gate {
             "a registered new tree",
         )),
     };
+    super::fidelity::check_tree(ctx, &mut g, pid, "copy-reset", "");
+    if ctx.cfg.options.cow_root {
+        super::fidelity::check_absent(
+            ctx,
+            &mut g,
+            pid,
+            "reset-change",
+            "cow_file_discarded",
+            &snap.app.token,
+        );
+    }
     g.check(ctx.check_x_server_in_tree("x_server_in_copy", pid));
     check_app_state(ctx, &mut g, pid, &snap, "");
     match ctx.observe(pid, "reset") {
