@@ -1,5 +1,6 @@
-//! `xtask vm-matrix` end to end, as an unprivileged user: bookworm (criu 3.17.1) and trixie
-//! (criu 4.x) built in the user's cache and run by one command, then the merged table that
+//! `xtask vm-matrix` end to end, as an unprivileged user: bookworm (criu 3.17.1) plain and trixie
+//! (criu 4.x) with all three fidelity options as a variant row, built in the user's cache and
+//! run by one command, then the merged table that
 //! `sharedos-rig show` renders from the matrix directory held against each image's own
 //! report.json. A third row, `stale` (bookworm with one pin the mirror does not have), must
 //! be NOT_RUN naming the pin and the command that refreshes its lock while the other two run;
@@ -16,7 +17,11 @@ use sharedos_rig::report::{GateName, Report, Status};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const IMAGES: [&str; 2] = ["bookworm", "trixie"];
+/// The rows that run, and the image each one runs.
+const ROWS: [(&str, &str); 2] = [
+    ("bookworm", "bookworm"),
+    ("trixie+userns+cgroup+cowroot", "trixie"),
+];
 /// A copy of bookworm whose lock pins criu at a version no mirror has.
 const STALE: &str = "stale";
 const STALE_PIN: (&str, &str) = ("criu 3.17.1-2+deb12u2 ", "criu 3.17.1-2+deb12u99 ");
@@ -113,7 +118,8 @@ fn vm_matrix_over_bookworm_and_trixie_merges_what_each_report_says() {
     add_stale_image(&sb);
     let reports = sb.dir.join("reports");
     let cache = sb.dir.join("cache");
-    let rows = format!("{},{STALE}", IMAGES.join(","));
+    let labels: Vec<&str> = ROWS.iter().map(|(label, _)| *label).collect();
+    let rows = format!("{},{STALE}", labels.join(","));
     let args: Vec<String> = vec![
         "vm-matrix".into(),
         "--images".into(),
@@ -159,7 +165,7 @@ fn vm_matrix_over_bookworm_and_trixie_merges_what_each_report_says() {
     assert!(problems.is_empty(), "{problems:?}");
     assert_eq!(loaded, m, "matrix.json agrees with the per-image reports");
     let names: Vec<&str> = m.cells.iter().map(|c| c.image.as_str()).collect();
-    assert_eq!(names, ["bookworm", "trixie", STALE]);
+    assert_eq!(names, [ROWS[0].0, ROWS[1].0, STALE]);
 
     // The stale row did not run, says which pin and how to refresh the lock; nothing archived.
     let stale = &m.cells[2];
@@ -185,11 +191,15 @@ fn vm_matrix_over_bookworm_and_trixie_merges_what_each_report_says() {
     let md = show(&dir, "md");
     let html = show(&dir, "html");
     let junit = show(&dir, "junit");
-    for (cell, image) in m.cells.iter().zip(IMAGES) {
-        assert_eq!(cell.outcome, CellOutcome::Ran, "{image}: {}", cell.reason);
-        let r = read_report(&dir.join(image));
+    for (cell, (label, image)) in m.cells.iter().zip(ROWS) {
+        assert_eq!(cell.outcome, CellOutcome::Ran, "{label}: {}", cell.reason);
+        let r = read_report(&dir.join(label));
         let vm = r.vm.as_ref().expect("vm provenance");
         assert_eq!(vm.image_name, image);
+        if label != image {
+            // The variant row ran diagnose with the options its variants stand for.
+            common::assert_all_fidelity_options_held(&r);
+        }
         assert_eq!(cell.kernel_release, r.environment.kernel_release);
         assert_eq!(cell.kernel_release, vm.kernel_release_pinned);
         let criu = r.environment.criu_version.clone().unwrap_or_default();
@@ -197,13 +207,13 @@ fn vm_matrix_over_bookworm_and_trixie_merges_what_each_report_says() {
         assert_eq!(cell.accelerator, vm.accel);
         // Each gate's cell is the report's status.
         for g in GateName::ALL {
-            assert_eq!(cell.status(g), r.gate(g).unwrap().status, "{image} {g}");
+            assert_eq!(cell.status(g), r.gate(g).unwrap().status, "{label} {g}");
         }
         // The row as shown: image, kernel, criu, accelerator, then the ten statuses in order.
         let row = text
             .lines()
-            .find(|l| l.split_whitespace().next() == Some(image))
-            .unwrap_or_else(|| panic!("no row for {image}:\n{text}"));
+            .find(|l| l.split_whitespace().next() == Some(label))
+            .unwrap_or_else(|| panic!("no row for {label}:\n{text}"));
         let words: Vec<&str> = row.split_whitespace().collect();
         assert_eq!(&words[1..4], [&cell.kernel_release, &criu, &vm.accel]);
         let shown: Vec<&str> = words[4..14].to_vec();
@@ -214,16 +224,16 @@ fn vm_matrix_over_bookworm_and_trixie_merges_what_each_report_says() {
                 s => s,
             })
             .collect();
-        assert_eq!(shown, want, "{image}: {row}");
-        assert!(md.contains(&format!("| {image} | ")), "{md}");
-        assert!(html.contains(&format!("<td>{image}</td>")), "{html}");
+        assert_eq!(shown, want, "{label}: {row}");
+        assert!(md.contains(&format!("| {label} | ")), "{md}");
+        assert!(html.contains(&format!("<td>{label}</td>")), "{html}");
         assert!(
-            junit.contains(&format!("<testsuite name=\"{image}\"")),
+            junit.contains(&format!("<testsuite name=\"{label}\"")),
             "{junit}"
         );
         // vm-run's own verdict of the archived report, as the cell records it.
-        let v = sharedos_rig::verify::verify_dir(&dir.join(image)).unwrap();
-        assert_eq!(cell.exit_code, Some(v.exit_code), "{image}");
+        let v = sharedos_rig::verify::verify_dir(&dir.join(label)).unwrap();
+        assert_eq!(cell.exit_code, Some(v.exit_code), "{label}");
     }
     // criu 3.x in one row, 4.x in the other: the point of the matrix.
     assert!(
@@ -258,9 +268,9 @@ fn vm_matrix_over_bookworm_and_trixie_merges_what_each_report_says() {
         "--images-dir".into(),
         "images".into(),
         "--images".into(),
-        format!("{},{STALE}", IMAGES.join(",")),
+        format!("{},{STALE}", labels.join(",")),
     ];
-    margs.extend(IMAGES.iter().map(|i| dir.join(i).display().to_string()));
+    margs.extend(labels.iter().map(|l| dir.join(l).display().to_string()));
     margs.push(stale_out.display().to_string());
     let margs: Vec<&str> = margs.iter().map(String::as_str).collect();
     let rig = sb.copy_in(

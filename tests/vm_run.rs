@@ -336,19 +336,10 @@ fn density_of_three_copies_is_measured_and_verified(sb: &Sandbox, gate: &Path) {
 /// differences, while the four the options do not touch stay. A FAIL here is a regression, not
 /// an honest finding: on this image the combination holds.
 fn fidelity_options_all_at_once(sb: &Sandbox, gate: &Path) {
-    use sharedos_rig::report::{CgroupLimits, RunOptions, CLOSABLE};
     let out_dir = sb.dir.join("reports/options");
     let mut args = vm_run_args(sb, gate, &out_dir, "auto");
-    args.extend(
-        [
-            "--",
-            "--userns",
-            "--cgroup",
-            "cpu=1,memory=512M",
-            "--cow-root",
-        ]
-        .map(String::from),
-    );
+    args.push("--".into());
+    args.extend(common::ALL_FIDELITY_OPTIONS.map(String::from));
     let out = sb.run_as_user(&sb.xtask, &strs(&args));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_ne!(out.status.code(), Some(2), "the rig failed:\n{stderr}");
@@ -359,48 +350,7 @@ fn fidelity_options_all_at_once(sb: &Sandbox, gate: &Path) {
         .map(|g| format!("{} {} {}\n", g.name, g.status, g.reason))
         .collect();
     assert_eq!(out.status.code(), Some(3), "gates:\n{summary}");
-    assert_eq!(
-        r.options,
-        RunOptions {
-            cgroup: Some(CgroupLimits {
-                cpu_quota_us: 100_000,
-                memory_max_bytes: 512 << 20,
-            }),
-            cow_root: true,
-            userns: true,
-            copies: None,
-        }
-    );
-    // Each option's checks ran in the original and in the restored copies, and passed.
-    let launch = r.gate(GateName::Launch).unwrap();
-    for name in [
-        "tree_userns_mapped",
-        "tree_cgroup_limits",
-        "tree_cow_file_written",
-    ] {
-        assert!(
-            launch.check(name).is_some_and(|c| c.passed),
-            "launch {name}"
-        );
-    }
-    for c in CLOSABLE {
-        for (gate, name) in c.checks {
-            let check = r.gate(*gate).and_then(|g| g.check(name));
-            assert!(check.is_some_and(|k| k.passed), "{gate}.{name}: {check:?}");
-        }
-        assert!(
-            !r.fidelity_differences.iter().any(|f| f.contains(c.key)),
-            "{} still listed: {:?}",
-            c.flag,
-            r.fidelity_differences
-        );
-    }
-    assert_eq!(
-        r.fidelity_differences.len(),
-        4,
-        "{:?}",
-        r.fidelity_differences
-    );
+    common::assert_all_fidelity_options_held(&r);
     verify_exits(&out_dir, 3);
 }
 

@@ -257,6 +257,60 @@ pub fn vm_run_args(sb: &Sandbox, gate: &Path, out: &Path, accel: &str) -> Vec<St
     ]
 }
 
+/// The three fidelity options at once, as diagnose takes them after vm-run's `--`; the matrix
+/// row `+userns+cgroup+cowroot` stands for the same.
+pub const ALL_FIDELITY_OPTIONS: [&str; 4] =
+    ["--userns", "--cgroup", "cpu=1,memory=512M", "--cow-root"];
+
+/// A report of a run with [`ALL_FIDELITY_OPTIONS`] records them, each option's checks ran in
+/// the original and in the restored copies and passed, and its fidelity list names only the
+/// four differences no option closes.
+pub fn assert_all_fidelity_options_held(r: &sharedos_rig::report::Report) {
+    use sharedos_rig::report::{CgroupLimits, GateName, RunOptions, CLOSABLE};
+    assert_eq!(
+        r.options,
+        RunOptions {
+            cgroup: Some(CgroupLimits {
+                cpu_quota_us: 100_000,
+                memory_max_bytes: 512 << 20,
+            }),
+            cow_root: true,
+            userns: true,
+            copies: None,
+        }
+    );
+    // Each option's checks ran in the original and in the restored copies, and passed.
+    let launch = r.gate(GateName::Launch).unwrap();
+    for name in [
+        "tree_userns_mapped",
+        "tree_cgroup_limits",
+        "tree_cow_file_written",
+    ] {
+        assert!(
+            launch.check(name).is_some_and(|c| c.passed),
+            "launch {name}"
+        );
+    }
+    for c in CLOSABLE {
+        for (gate, name) in c.checks {
+            let check = r.gate(*gate).and_then(|g| g.check(name));
+            assert!(check.is_some_and(|k| k.passed), "{gate}.{name}: {check:?}");
+        }
+        assert!(
+            !r.fidelity_differences.iter().any(|f| f.contains(c.key)),
+            "{} still listed: {:?}",
+            c.flag,
+            r.fidelity_differences
+        );
+    }
+    assert_eq!(
+        r.fidelity_differences.len(),
+        4,
+        "{:?}",
+        r.fidelity_differences
+    );
+}
+
 /// Every process whose command line mentions `needle` (QEMU's names the run's files).
 pub fn processes_mentioning(needle: &str) -> Vec<(i32, String)> {
     let mut out = Vec::new();
