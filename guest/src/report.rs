@@ -318,6 +318,24 @@ impl RunOptions {
         GateName::sequence(self.copies.is_some())
     }
 
+    /// The options as diagnose's arguments; empty for a plain run.
+    pub fn args(&self) -> Vec<String> {
+        let mut v = Vec::new();
+        if let Some(c) = self.copies {
+            v.extend(["--copies".to_string(), c.to_string()]);
+        }
+        if self.userns {
+            v.push("--userns".into());
+        }
+        if let Some(l) = self.cgroup {
+            v.extend(["--cgroup".to_string(), l.to_string()]);
+        }
+        if self.cow_root {
+            v.push("--cow-root".into());
+        }
+        v
+    }
+
     pub fn requested(&self, option: FidelityOption) -> bool {
         match option {
             FidelityOption::Cgroup => self.cgroup.is_some(),
@@ -355,6 +373,19 @@ pub struct CgroupLimits {
 
 /// The cgroup v2 CPU period the quota is counted in.
 pub const CPU_PERIOD_US: u64 = 100_000;
+
+impl fmt::Display for CgroupLimits {
+    /// As `--cgroup` takes it: `cpu=N,memory=SIZE`, SIZE in the largest whole unit.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let cpus = self.cpu_quota_us as f64 / CPU_PERIOD_US as f64;
+        let m = self.memory_max_bytes;
+        let (n, unit) = [(40, "T"), (30, "G"), (20, "M"), (10, "K")]
+            .into_iter()
+            .find(|(shift, _)| m >= 1 << shift && m % (1 << shift) == 0)
+            .map_or((m, ""), |(shift, u)| (m >> shift, u));
+        write!(f, "cpu={cpus},memory={n}{unit}")
+    }
+}
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
@@ -711,5 +742,24 @@ mod tests {
         assert_eq!(max.copies, Some(Copies::Max));
         assert_eq!(max.gates().len(), 11);
         assert_eq!(Copies::Max.to_string(), "max");
+        assert!(plain.args().is_empty());
+        let all = RunOptions {
+            copies: Some(Copies::Count(2)),
+            cgroup: Some(CgroupLimits {
+                cpu_quota_us: 150_000,
+                memory_max_bytes: 512 << 20,
+            }),
+            cow_root: true,
+            userns: true,
+        };
+        assert_eq!(
+            all.args().join(" "),
+            "--copies 2 --userns --cgroup cpu=1.5,memory=512M --cow-root"
+        );
+        let odd = CgroupLimits {
+            cpu_quota_us: 100_000,
+            memory_max_bytes: (1 << 30) + 4096,
+        };
+        assert_eq!(odd.to_string(), "cpu=1,memory=1048580K");
     }
 }

@@ -69,6 +69,14 @@ pub fn provenance(r: &Report) -> Vec<(&'static str, String)> {
         ("gate version", e.gate_version.clone()),
         ("gate command", e.command_line.join(" ")),
         ("marker", r.marker.clone()),
+        (
+            "options",
+            if r.options.is_plain() {
+                "none".into()
+            } else {
+                r.options.args().join(" ")
+            },
+        ),
     ];
     match &r.vm {
         Some(vm) => {
@@ -299,6 +307,9 @@ pub(crate) mod tests {
             .any(|(k, v)| *k == "accelerator" && v.starts_with("tcg")));
         let rows = provenance(&fresh_report());
         assert!(rows.iter().any(|(k, _)| *k == "vm"));
+        assert!(rows.contains(&("options", "none".into())));
+        let rows = provenance(&dense_report());
+        assert!(rows.contains(&("options", "--copies max".into())));
     }
 
     #[test]
