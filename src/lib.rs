@@ -11,6 +11,7 @@ pub mod image;
 pub mod list;
 pub mod matrix;
 pub mod progress;
+pub mod recheck;
 pub mod render;
 pub mod review;
 pub mod run;

@@ -2,6 +2,7 @@
 //! review judged against the PNGs, report.json's own verdict checked against its gates.
 
 use crate::digest::{self, Mismatch};
+use crate::recheck;
 use crate::report::{self, Gate, GateName, Report, RunOptions, Status, Verdict, REPORT_FILE};
 use crate::review::{self, ReviewState};
 use crate::sign::{self, AllowedSigner, SigState, Signature};
@@ -336,7 +337,8 @@ fn judge_dir(dir: &Path, rehash: bool, signers: Option<&[AllowedSigner]>) -> Res
         review::read_review(dir),
     );
     let checked = loaded.report.artifacts.len();
-    let from_guest = guest_report_problems(dir, &loaded.report);
+    let mut from_guest = guest_report_problems(dir, &loaded.report);
+    from_guest.extend(recheck::problems(&loaded.report, dir));
     let mut o = evaluate(loaded.report, Some(loaded.sha256), state, mismatches);
     o.signatures = vec![sign::check(dir, REPORT_FILE, signers)];
     if std::fs::symlink_metadata(dir.join(report::REVIEW_FILE)).is_ok() {

@@ -137,6 +137,12 @@ const ATTACKS: &[Attack] = &[
         exit: 1,
         says: "report.json has the dump gate 2 times",
     },
+    Attack {
+        options: &[],
+        name: "forged-pixels",
+        exit: 1,
+        says: "report.json says restore_x_state.same_framebuffer passed, but the host's own comparison fails: the pixels of png/restored-a.png hash to",
+    },
 ];
 
 #[test]

@@ -294,9 +294,11 @@ pub(crate) mod tests {
     fn write(dir: &Path, r: &Report) -> PathBuf {
         std::fs::create_dir_all(dir.join("guest")).unwrap();
         std::fs::write(dir.join("guest/note.txt"), "from the guest").unwrap();
+        let mut r = r.clone();
+        hostile_gate::honest::add_to(&mut r, dir).unwrap();
         std::fs::write(
             dir.join("report.json"),
-            serde_json::to_string_pretty(r).unwrap(),
+            serde_json::to_string_pretty(&r).unwrap(),
         )
         .unwrap();
         dir.to_path_buf()

@@ -1207,12 +1207,12 @@ pub(crate) mod tests {
                 vm.image_sha256 = "ab".repeat(32);
             }
         }
-        std::fs::write(src.join("good.json"), serde_json::to_string(&good).unwrap()).unwrap();
-        std::fs::write(
-            src.join("failing.json"),
-            serde_json::to_string(&failing).unwrap(),
-        )
-        .unwrap();
+        // Each with the checks the host judges again, and the PNGs they name.
+        for (r, name) in [(&mut good, "good"), (&mut failing, "failing")] {
+            let d = src.join(name);
+            hostile_gate::honest::add_to(r, &d).unwrap();
+            std::fs::write(d.join(REPORT_FILE), serde_json::to_string(&*r).unwrap()).unwrap();
+        }
         // The failing image's known FAIL is committed as its expectation.
         let exp: String = cell_from_report("failing", &failing, 1)
             .gates
@@ -1226,7 +1226,7 @@ pub(crate) mod tests {
             format!(
                 "#!/bin/sh\nwhile [ $# -gt 0 ]; do case \"$1\" in --image) img=$2; shift;; \
                  --out) out=$2; shift;; esac; shift; done\n\
-                 mkdir -p \"$out\" && cp {}/\"$img\".json \"$out/report.json\" || exit 2\n\
+                 mkdir -p \"$out\" && cp -R {}/\"$img\"/. \"$out\" || exit 2\n\
                  echo \"ran $img\"\n[ \"$img\" = good ] && exit 3\nexit 1\n",
                 src.display()
             ),

@@ -70,6 +70,8 @@ fn report(dir: &Path, tweak: impl FnOnce(&mut Report)) -> Report {
         options: Default::default(),
         vm: None,
     };
+    // The checks the host judges for itself, so that only the attack differs from an honest run.
+    hostile_gate::honest::add_to(&mut r, dir).expect("writing the honest checks' PNGs");
     r.seal();
     tweak(&mut r);
     r
@@ -175,6 +177,16 @@ fn run(dir: &Path, attack: &str) -> std::io::Result<()> {
                 forged.status = Status::Pass;
                 r.gates.insert(3, forged);
             });
+            write(dir, &r)
+        }
+        // Copy a's screen differs from the dump's, but the check claims the dump-time hash.
+        "forged-pixels" => {
+            let r = report(dir, |_| {});
+            let mut other = hostile_gate::honest::frame();
+            other.rgb[0] ^= 0xff;
+            other
+                .write_png(&dir.join("png/restored-a.png"))
+                .map_err(|e| std::io::Error::other(format!("{e:#}")))?;
             write(dir, &r)
         }
         other => Err(std::io::Error::other(format!("unknown --attack {other:?}"))),

@@ -1,0 +1,469 @@
+//! The host's own judgement of the checks a report's verdict rests on most: the app's token and
+//! counter after a restore, the windows, and the framebuffer. The guest records what it observed
+//! beside each check; the host runs the very comparison the guest ran (`compare.rs`, shared) on
+//! those values, and for framebuffers hashes the pixels of the PNGs it fetched itself. A check a
+//! guest says passed, but which the host does not see pass, is a problem in the report; so is a
+//! PASS gate without one of these checks. A guest that lies must now forge consistent values
+//! and pixels, not only a `passed: true`.
+
+use crate::render::pixels;
+use crate::report::{Check, GateName, Report, Status};
+use crate::{digest, report};
+use serde_json::Value;
+use sharedos_gate::compare;
+use sharedos_gate::stateapp::AppState;
+use sharedos_gate::x11::Window;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+/// The comparison a check's value is judged by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    /// `{dump_time, seen}` tokens, equal and not empty.
+    SameToken,
+    /// `{dump_time, seen, ms_since_dump_query}`: seen within the range the dump-time counter
+    /// and the elapsed time allow.
+    CounterContinues,
+    /// `{first, second, first_token, second_token}`: the counter moved on, the token did not.
+    CounterAdvances,
+    /// `{dump_time, seen}` window lists, equal and not empty.
+    SameWindows,
+    /// `{expected_sha256, expected_png, seen_sha256, seen_png}`: two different PNGs whose pixels
+    /// (hashed here) are equal and are the recorded hashes.
+    SameFramebuffer,
+}
+
+/// The checks judged again, per gate; a PASS of the gate needs each of them.
+const RECHECKED: &[(GateName, &str, Kind)] = &[
+    (
+        GateName::LiveStateProbe,
+        "counter_advances",
+        Kind::CounterAdvances,
+    ),
+    (
+        GateName::LiveStateProbe,
+        "framebuffer_stable_when_idle",
+        Kind::SameFramebuffer,
+    ),
+    (GateName::RestoreLiveProcess, "same_token", Kind::SameToken),
+    (
+        GateName::RestoreLiveProcess,
+        "counter_continues",
+        Kind::CounterContinues,
+    ),
+    (
+        GateName::RestoreLiveProcess,
+        "counter_advances",
+        Kind::CounterAdvances,
+    ),
+    (GateName::RestoreXState, "same_windows", Kind::SameWindows),
+    (
+        GateName::RestoreXState,
+        "same_framebuffer",
+        Kind::SameFramebuffer,
+    ),
+    (GateName::Isolation, "b_same_token", Kind::SameToken),
+    (
+        GateName::Isolation,
+        "b_counter_continues",
+        Kind::CounterContinues,
+    ),
+    (
+        GateName::Isolation,
+        "b_counter_advances",
+        Kind::CounterAdvances,
+    ),
+    (GateName::Isolation, "b_same_windows", Kind::SameWindows),
+    (
+        GateName::Isolation,
+        "b_same_framebuffer",
+        Kind::SameFramebuffer,
+    ),
+    (GateName::Reset, "same_token", Kind::SameToken),
+    (GateName::Reset, "counter_continues", Kind::CounterContinues),
+    (GateName::Reset, "counter_advances", Kind::CounterAdvances),
+    (GateName::Reset, "same_windows", Kind::SameWindows),
+    (GateName::Reset, "same_framebuffer", Kind::SameFramebuffer),
+];
+
+/// The restored copies are all held against one dump: these checks must name the same dump-time
+/// value (the token, the windows, the dump-time frame) in every gate.
+const ONE_DUMP: [(Kind, &str); 3] = [
+    (Kind::SameToken, "dump_time"),
+    (Kind::SameWindows, "dump_time"),
+    (Kind::SameFramebuffer, "expected_png"),
+];
+
+/// The largest PNG file read to hash its pixels.
+const MAX_PNG_BYTES: u64 = 32 << 20;
+
+/// Every disagreement between the report and the host's own judgement, in words. `dir` is the
+/// report directory; the PNGs a check names are the guest's (under `guest/` in a vm-run report).
+pub fn problems(r: &Report, dir: &Path) -> Vec<String> {
+    let base = if r.vm.is_some() {
+        dir.join(report::GUEST_DIR)
+    } else {
+        dir.to_path_buf()
+    };
+    let mut frames = Frames::new(&base);
+    let mut out = Vec::new();
+    let mut dump_values: BTreeMap<&str, Vec<(String, &Value)>> = BTreeMap::new();
+    for (gate, name, kind) in RECHECKED {
+        let Some(g) = r.gate(*gate) else { continue };
+        let Some(c) = g.check(name) else {
+            if g.status == Status::Pass {
+                out.push(format!(
+                    "report.json says {gate} PASS, but it lacks the check {name}, which the host judges for itself"
+                ));
+            }
+            continue;
+        };
+        // A check the guest says failed cannot make a PASS; only claims of success are judged.
+        if !c.passed {
+            continue;
+        }
+        if let Err(why) = judge(*kind, c, &mut frames) {
+            out.push(format!(
+                "report.json says {gate}.{name} passed, but the host's own comparison fails: {why}"
+            ));
+        }
+        // The live probe compares two live frames; every later gate compares with the dump.
+        for (k, field) in ONE_DUMP {
+            if k == *kind && *gate != GateName::LiveStateProbe {
+                if let Some(v) = c.value.get(field) {
+                    dump_values
+                        .entry(field_label(k))
+                        .or_default()
+                        .push((format!("{gate}.{name}"), v));
+                }
+            }
+        }
+    }
+    for (what, seen) in dump_values {
+        if let Some((first, v)) = seen.first() {
+            for (other, w) in &seen[1..] {
+                if w != v {
+                    out.push(format!(
+                        "{first} and {other} hold the copies against different {what}: the copies are not shown to come from one dump"
+                    ));
+                }
+            }
+        }
+    }
+    out
+}
+
+fn field_label(k: Kind) -> &'static str {
+    match k {
+        Kind::SameToken => "dump-time tokens",
+        Kind::SameWindows => "dump-time windows",
+        _ => "dump-time frames",
+    }
+}
+
+/// The host's verdict on one check the guest says passed: Ok when it passes here too.
+fn judge(kind: Kind, c: &Check, frames: &mut Frames) -> Result<(), String> {
+    let v = &c.value;
+    let again = match kind {
+        Kind::SameToken => {
+            let (dump, seen): (String, String) = (field(v, "dump_time")?, field(v, "seen")?);
+            compare::same_token(&c.name, &dump, &seen)
+        }
+        Kind::CounterContinues => compare::counter_continues(
+            &c.name,
+            field(v, "dump_time")?,
+            Duration::from_millis(field(v, "ms_since_dump_query")?),
+            field(v, "seen")?,
+        ),
+        Kind::CounterAdvances => {
+            let state = |counter: &str, token: &str| -> Result<AppState, String> {
+                Ok(AppState {
+                    token: field(v, token)?,
+                    counter: field(v, counter)?,
+                    pid: 0,
+                    file: None,
+                })
+            };
+            let second = state("second", "second_token")?;
+            compare::counter_advances(&c.name, &state("first", "first_token")?, Ok(&second))
+        }
+        Kind::SameWindows => {
+            let (dump, seen): (Vec<Window>, Vec<Window>) =
+                (field(v, "dump_time")?, field(v, "seen")?);
+            compare::same_windows(&c.name, &dump, &seen)
+        }
+        Kind::SameFramebuffer => {
+            let (want_png, seen_png): (String, String) =
+                (field(v, "expected_png")?, field(v, "seen_png")?);
+            if want_png == seen_png {
+                return Err(format!("it compares {want_png} with itself"));
+            }
+            for (png, sha) in [(&want_png, "expected_sha256"), (&seen_png, "seen_sha256")] {
+                let recorded: String = field(v, sha)?;
+                let here = frames.pixel_sha256(png)?;
+                if here != recorded {
+                    return Err(format!(
+                        "the pixels of {png} hash to {here}, not the recorded {sha} {recorded}"
+                    ));
+                }
+            }
+            compare::same_framebuffer(
+                &c.name,
+                (&frames.pixel_sha256(&want_png)?, &want_png),
+                (&frames.pixel_sha256(&seen_png)?, &seen_png),
+                "",
+            )
+        }
+    };
+    if again.passed {
+        Ok(())
+    } else {
+        Err(format!(
+            "its values {} are not {}",
+            c.value,
+            if again.expected.is_empty() {
+                "two equal frames".to_string()
+            } else {
+                again.expected
+            }
+        ))
+    }
+}
+
+/// One field of a check's value, as the comparison takes it.
+fn field<T: serde::de::DeserializeOwned>(v: &Value, key: &str) -> Result<T, String> {
+    let f = v
+        .get(key)
+        .ok_or_else(|| format!("its value has no {key}"))?;
+    serde_json::from_value(f.clone()).map_err(|e| format!("its {key} does not read: {e}"))
+}
+
+/// Pixel hashes of the report's PNGs, each file read and decoded once, within bounds and
+/// without following links.
+struct Frames<'a> {
+    base: &'a Path,
+    seen: BTreeMap<String, Result<String, String>>,
+}
+
+impl<'a> Frames<'a> {
+    fn new(base: &'a Path) -> Self {
+        Frames {
+            base,
+            seen: BTreeMap::new(),
+        }
+    }
+
+    /// sha256 of the PNG's pixels as tightly packed RGB, as the guest hashes a frame it grabs.
+    fn pixel_sha256(&mut self, rel: &str) -> Result<String, String> {
+        let base = self.base;
+        self.seen
+            .entry(rel.to_string())
+            .or_insert_with(|| {
+                if !digest::relative_name_ok(rel) || !rel.ends_with(".png") {
+                    return Err(format!("{rel:?} is not a PNG inside the report"));
+                }
+                digest::read_in_report(base, rel, MAX_PNG_BYTES)
+                    .and_then(|b| pixels::decode(&b))
+                    .map(|img| digest::sha256_hex(&img.data))
+                    .map_err(|e| format!("{rel}: {e:#}"))
+            })
+            .clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::Gate;
+    use hostile_gate::honest;
+    use serde_json::json;
+
+    /// A scratch directory holding the honest PNGs, removed at the end.
+    struct Scratch(std::path::PathBuf);
+
+    impl Scratch {
+        fn new(name: &str) -> Scratch {
+            let p = std::env::temp_dir().join(format!(
+                "sharedos-rig-recheck-{}-{name}",
+                std::process::id()
+            ));
+            let _ = std::fs::remove_dir_all(&p);
+            honest::write_pngs(&p).unwrap();
+            Scratch(p)
+        }
+    }
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    /// The ten gates, PASS but the review, with the honest checks (no vm: the PNGs are in the
+    /// report directory itself).
+    fn honest_report() -> Report {
+        let mut r = crate::review::tests::fresh_report();
+        r.vm = None;
+        for (gate, c) in honest::checks() {
+            if let Some(g) = r.gates.iter_mut().find(|g| g.name == gate) {
+                g.checks.push(c);
+            }
+        }
+        r
+    }
+
+    fn check_mut<'a>(r: &'a mut Report, gate: GateName, name: &str) -> &'a mut Check {
+        let g: &mut Gate = r.gates.iter_mut().find(|g| g.name == gate).unwrap();
+        g.checks.iter_mut().find(|c| c.name == name).unwrap()
+    }
+
+    fn one_problem(r: &Report, dir: &Path, needle: &str) {
+        let p = problems(r, dir);
+        assert!(
+            p.iter().any(|m| m.contains(needle)),
+            "{needle:?} not in {p:#?}"
+        );
+    }
+
+    #[test]
+    fn an_honest_report_agrees_with_the_host() {
+        let s = Scratch::new("honest");
+        assert_eq!(problems(&honest_report(), &s.0), Vec::<String>::new());
+    }
+
+    #[test]
+    fn forged_values_are_caught_by_the_comparison_the_guest_claims_it_ran() {
+        let s = Scratch::new("forged");
+        let cases: [(GateName, &str, &str, serde_json::Value, &str); 5] = [
+            (
+                GateName::RestoreLiveProcess,
+                "same_token",
+                "seen",
+                json!("ffffffffffffffffffffffffffffffff"),
+                "restore_live_process.same_token passed, but",
+            ),
+            (
+                GateName::Isolation,
+                "b_counter_continues",
+                "seen",
+                json!(1_000_025),
+                "isolation.b_counter_continues passed, but",
+            ),
+            (
+                GateName::Reset,
+                "counter_advances",
+                "second",
+                json!(3),
+                "reset.counter_advances passed, but",
+            ),
+            (
+                GateName::RestoreXState,
+                "same_windows",
+                "seen",
+                json!([]),
+                "restore_x_state.same_windows passed, but",
+            ),
+            (
+                GateName::LiveStateProbe,
+                "counter_advances",
+                "second_token",
+                json!("another"),
+                "live_state_probe.counter_advances passed, but",
+            ),
+        ];
+        for (gate, name, field, forged, says) in cases {
+            let mut r = honest_report();
+            check_mut(&mut r, gate, name).value[field] = forged;
+            one_problem(&r, &s.0, says);
+        }
+    }
+
+    #[test]
+    fn framebuffer_claims_are_held_against_the_pixels_of_the_pngs() {
+        let s = Scratch::new("pixels");
+        // Copy a's screen is not the dump's, though the check claims the dump-time hash.
+        let mut other = honest::frame();
+        other.rgb[5] ^= 0x10;
+        other.write_png(&s.0.join("png/restored-a.png")).unwrap();
+        one_problem(
+            &honest_report(),
+            &s.0,
+            "restore_x_state.same_framebuffer passed, but the host's own comparison fails: the pixels of png/restored-a.png hash to",
+        );
+
+        let s = Scratch::new("pixels-2");
+        for (field, value, says) in [
+            (
+                "seen_png",
+                "png/dump-time.png",
+                "compares png/dump-time.png with itself",
+            ),
+            ("seen_png", "png/nowhere.png", "png/nowhere.png:"),
+            (
+                "seen_png",
+                "../outside.png",
+                "is not a PNG inside the report",
+            ),
+            ("seen_sha256", "00", "not the recorded seen_sha256 00"),
+        ] {
+            let mut r = honest_report();
+            check_mut(&mut r, GateName::Reset, "same_framebuffer").value[field] = json!(value);
+            one_problem(&r, &s.0, says);
+        }
+    }
+
+    #[test]
+    fn a_pass_without_a_rechecked_check_is_named() {
+        let s = Scratch::new("missing");
+        let mut r = honest_report();
+        let g = r
+            .gates
+            .iter_mut()
+            .find(|g| g.name == GateName::Isolation)
+            .unwrap();
+        g.checks.retain(|c| c.name != "b_same_framebuffer");
+        one_problem(
+            &r,
+            &s.0,
+            "report.json says isolation PASS, but it lacks the check b_same_framebuffer",
+        );
+        // A gate that did not pass need not carry it, and a failed check is not judged again.
+        let mut r = honest_report();
+        let g = r
+            .gates
+            .iter_mut()
+            .find(|g| g.name == GateName::Isolation)
+            .unwrap();
+        g.status = Status::Fail;
+        g.checks.retain(|c| c.name != "b_same_framebuffer");
+        let c = check_mut(&mut r, GateName::Reset, "same_token");
+        c.passed = false;
+        c.value = json!({"error": "no answer"});
+        assert_eq!(problems(&r, &s.0), Vec::<String>::new());
+    }
+
+    #[test]
+    fn copies_held_against_different_dumps_are_named() {
+        let s = Scratch::new("dumps");
+        let mut r = honest_report();
+        let other = "fedcba9876543210fedcba9876543210";
+        let c = check_mut(&mut r, GateName::Reset, "same_token");
+        c.value = json!({"dump_time": other, "seen": other});
+        one_problem(
+            &r,
+            &s.0,
+            "restore_live_process.same_token and reset.same_token hold the copies against different dump-time tokens",
+        );
+    }
+
+    #[test]
+    fn a_vm_run_report_has_the_guest_pngs_under_guest() {
+        let s = Scratch::new("vm");
+        let mut r = honest_report();
+        r.vm = Some(Default::default());
+        one_problem(&r, &s.0, "png/live-first.png:");
+        honest::write_pngs(&s.0.join(report::GUEST_DIR)).unwrap();
+        assert_eq!(problems(&r, &s.0), Vec::<String>::new());
+    }
+}
