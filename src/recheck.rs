@@ -95,6 +95,9 @@ const ONE_DUMP: [(Kind, &str); 3] = [
     (Kind::SameFramebuffer, "expected_png"),
 ];
 
+/// How much of a check's value a problem quotes: the guest chose it.
+const MAX_VALUE_SHOWN: usize = 400;
+
 /// The largest PNG file read to hash its pixels.
 const MAX_PNG_BYTES: u64 = 32 << 20;
 
@@ -219,9 +222,17 @@ fn judge(kind: Kind, c: &Check, frames: &mut Frames) -> Result<(), String> {
     if again.passed {
         Ok(())
     } else {
+        let mut seen = c.value.to_string();
+        if seen.len() > MAX_VALUE_SHOWN {
+            let cut = (0..=MAX_VALUE_SHOWN)
+                .rev()
+                .find(|i| seen.is_char_boundary(*i))
+                .unwrap_or(0);
+            seen.truncate(cut);
+            seen.push_str("...");
+        }
         Err(format!(
-            "its values {} are not {}",
-            c.value,
+            "its values {seen} are not {}",
             if again.expected.is_empty() {
                 "two equal frames".to_string()
             } else {
@@ -377,6 +388,14 @@ mod tests {
             check_mut(&mut r, gate, name).value[field] = forged;
             one_problem(&r, &s.0, says);
         }
+        // The guest chose the values: a problem quotes only the start of them.
+        let mut r = honest_report();
+        check_mut(&mut r, GateName::Reset, "same_token").value["seen"] = json!("é".repeat(50_000));
+        let p = problems(&r, &s.0);
+        assert!(
+            p.len() == 1 && p[0].len() < 1024 && p[0].contains("..."),
+            "{p:?}"
+        );
     }
 
     #[test]
