@@ -34,58 +34,43 @@ enum Kind {
     SameFramebuffer,
 }
 
-/// The checks judged again, per gate; a PASS of the gate needs each of them.
-const RECHECKED: &[(GateName, &str, Kind)] = &[
-    (
-        GateName::LiveStateProbe,
-        "counter_advances",
-        Kind::CounterAdvances,
-    ),
-    (
-        GateName::LiveStateProbe,
-        "framebuffer_stable_when_idle",
-        Kind::SameFramebuffer,
-    ),
-    (GateName::RestoreLiveProcess, "same_token", Kind::SameToken),
-    (
-        GateName::RestoreLiveProcess,
-        "counter_continues",
-        Kind::CounterContinues,
-    ),
-    (
-        GateName::RestoreLiveProcess,
-        "counter_advances",
-        Kind::CounterAdvances,
-    ),
-    (GateName::RestoreXState, "same_windows", Kind::SameWindows),
-    (
-        GateName::RestoreXState,
-        "same_framebuffer",
-        Kind::SameFramebuffer,
-    ),
-    (GateName::Isolation, "b_same_token", Kind::SameToken),
-    (
-        GateName::Isolation,
-        "b_counter_continues",
-        Kind::CounterContinues,
-    ),
-    (
-        GateName::Isolation,
-        "b_counter_advances",
-        Kind::CounterAdvances,
-    ),
-    (GateName::Isolation, "b_same_windows", Kind::SameWindows),
-    (
-        GateName::Isolation,
-        "b_same_framebuffer",
-        Kind::SameFramebuffer,
-    ),
-    (GateName::Reset, "same_token", Kind::SameToken),
-    (GateName::Reset, "counter_continues", Kind::CounterContinues),
-    (GateName::Reset, "counter_advances", Kind::CounterAdvances),
-    (GateName::Reset, "same_windows", Kind::SameWindows),
-    (GateName::Reset, "same_framebuffer", Kind::SameFramebuffer),
+/// The live probe's checks judged again.
+const LIVE_CHECKS: [(&str, Kind); 2] = [
+    ("counter_advances", Kind::CounterAdvances),
+    ("framebuffer_stable_when_idle", Kind::SameFramebuffer),
 ];
+
+/// The state checks of each restored copy judged again: the app's (in the copy's app gate) and
+/// the screen's (in its X gate), as the guest's `check_app_state` and `check_x_state` name them.
+const COPY_CHECKS: [(&str, Kind, bool); 5] = [
+    ("same_token", Kind::SameToken, false),
+    ("counter_continues", Kind::CounterContinues, false),
+    ("counter_advances", Kind::CounterAdvances, false),
+    ("same_windows", Kind::SameWindows, true),
+    ("same_framebuffer", Kind::SameFramebuffer, true),
+];
+
+/// The restored copies: the gate of their app checks, the gate of their X checks, and the
+/// prefix of the checks' names.
+const COPIES: [(GateName, GateName, &str); 3] = [
+    (GateName::RestoreLiveProcess, GateName::RestoreXState, ""),
+    (GateName::Isolation, GateName::Isolation, "b_"),
+    (GateName::Reset, GateName::Reset, ""),
+];
+
+/// The checks judged again, per gate; a PASS of the gate needs each of them.
+fn rechecked() -> Vec<(GateName, String, Kind)> {
+    let live = LIVE_CHECKS
+        .iter()
+        .map(|(name, kind)| (GateName::LiveStateProbe, name.to_string(), *kind));
+    let copies = COPIES.iter().flat_map(|(app, x, prefix)| {
+        COPY_CHECKS.iter().map(move |(name, kind, on_screen)| {
+            let gate = if *on_screen { *x } else { *app };
+            (gate, format!("{prefix}{name}"), *kind)
+        })
+    });
+    live.chain(copies).collect()
+}
 
 /// The restored copies are all held against one dump: these checks must name the same dump-time
 /// value (the token, the windows, the dump-time frame) in every gate.
@@ -112,9 +97,9 @@ pub fn problems(r: &Report, dir: &Path) -> Vec<String> {
     let mut frames = Frames::new(&base);
     let mut out = Vec::new();
     let mut dump_values: BTreeMap<&str, Vec<(String, &Value)>> = BTreeMap::new();
-    for (gate, name, kind) in RECHECKED {
-        let Some(g) = r.gate(*gate) else { continue };
-        let Some(c) = g.check(name) else {
+    for (gate, name, kind) in rechecked() {
+        let Some(g) = r.gate(gate) else { continue };
+        let Some(c) = g.check(&name) else {
             if g.status == Status::Pass {
                 out.push(format!(
                     "report.json says {gate} PASS, but it lacks the check {name}, which the host judges for itself"
@@ -126,14 +111,14 @@ pub fn problems(r: &Report, dir: &Path) -> Vec<String> {
         if !c.passed {
             continue;
         }
-        if let Err(why) = judge(*kind, c, &mut frames) {
+        if let Err(why) = judge(kind, c, &mut frames) {
             out.push(format!(
                 "report.json says {gate}.{name} passed, but the host's own comparison fails: {why}"
             ));
         }
         // The live probe compares two live frames; every later gate compares with the dump.
         for (k, field) in ONE_DUMP {
-            if k == *kind && *gate != GateName::LiveStateProbe {
+            if k == kind && gate != GateName::LiveStateProbe {
                 if let Some(v) = c.value.get(field) {
                     dump_values
                         .entry(field_label(k))
