@@ -309,8 +309,12 @@ mod tests {
         r
     }
 
+    fn gate_mut(r: &mut Report, gate: GateName) -> &mut Gate {
+        r.gates.iter_mut().find(|g| g.name == gate).unwrap()
+    }
+
     fn check_mut<'a>(r: &'a mut Report, gate: GateName, name: &str) -> &'a mut Check {
-        let g: &mut Gate = r.gates.iter_mut().find(|g| g.name == gate).unwrap();
+        let g = gate_mut(r, gate);
         g.checks.iter_mut().find(|c| c.name == name).unwrap()
     }
 
@@ -421,11 +425,7 @@ mod tests {
     fn a_pass_without_a_rechecked_check_is_named() {
         let s = Scratch::new("missing");
         let mut r = honest_report();
-        let g = r
-            .gates
-            .iter_mut()
-            .find(|g| g.name == GateName::Isolation)
-            .unwrap();
+        let g = gate_mut(&mut r, GateName::Isolation);
         g.checks.retain(|c| c.name != "b_same_framebuffer");
         one_problem(
             &r,
@@ -434,11 +434,7 @@ mod tests {
         );
         // A gate that did not pass need not carry it, and a failed check is not judged again.
         let mut r = honest_report();
-        let g = r
-            .gates
-            .iter_mut()
-            .find(|g| g.name == GateName::Isolation)
-            .unwrap();
+        let g = gate_mut(&mut r, GateName::Isolation);
         g.status = Status::Fail;
         g.checks.retain(|c| c.name != "b_same_framebuffer");
         let c = check_mut(&mut r, GateName::Reset, "same_token");
