@@ -271,7 +271,6 @@ impl<'a> Frames<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::Gate;
     use hostile_gate::honest;
     use serde_json::json;
 
@@ -302,19 +301,15 @@ mod tests {
         let mut r = crate::review::tests::fresh_report();
         r.vm = None;
         for (gate, c) in honest::checks() {
-            if let Some(g) = r.gates.iter_mut().find(|g| g.name == gate) {
+            if let Some(g) = r.gate_mut(gate) {
                 g.checks.push(c);
             }
         }
         r
     }
 
-    fn gate_mut(r: &mut Report, gate: GateName) -> &mut Gate {
-        r.gates.iter_mut().find(|g| g.name == gate).unwrap()
-    }
-
     fn check_mut<'a>(r: &'a mut Report, gate: GateName, name: &str) -> &'a mut Check {
-        let g = gate_mut(r, gate);
+        let g = r.gate_mut(gate).unwrap();
         g.checks.iter_mut().find(|c| c.name == name).unwrap()
     }
 
@@ -425,7 +420,7 @@ mod tests {
     fn a_pass_without_a_rechecked_check_is_named() {
         let s = Scratch::new("missing");
         let mut r = honest_report();
-        let g = gate_mut(&mut r, GateName::Isolation);
+        let g = r.gate_mut(GateName::Isolation).unwrap();
         g.checks.retain(|c| c.name != "b_same_framebuffer");
         one_problem(
             &r,
@@ -434,7 +429,7 @@ mod tests {
         );
         // A gate that did not pass need not carry it, and a failed check is not judged again.
         let mut r = honest_report();
-        let g = gate_mut(&mut r, GateName::Isolation);
+        let g = r.gate_mut(GateName::Isolation).unwrap();
         g.status = Status::Fail;
         g.checks.retain(|c| c.name != "b_same_framebuffer");
         let c = check_mut(&mut r, GateName::Reset, "same_token");

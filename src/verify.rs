@@ -467,7 +467,7 @@ mod tests {
             "{p:?}"
         );
         for (gate, name) in cgroup.checks {
-            let g = r.gates.iter_mut().find(|g| g.name == *gate).unwrap();
+            let g = r.gate_mut(*gate).unwrap();
             g.checks.push(report::Check {
                 name: name.to_string(),
                 passed: true,

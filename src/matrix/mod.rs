@@ -913,7 +913,7 @@ pub(crate) mod tests {
     pub(crate) fn report(statuses: &[(GateName, Status)], kernel: &str, criu: &str) -> Report {
         let mut r: Report = crate::review::tests::fresh_report();
         for (n, s) in statuses {
-            if let Some(g) = r.gates.iter_mut().find(|g| g.name == *n) {
+            if let Some(g) = r.gate_mut(*n) {
                 g.status = *s;
             }
         }
@@ -926,7 +926,7 @@ pub(crate) mod tests {
         dump.data.insert("dump_ms".into(), serde_json::json!(6543));
         dump.data
             .insert("image_bytes".into(), serde_json::json!(27_400_000u64));
-        if let Some(g) = r.gates.iter_mut().find(|g| g.name == GateName::Dump) {
+        if let Some(g) = r.gate_mut(GateName::Dump) {
             g.data = dump.data;
         }
         if let Some(g) = r
