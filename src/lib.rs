@@ -2,7 +2,7 @@
 //! binary over SSH and archives, renders, reviews and verifies the reports it brings back.
 
 pub use sharedos_gate::gates::find_program;
-pub use sharedos_gate::{clock, digest, environment, report, signals};
+pub use sharedos_report::{clock, digest, environment, report, signals};
 
 pub mod cmd;
 pub mod diff;

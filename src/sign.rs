@@ -4,7 +4,7 @@
 //! the key when the run ended: editing it afterwards, even re-hashing its artifacts, breaks it.
 
 use anyhow::{bail, Context, Result};
-use sharedos_gate::digest;
+use sharedos_report::digest;
 use ssh_key::{HashAlg, LineEnding, PrivateKey, PublicKey, SshSig};
 use std::fmt;
 use std::path::Path;

@@ -2,7 +2,7 @@
 //! from the fingerprint its PID 1 printed on the serial console, login with a per-run key.
 
 use anyhow::{bail, Context, Result};
-use sharedos_gate::digest::base64;
+use sharedos_report::digest::base64;
 use ssh2::{ExtendedData, HashType, Session};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -51,7 +51,7 @@ impl Guest {
         let started = Instant::now();
         let mut last_err = String::new();
         while started.elapsed() < timeout {
-            if let Some(sig) = sharedos_gate::signals::interrupted() {
+            if let Some(sig) = sharedos_report::signals::interrupted() {
                 bail!("interrupted by {sig} while connecting over SSH");
             }
             match Self::try_connect(addr, expected, key) {
@@ -370,7 +370,7 @@ mod tests {
     #[test]
     fn fingerprint_matches_ssh_keygen_format() {
         // sha256 of the empty string, as OpenSSH would print it.
-        let h = sharedos_gate::digest::sha256_hex(b"");
+        let h = sharedos_report::digest::sha256_hex(b"");
         let bytes: Vec<u8> = (0..32)
             .map(|i| u8::from_str_radix(&h[2 * i..2 * i + 2], 16).unwrap())
             .collect();

@@ -3,10 +3,10 @@
 //! feed these functions observations that must fail.
 
 use crate::probe::MarkedProcess;
-use crate::report::Check;
 use crate::stateapp::{is_token, AppState};
 use crate::x11::Window;
 use serde_json::{json, Value};
+use sharedos_report::report::Check;
 use std::collections::BTreeSet;
 use std::time::Duration;
 

@@ -1,12 +1,13 @@
 //! The gate sequence and its rules: which gate may run after which, the plan, and the report.
 
 use crate::gates::{self, prerequisites::TREE_CHECKS, Config, Ctx};
-use crate::report::{
+use crate::{criu, tree};
+use anyhow::{Context, Result};
+use sharedos_report::report::{
     still_differs, Artifact, Gate, GateName, Report, RunOptions, Status, CLOSABLE, REPORT_FILE,
     REVIEW_FILE, SCHEMA_VERSION,
 };
-use crate::{criu, digest, environment, signals, tree};
-use anyhow::{Context, Result};
+use sharedos_report::{digest, environment, signals};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -157,7 +158,7 @@ pub fn run(cfg: Config, progress: &mut dyn FnMut(&Gate)) -> Report {
         progress(&gate);
         done.push(gate);
     }
-    ctx.env.finished_at = crate::clock::now_rfc3339();
+    ctx.env.finished_at = sharedos_report::clock::now_rfc3339();
     let fidelity = fidelity_differences(&ctx.env.kernel_release, &options, &done);
     let report_dir = ctx.cfg.report_dir();
     let mut report = Report {
@@ -463,7 +464,7 @@ pub fn shell_words(argv: &[String]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::Check;
+    use sharedos_report::report::Check;
 
     fn gate(n: GateName, s: Status) -> Gate {
         Gate::new(n, s, "r")
@@ -600,7 +601,7 @@ mod tests {
         }
         assert!(!text.contains("density"), "a plain run has no density step");
         let mut dense = cfg.clone();
-        dense.options.copies = Some(crate::report::Copies::Max);
+        dense.options.copies = Some(sharedos_report::report::Copies::Max);
         let text = render_plan(&dense);
         assert!(
             text.contains("[density] restore copy density-1")

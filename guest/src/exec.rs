@@ -1,7 +1,7 @@
 //! Runs one external command with a timeout and turns what happened into report evidence.
 
-use crate::report::Evidence;
-use crate::signals;
+use sharedos_report::report::Evidence;
+use sharedos_report::signals;
 use std::fs::File;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};

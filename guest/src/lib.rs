@@ -1,20 +1,14 @@
 //! sharedos-gate: the diagnostic that runs inside the guest (or on any Linux as root), and the
 //! report schema both sides share.
 
-pub mod clock;
 pub mod compare;
 pub mod criu;
 pub mod diagnose;
-pub mod digest;
-pub mod environment;
 pub mod exec;
 pub mod gates;
 pub mod lies;
 pub mod probe;
 pub mod pstree;
-pub mod report;
-pub mod signals;
 pub mod stateapp;
 pub mod tree;
-pub mod wait;
 pub mod x11;

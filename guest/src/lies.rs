@@ -3,9 +3,9 @@
 //! checks that the gate which looks at the broken fact FAILs naming what it saw, that the gates
 //! the lie does not touch still PASS, and that cleanup still PASSes with nothing left.
 
-use crate::report::{GateName, Report, Status};
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
+use sharedos_report::report::{GateName, Report, Status};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -427,7 +427,7 @@ fn start_outside_userns(pid: i32) -> Result<()> {
         .with_context(|| format!("starting {}", argv.join(" ")))?;
     let ns: std::collections::BTreeSet<String> = crate::probe::pidns_of(pid).into_iter().collect();
     let mine = std::fs::read_link("/proc/self/ns/user").context("our user namespace")?;
-    crate::wait::until(
+    sharedos_report::wait::until(
         "the process outside the user namespace",
         Duration::from_secs(20),
         || {
@@ -593,7 +593,7 @@ pub fn suite_main(cfg: &SuiteConfig, progress: &mut dyn FnMut(&LieOutcome)) -> R
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::{Check, Gate};
+    use sharedos_report::report::{Check, Gate};
 
     fn sv(a: &[&str]) -> Vec<String> {
         a.iter().map(|s| s.to_string()).collect()
@@ -685,7 +685,7 @@ mod tests {
             })
             .collect();
         Report {
-            schema_version: crate::report::SCHEMA_VERSION,
+            schema_version: sharedos_report::report::SCHEMA_VERSION,
             marker: "m".into(),
             all_gates_pass: false,
             exit_code: 1,

@@ -2,9 +2,9 @@ use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 use sharedos_gate::gates::fidelity;
 use sharedos_gate::gates::Config;
-use sharedos_gate::report::{CgroupLimits, Copies, Gate, RunOptions};
 use sharedos_gate::tree::TreeSpec;
 use sharedos_gate::{diagnose, lies, stateapp, tree};
+use sharedos_report::report::{CgroupLimits, Copies, Gate, RunOptions};
 use std::path::PathBuf;
 use std::time::Duration;
 

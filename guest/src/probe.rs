@@ -271,7 +271,7 @@ mod tests {
             .spawn()
             .unwrap();
         // Until the child has exec'd, its environ is still ours, without the marker.
-        let found = crate::wait::until(
+        let found = sharedos_report::wait::until(
             "the child to show its marker",
             Duration::from_secs(30),
             || {

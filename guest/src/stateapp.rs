@@ -75,7 +75,7 @@ pub fn random_hex(bytes: usize) -> Result<String> {
     std::fs::File::open("/dev/urandom")
         .and_then(|mut f| f.read_exact(&mut buf))
         .context("reading /dev/urandom")?;
-    Ok(crate::digest::hex(&buf))
+    Ok(sharedos_report::digest::hex(&buf))
 }
 
 pub fn is_token(s: &str) -> bool {
@@ -195,12 +195,12 @@ mod tests {
         let sock = dir.join("app.sock");
         let s2 = sock.clone();
         std::thread::spawn(move || serve(&s2));
-        let a = crate::wait::until("app", Duration::from_secs(5), || {
+        let a = sharedos_report::wait::until("app", Duration::from_secs(5), || {
             query(&sock, "get", Duration::from_secs(2)).ok()
         })
         .unwrap();
         assert!(is_token(&a.token));
-        let b = crate::wait::until("counter to advance", Duration::from_secs(5), || {
+        let b = sharedos_report::wait::until("counter to advance", Duration::from_secs(5), || {
             query(&sock, "get", Duration::from_secs(2))
                 .ok()
                 .filter(|b| b.counter > a.counter)

@@ -8,11 +8,11 @@
 //! as `tree-init`, which starts the programs and reaps.
 
 use crate::exec;
-use crate::report::Evidence;
 use anyhow::{bail, Context, Result};
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
 use nix::sched::CloneFlags;
 use nix::sys::stat::{makedev, mknod, Mode, SFlag};
+use sharedos_report::report::Evidence;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -551,7 +551,7 @@ pub fn init_main(spec: &TreeSpec) -> Result<()> {
     let socket = format!("/tmp/.X11-unix/X{}", spec.display);
     // Bounded so a broken Xvfb cannot keep PID 1 from starting the rest; the outside observer
     // reports what did not come up.
-    let up = crate::wait::until("the X socket", Duration::from_secs(300), || {
+    let up = sharedos_report::wait::until("the X socket", Duration::from_secs(300), || {
         Path::new(&socket).exists().then_some(())
     });
     if let Err(e) = up {

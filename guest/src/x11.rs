@@ -36,7 +36,7 @@ pub struct Frame {
 
 impl Frame {
     pub fn sha256(&self) -> String {
-        crate::digest::sha256_hex(&self.rgb)
+        sharedos_report::digest::sha256_hex(&self.rgb)
     }
 
     /// Whether every pixel of `rect` has the colour `rgb` (0xRRGGBB); false when the rectangle

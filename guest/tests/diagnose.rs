@@ -1,9 +1,9 @@
 //! The real diagnostic on this machine: real namespaces, Xvfb, xterm and criu. Needs root; as
 //! any other user the tests say so loudly and check only what an unprivileged run must do.
 
-use sharedos_gate::digest::verify_artifacts;
 use sharedos_gate::probe;
-use sharedos_gate::report::{GateName, Report, Status};
+use sharedos_report::digest::verify_artifacts;
+use sharedos_report::report::{GateName, Report, Status};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

@@ -17,7 +17,7 @@ use crate::image::definition;
 use crate::run::fetch::Limits;
 use crate::verify;
 use anyhow::{bail, Context, Result};
-use sharedos_gate::{clock, digest};
+use sharedos_report::{clock, digest};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -26,7 +26,7 @@ use crate::progress::Progress;
 use crate::report::{GateName, Report, Status, REPORT_FILE, RIG_FAILURE_EXIT};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
-use sharedos_gate::{clock, signals};
+use sharedos_report::{clock, signals};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Child;

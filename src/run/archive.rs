@@ -8,11 +8,11 @@ use crate::render::text::one_line;
 use crate::verify;
 use anyhow::{bail, Result};
 use sharedos_gate::diagnose::artifact_kind;
-use sharedos_gate::report::{
+use sharedos_report::report::{
     Artifact, Environment, Gate, GateName, Report, Status, REPORT_FILE, REVIEW_FILE,
     RIG_FAILURE_EXIT, SCHEMA_VERSION,
 };
-use sharedos_gate::{clock, digest, signals};
+use sharedos_report::{clock, digest, signals};
 use std::path::{Path, PathBuf};
 
 pub fn report_dir_for(opts: &VmRunOptions) -> PathBuf {

@@ -8,7 +8,7 @@ use crate::cmd::Cmd;
 use crate::image::{self, ImageEntry};
 use crate::vm::{self, qemu, Booted};
 use anyhow::{Context, Result};
-use sharedos_gate::signals;
+use sharedos_report::signals;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::Mutex;

@@ -10,13 +10,13 @@ use crate::ssh::Guest;
 use crate::verify;
 use anyhow::{bail, Context, Result};
 use sharedos_gate::diagnose::shell_words;
-use sharedos_gate::digest;
-use sharedos_gate::report::{Report, REPORT_FILE};
+use sharedos_report::digest;
+use sharedos_report::report::{Report, REPORT_FILE};
 use std::io::Read;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-pub use sharedos_gate::report::GUEST_DIR;
+pub use sharedos_report::report::GUEST_DIR;
 
 /// How much the guest may send. A real report is a few tens of MiB (CRIU images are listed, not
 /// fetched).
@@ -140,7 +140,7 @@ fn clean_name(raw: &[u8]) -> Result<Option<String>, String> {
     if trimmed.is_empty() || trimmed == "." {
         return Ok(None);
     }
-    if sharedos_gate::digest::relative_name_ok(trimmed) {
+    if sharedos_report::digest::relative_name_ok(trimmed) {
         Ok(Some(trimmed.to_string()))
     } else {
         Err(format!("{name:?}: not a plain relative path"))

@@ -16,8 +16,8 @@ use crate::image::{self, BuildOptions, ImageEntry};
 use crate::progress::Progress;
 use crate::vm::{qemu, AccelChoice};
 use anyhow::{Context, Result};
-use sharedos_gate::report::{Phase, Report, VmProvenance};
-use sharedos_gate::{clock, signals};
+use sharedos_report::report::{Phase, Report, VmProvenance};
+use sharedos_report::{clock, signals};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -26,7 +26,7 @@ pub const GUEST_GATE: &str = "/usr/local/bin/sharedos-gate";
 pub const GUEST_WORK: &str = "/root/work";
 pub const GUEST_REPORT_DIR: &str = "/root/report";
 
-pub use sharedos_gate::report::RIG_FAILURE_EXIT;
+pub use sharedos_report::report::RIG_FAILURE_EXIT;
 
 #[derive(Debug, Clone)]
 pub struct VmRunOptions {

@@ -4,8 +4,8 @@
 use super::VmRunOptions;
 use crate::image::ImageEntry;
 use crate::vm::{self, qemu};
-use sharedos_gate::environment;
-use sharedos_gate::report::VmProvenance;
+use sharedos_report::environment;
+use sharedos_report::report::VmProvenance;
 
 /// What is known about the host before anything starts.
 pub fn host(opts: &VmRunOptions) -> VmProvenance {

@@ -8,8 +8,8 @@ use crate::render::text::one_line;
 use crate::ssh::Guest;
 use anyhow::{bail, Context, Result};
 use sharedos_gate::diagnose::shell_words;
-use sharedos_gate::digest;
-use sharedos_gate::report::REPORT_FILE;
+use sharedos_report::digest;
+use sharedos_report::report::REPORT_FILE;
 use std::time::{Duration, Instant};
 
 /// The longest line of the guest's output the rig keeps; a longer one is cut there.

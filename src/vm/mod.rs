@@ -199,7 +199,7 @@ pub fn boot_cmd(
                         say,
                     );
                 }
-                if let Some(sig) = sharedos_gate::signals::interrupted() {
+                if let Some(sig) = sharedos_report::signals::interrupted() {
                     bail!("interrupted by {sig} while probing KVM");
                 }
                 std::thread::sleep(Duration::from_millis(50));
@@ -248,7 +248,7 @@ pub fn wait_ready(
                 serial::tail(serial_log, 15)
             );
         }
-        if let Some(sig) = sharedos_gate::signals::interrupted() {
+        if let Some(sig) = sharedos_report::signals::interrupted() {
             bail!("interrupted by {sig} while the guest was booting");
         }
         std::thread::sleep(Duration::from_millis(50));

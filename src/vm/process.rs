@@ -68,7 +68,7 @@ impl QemuProcess {
             if self.started.elapsed() >= timeout {
                 return Ok(None);
             }
-            if let Some(sig) = sharedos_gate::signals::interrupted() {
+            if let Some(sig) = sharedos_report::signals::interrupted() {
                 anyhow::bail!("interrupted by {sig} while waiting for QEMU to exit");
             }
             std::thread::sleep(POLL);
@@ -96,7 +96,7 @@ impl QemuProcess {
         }
         let pid = nix::unistd::Pid::from_raw(child.id() as i32);
         let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-        let gone = sharedos_gate::wait::until("QEMU to exit", Duration::from_secs(5), || {
+        let gone = sharedos_report::wait::until("QEMU to exit", Duration::from_secs(5), || {
             child.try_wait().ok().flatten()
         });
         if gone.is_err() {

@@ -5,11 +5,11 @@
 
 use super::{check, launch::tree_logs, reap_children, Ctx, GateBuilder, TreeRecord};
 use crate::probe::{self, MarkedProcess, NsMember};
-use crate::report::{Gate, GateName};
-use crate::wait;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use serde_json::{json, Value};
+use sharedos_report::report::{Gate, GateName};
+use sharedos_report::wait;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
@@ -64,7 +64,7 @@ pub fn leftover_checks(
     trees: &[TreeRecord],
     left: &Leftovers,
     failures: &[String],
-) -> Vec<crate::report::Check> {
+) -> Vec<sharedos_report::report::Check> {
     let running: Vec<Value> = left
         .pid1_running
         .iter()

@@ -18,10 +18,10 @@
 use super::{check, Ctx, GateBuilder, Observation};
 use crate::compare;
 use crate::probe;
-use crate::report::{Check, Copies, Gate, GateName};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
+use sharedos_report::report::{Check, Copies, Gate, GateName};
 use std::collections::BTreeSet;
 use std::io::Read;
 use std::time::{Duration, Instant};

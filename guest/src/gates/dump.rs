@@ -2,10 +2,10 @@
 //! copy is compared with.
 
 use super::{check, obs_value, Ctx, GateBuilder};
-use crate::digest::sha256_file;
-use crate::report::{Gate, GateName};
 use crate::{compare, criu, probe, pstree};
 use serde_json::json;
+use sharedos_report::digest::sha256_file;
+use sharedos_report::report::{Gate, GateName};
 use std::collections::BTreeSet;
 use std::time::Instant;
 

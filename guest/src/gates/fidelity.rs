@@ -4,10 +4,10 @@
 
 use super::{check, Ctx, GateBuilder};
 use crate::probe;
-use crate::report::{CgroupLimits, Check, Evidence, CPU_PERIOD_US};
 use crate::stateapp::AppState;
 use anyhow::{bail, Context, Result};
 use serde_json::json;
+use sharedos_report::report::{CgroupLimits, Check, Evidence, CPU_PERIOD_US};
 use std::collections::BTreeSet;
 use std::io::Read;
 use std::path::{Path, PathBuf};

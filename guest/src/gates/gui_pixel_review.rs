@@ -2,8 +2,8 @@
 //! human who looks at every PNG and records a decision citing their sha256.
 
 use super::Ctx;
-use crate::report::{Gate, GateName, Status};
 use serde_json::json;
+use sharedos_report::report::{Gate, GateName, Status};
 
 pub fn run(ctx: &mut Ctx) -> Gate {
     let dir = ctx.cfg.report_dir();

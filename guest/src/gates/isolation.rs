@@ -6,8 +6,8 @@ use super::{
 };
 use super::{restore_live_process::check_app_state, restore_x_state::check_x_state};
 use crate::compare;
-use crate::report::{Gate, GateName};
 use serde_json::json;
+use sharedos_report::report::{Gate, GateName};
 
 pub fn run(ctx: &mut Ctx) -> Gate {
     let mut g = GateBuilder::new(GateName::Isolation);

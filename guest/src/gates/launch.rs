@@ -2,12 +2,12 @@
 //! the xterm's window mapped, and the app answers.
 
 use super::{all_differ, check, namespaces_of, Ctx, GateBuilder};
-use crate::report::{Evidence, Gate, GateName};
 use crate::tree::{self, XTERM_TITLE};
-use crate::wait;
 use anyhow::{Context, Result};
 use nix::mount::{mount, MsFlags};
 use serde_json::json;
+use sharedos_report::report::{Evidence, Gate, GateName};
+use sharedos_report::wait;
 use std::time::Instant;
 
 /// A read-only bind of `/` for the tree's root and for CRIU's `--root`. Made in this process's

@@ -4,9 +4,9 @@
 use super::{check, Ctx, GateBuilder};
 use crate::compare;
 use crate::probe::{self, MarkedProcess};
-use crate::report::{Gate, GateName};
 use crate::tree::XTERM_TITLE;
 use serde_json::json;
+use sharedos_report::report::{Gate, GateName};
 
 /// The three kinds of process the live-state checks look for, picked out of the marked ones.
 pub fn xvfb<'a>(procs: &'a [MarkedProcess], display: &str) -> Vec<&'a MarkedProcess> {
@@ -66,7 +66,7 @@ pub fn run(ctx: &mut Ctx) -> Gate {
     let grab = |what: &'static str| ctx.x(pid, what, |c| Ok((c.grab()?, c.mapped_toplevels()?)));
     let mut pairs = 0;
     let mut unequal = Vec::new();
-    let settled = crate::wait::until(
+    let settled = sharedos_report::wait::until(
         "two equal framebuffer grabs a counter tick apart",
         ctx.cfg.quick(),
         || {

@@ -15,13 +15,14 @@ pub mod restore_live_process;
 pub mod restore_x_state;
 
 use crate::criu::{self, NetworkLock};
-use crate::report::{Check, Environment, Evidence, Gate, GateName, RunOptions, Status};
 use crate::stateapp::{self, AppState};
 use crate::tree::{self, TreeSpec};
 use crate::x11::{self, Window, XConn};
-use crate::{exec, probe, wait};
+use crate::{exec, probe};
 use anyhow::{Context, Result};
 use serde_json::{json, Value};
+use sharedos_report::report::{Check, Environment, Evidence, Gate, GateName, RunOptions, Status};
+use sharedos_report::wait;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

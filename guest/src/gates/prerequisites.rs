@@ -3,8 +3,8 @@
 
 use super::{check, find_program, is_executable, Ctx, GateBuilder};
 use crate::criu::{self, NetworkLock};
-use crate::report::{Gate, GateName};
 use serde_json::json;
+use sharedos_report::report::{Gate, GateName};
 use std::path::Path;
 
 /// Checks the tree itself needs. When one fails, launch cannot run; when only the CRIU checks

@@ -8,8 +8,8 @@ use super::restore_x_state::check_x_state;
 use super::{check, obs_value, Ctx, GateBuilder, MARK, MARK_RGB};
 use crate::compare;
 use crate::probe;
-use crate::report::{Gate, GateName};
 use serde_json::json;
+use sharedos_report::report::{Gate, GateName};
 use std::collections::BTreeSet;
 
 pub fn run(ctx: &mut Ctx) -> Gate {

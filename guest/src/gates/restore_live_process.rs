@@ -3,8 +3,8 @@
 
 use super::{check, Ctx, GateBuilder, Observation};
 use crate::compare;
-use crate::report::{Gate, GateName};
 use serde_json::json;
+use sharedos_report::report::{Gate, GateName};
 
 /// Checks that a copy's app holds the dump-time state: same token, counter continuing (not
 /// restarted, not jumped) and still advancing under the same token. `prefix` names the copy in

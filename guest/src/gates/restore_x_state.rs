@@ -3,8 +3,8 @@
 
 use super::{check, obs_value, Ctx, GateBuilder, Observation};
 use crate::compare;
-use crate::report::{Gate, GateName, Status};
 use serde_json::json;
+use sharedos_report::report::{Gate, GateName, Status};
 
 /// Compares a copy's X state with the dump-time one. `prefix` names the copy in the check names
 /// when a gate looks at more than one.

@@ -6,10 +6,10 @@ pub mod honest {
     //! the host looks for them.
 
     use sharedos_gate::compare;
-    use sharedos_gate::digest;
-    use sharedos_gate::report::{Artifact, Check, GateName, Report, GUEST_DIR};
     use sharedos_gate::stateapp::AppState;
     use sharedos_gate::x11::{Frame, Window};
+    use sharedos_report::digest;
+    use sharedos_report::report::{Artifact, Check, GateName, Report, GUEST_DIR};
     use std::path::Path;
     use std::time::Duration;
 

@@ -3,8 +3,8 @@
 //! else it writes is a well-formed report, so that the attack alone decides what the rig does.
 //! tests/hostile_guest.rs runs it through the real vm-run.
 
-use sharedos_gate::digest;
-use sharedos_gate::report::{Check, Environment, Gate, GateName, Report, Status, SCHEMA_VERSION};
+use sharedos_report::digest;
+use sharedos_report::report::{Check, Environment, Gate, GateName, Report, Status, SCHEMA_VERSION};
 use std::path::{Path, PathBuf};
 
 fn arg(args: &[String], flag: &str) -> Option<String> {
@@ -63,7 +63,7 @@ fn report(dir: &Path, tweak: impl FnOnce(&mut Report)) -> Report {
         },
         artifacts: vec![digest::artifact(dir, "png/live.png", "png").expect("png/live.png")],
         // The differences its options would have to justify leaving out.
-        fidelity_differences: sharedos_gate::report::CLOSABLE
+        fidelity_differences: sharedos_report::report::CLOSABLE
             .iter()
             .map(|c| c.difference.to_string())
             .collect(),

@@ -37,6 +37,7 @@ pub fn capture(command_line: Vec<String>) -> Environment {
         criu_version: None,
         xvfb_version: None,
         xterm_version: None,
+        // Every crate of the workspace carries the one workspace version, so this is the gate's.
         gate_version: env!("CARGO_PKG_VERSION").to_string(),
         command_line,
     }
