@@ -5,6 +5,7 @@
 
 use crate::progress::Stage;
 use anyhow::{bail, Context, Result};
+use sharedos_report::text::quote;
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
@@ -50,17 +51,6 @@ impl Cmd {
             .collect();
         parts.extend(self.argv.iter().map(|a| quote(a)));
         parts.join(" ")
-    }
-}
-
-pub fn quote(s: &str) -> String {
-    if !s.is_empty()
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%".contains(&b))
-    {
-        s.to_string()
-    } else {
-        format!("'{}'", s.replace('\'', r"'\''"))
     }
 }
 

@@ -15,7 +15,7 @@ pub enum NetworkLock {
 impl NetworkLock {
     /// iptables when iptables-restore is installed, else nftables.
     pub fn detect() -> NetworkLock {
-        if crate::gates::find_program("iptables-restore").is_some() {
+        if sharedos_report::which::find_program("iptables-restore").is_some() {
             NetworkLock::Iptables
         } else {
             NetworkLock::Nftables

@@ -7,6 +7,7 @@ use sharedos_report::report::{
     still_differs, Artifact, Gate, GateName, Report, RunOptions, Status, CLOSABLE, REPORT_FILE,
     REVIEW_FILE, SCHEMA_VERSION,
 };
+use sharedos_report::text::{artifact_kind, shell_words};
 use sharedos_report::{digest, environment, signals};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -203,20 +204,6 @@ fn walk(base: &Path, dir: &Path, out: &mut Vec<String>) {
         } else if let Ok(rel) = p.strip_prefix(base) {
             out.push(rel.to_string_lossy().into_owned());
         }
-    }
-}
-
-pub fn artifact_kind(rel: &str) -> &'static str {
-    if rel.ends_with(".png") {
-        "png"
-    } else if rel.starts_with("criu/") && rel.ends_with(".log") {
-        "criu-log"
-    } else if rel.starts_with("criu/") {
-        "criu-images"
-    } else if rel.ends_with(".log") {
-        "log"
-    } else {
-        "file"
     }
 }
 
@@ -445,22 +432,6 @@ pub fn render_plan(cfg: &Config) -> String {
 }
 
 /// Quotes an argv for reading and pasting into a POSIX shell.
-pub fn shell_words(argv: &[String]) -> String {
-    argv.iter()
-        .map(|a| {
-            if !a.is_empty()
-                && a.chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "-_./:=,+@%".contains(c))
-            {
-                a.clone()
-            } else {
-                format!("'{}'", a.replace('\'', "'\\''"))
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -550,26 +521,6 @@ mod tests {
             assert_eq!(blocked(*n, &done), None, "{n}");
             done.push(gate(*n, Status::Pass));
         }
-    }
-
-    #[test]
-    fn artifact_kinds() {
-        assert_eq!(artifact_kind("png/live.png"), "png");
-        assert_eq!(artifact_kind("criu/dump.log"), "criu-log");
-        assert_eq!(artifact_kind("criu/dump-images.txt"), "criu-images");
-        assert_eq!(artifact_kind("serial.log"), "log");
-    }
-
-    #[test]
-    fn shell_quoting() {
-        let a: Vec<String> = ["sh", "-c", "echo x; exec sleep infinity", "it's"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
-        assert_eq!(
-            shell_words(&a),
-            "sh -c 'echo x; exec sleep infinity' 'it'\\''s'"
-        );
     }
 
     #[test]

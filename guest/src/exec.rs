@@ -2,6 +2,7 @@
 
 use sharedos_report::report::Evidence;
 use sharedos_report::signals;
+use sharedos_report::text::tail;
 use std::fs::File;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
@@ -46,21 +47,6 @@ fn last_line(s: &str) -> Option<String> {
         .rev()
         .find(|l| !l.trim().is_empty())
         .map(|l| l.trim().to_string())
-}
-
-/// The last `max_lines` lines, at most `max_bytes` bytes.
-pub fn tail(s: &str, max_lines: usize, max_bytes: usize) -> String {
-    let lines: Vec<&str> = s.lines().collect();
-    let start = lines.len().saturating_sub(max_lines);
-    let t = lines[start..].join("\n");
-    if t.len() <= max_bytes {
-        return t;
-    }
-    let mut cut = t.len() - max_bytes;
-    while !t.is_char_boundary(cut) {
-        cut += 1;
-    }
-    t[cut..].to_string()
 }
 
 static SEQ: AtomicU32 = AtomicU32::new(0);
@@ -221,11 +207,5 @@ mod tests {
             "{:?}",
             o.evidence
         );
-    }
-
-    #[test]
-    fn tail_keeps_the_end() {
-        assert_eq!(tail("a\nb\nc", 2, 100), "b\nc");
-        assert_eq!(tail("abcdef", 10, 3), "def");
     }
 }

@@ -500,7 +500,7 @@ pub fn suite_main(cfg: &SuiteConfig, progress: &mut dyn FnMut(&LieOutcome)) -> R
         bail!(
             "`{} check` fails here ({}), and the lying-CRIU suite needs a CRIU that works; run it in the pinned guest: cargo xtask vm-exec --gate-binary GATE -- /usr/local/bin/sharedos-gate lie-suite --out /root/lies",
             cfg.real_criu.display(),
-            crate::exec::tail(&String::from_utf8_lossy(&check.stderr), 1, 300)
+            sharedos_report::text::tail(&String::from_utf8_lossy(&check.stderr), 1, 300)
         );
     }
     std::fs::create_dir_all(&cfg.out).with_context(|| format!("mkdir {}", cfg.out.display()))?;
@@ -508,7 +508,7 @@ pub fn suite_main(cfg: &SuiteConfig, progress: &mut dyn FnMut(&LieOutcome)) -> R
     // keep the wrapper from lying.
     let run_work = cfg
         .work
-        .join(format!("suite-{}", crate::stateapp::random_hex(4)?));
+        .join(format!("suite-{}", sharedos_report::random::random_hex(4)?));
     let mut outcomes = Vec::new();
     for (i, lie) in chosen.into_iter().enumerate() {
         let work = run_work.join(lie.name);
@@ -521,7 +521,7 @@ pub fn suite_main(cfg: &SuiteConfig, progress: &mut dyn FnMut(&LieOutcome)) -> R
         std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755))
             .with_context(|| format!("chmod {}", wrapper.display()))?;
         let out = cfg.out.join(lie.name).join("report.json");
-        let marker = format!("lie-{}-{}", i, crate::stateapp::random_hex(4)?);
+        let marker = format!("lie-{}-{}", i, sharedos_report::random::random_hex(4)?);
         let status = Command::new(&exe)
             .args(["diagnose", "--work"])
             .arg(work.join("run"))

@@ -196,7 +196,7 @@ fn refuse_non_empty_report_dir(out: &std::path::Path) -> Result<()> {
 fn diagnose_main(a: DiagnoseArgs) -> Result<i32> {
     let marker = match a.marker {
         Some(m) => m,
-        None => format!("spike-{}", stateapp::random_hex(6)?),
+        None => format!("spike-{}", sharedos_report::random::random_hex(6)?),
     };
     let work = absolute(
         a.work

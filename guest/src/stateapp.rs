@@ -4,7 +4,8 @@
 
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
-use std::io::{BufRead, BufReader, Read, Write};
+use sharedos_report::random::random_hex;
+use std::io::{BufRead, BufReader, Write};
 use std::os::fd::AsFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
@@ -68,14 +69,6 @@ fn root_file(name: &str, write: Option<&str>) -> Option<RootFile> {
         content,
         error,
     })
-}
-
-pub fn random_hex(bytes: usize) -> Result<String> {
-    let mut buf = vec![0u8; bytes];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut buf))
-        .context("reading /dev/urandom")?;
-    Ok(sharedos_report::digest::hex(&buf))
 }
 
 pub fn is_token(s: &str) -> bool {

@@ -6,7 +6,7 @@ use super::definition::{
     Definition, ImageDir, GUEST_INIT_PATH, INITRD_INIT_FILE, PID1_FILE, SSHD_CONFIG_FILE,
     SSHD_CONFIG_PATH,
 };
-use super::exec::{self, quote, Cmd, Progress};
+use super::exec::{self, Cmd, Progress};
 use super::in_guest;
 use super::index;
 use super::initrd::{self, build_initrd, BUSYBOX_IN_TAR};
@@ -17,6 +17,7 @@ use super::manifest::{
 use super::mode::BuilderMode;
 use crate::vm::qemu::kernel_cmdline;
 use anyhow::{bail, Context, Result};
+use sharedos_report::text::quote;
 use std::path::{Path, PathBuf};
 
 pub const CANONICAL_HOSTNAME: &str = "sharedos-guest";

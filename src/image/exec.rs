@@ -1,7 +1,7 @@
 //! The image builder's host tools: which package provides each, and which are missing.
 
 // The builder's commands and progress are the crate's one command and progress type.
-pub use crate::cmd::{capture, quote, run, Cmd};
+pub use crate::cmd::{capture, run, Cmd};
 pub use crate::progress::{Progress, Stage};
 
 /// Host tools and the Debian/Ubuntu package that provides each.
@@ -23,7 +23,7 @@ pub const TOOL_PACKAGES: &[(&str, &str)] = &[
 pub fn missing_tools(tools: &[&str]) -> Vec<String> {
     tools
         .iter()
-        .filter(|t| sharedos_gate::gates::find_program(t).is_none())
+        .filter(|t| sharedos_report::which::find_program(t).is_none())
         .map(|t| {
             let pkg = TOOL_PACKAGES
                 .iter()

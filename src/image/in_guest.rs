@@ -73,7 +73,7 @@ pub fn host_scripts() -> Result<Vec<PathBuf>> {
     SCRIPTS
         .iter()
         .map(|s| {
-            sharedos_gate::gates::find_program(s)
+            sharedos_report::which::find_program(s)
                 .with_context(|| format!("{s} is not on PATH (apt install mmdebstrap)"))
         })
         .collect()
@@ -316,7 +316,7 @@ pub fn mmdebstrap(
         bail!(
             "mmdebstrap in the builder VM exited {status}\n--- the end of its log (full log: {}) ---\n{}",
             plan.work.log.display(),
-            sharedos_gate::exec::tail(&said, 30, 6000)
+            sharedos_report::text::tail(&said, 30, 6000)
         );
     }
     if let Some(peak) = said.lines().rev().find(|l| l.starts_with("tmpfs peak:")) {

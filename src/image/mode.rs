@@ -56,7 +56,7 @@ impl BuilderMode {
     pub fn missing_tools(self) -> Vec<String> {
         self.tools()
             .iter()
-            .filter(|(t, _)| sharedos_gate::gates::find_program(t).is_none())
+            .filter(|(t, _)| sharedos_report::which::find_program(t).is_none())
             .map(|(t, pkg)| format!("{t} (apt install {pkg})"))
             .collect()
     }

@@ -7,11 +7,11 @@ use super::{boot, Observed, VmRunOptions};
 use crate::render::text::one_line;
 use crate::verify;
 use anyhow::{bail, Result};
-use sharedos_gate::diagnose::artifact_kind;
 use sharedos_report::report::{
     Artifact, Environment, Gate, GateName, Report, Status, REPORT_FILE, REVIEW_FILE,
     RIG_FAILURE_EXIT, SCHEMA_VERSION,
 };
+use sharedos_report::text::artifact_kind;
 use sharedos_report::{clock, digest, signals};
 use std::path::{Path, PathBuf};
 

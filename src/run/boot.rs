@@ -123,7 +123,7 @@ impl Drop for Vm {
 }
 
 pub fn short_id() -> String {
-    sharedos_gate::stateapp::random_hex(3).unwrap_or_else(|_| format!("{:06x}", std::process::id()))
+    sharedos_report::random::random_hex(3).unwrap_or_else(|_| format!("{:06x}", std::process::id()))
 }
 
 /// A free loopback port. Another process may take it before QEMU binds it; the boot retries
@@ -273,7 +273,7 @@ fn start_and_wait(
                         .note(&format!("port {port} was taken; retrying with another"));
                     continue;
                 }
-                let qemu_said = sharedos_gate::exec::tail(&log, 5, 1500);
+                let qemu_said = sharedos_report::text::tail(&log, 5, 1500);
                 if qemu_said.is_empty() {
                     return Err(e);
                 }

@@ -7,7 +7,7 @@ use crate::image;
 use crate::ssh;
 use crate::vm::{self, qemu, AccelChoice};
 use anyhow::Result;
-use sharedos_gate::diagnose::shell_words;
+use sharedos_report::text::shell_words;
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
 

@@ -7,9 +7,9 @@ use super::{provenance, Bounds, Observed, VmRunOptions, GUEST_GATE, GUEST_REPORT
 use crate::render::text::one_line;
 use crate::ssh::Guest;
 use anyhow::{bail, Context, Result};
-use sharedos_gate::diagnose::shell_words;
 use sharedos_report::digest;
 use sharedos_report::report::REPORT_FILE;
+use sharedos_report::text::shell_words;
 use std::time::{Duration, Instant};
 
 /// The longest line of the guest's output the rig keeps; a longer one is cut there.
@@ -71,13 +71,13 @@ pub fn copy(guest: &Guest, opts: &VmRunOptions, obs: &mut Observed) -> Result<()
     if in_guest != gate_sha {
         bail!(
             "the gate binary arrived corrupted: sha256 on the host {gate_sha}, in the guest {:?}",
-            one_line(&sharedos_gate::exec::tail(&prep.output, 3, 500))
+            one_line(&sharedos_report::text::tail(&prep.output, 3, 500))
         );
     }
     if prep.status != 0 {
         bail!(
             "setting the guest clock failed: {}",
-            one_line(&sharedos_gate::exec::tail(&prep.output, 3, 500))
+            one_line(&sharedos_report::text::tail(&prep.output, 3, 500))
         );
     }
     obs.phase("copy", t);
@@ -125,7 +125,7 @@ pub fn gates(guest: &Guest, opts: &VmRunOptions, b: Bounds, obs: &mut Observed) 
     if ![0, 1, 3].contains(&status) {
         bail!(
             "the diagnostic exited {status} (not a verdict): {}",
-            one_line(&sharedos_gate::exec::tail(
+            one_line(&sharedos_report::text::tail(
                 &obs.transcript.join("\n"),
                 8,
                 2000

@@ -35,11 +35,11 @@ pub fn judge_console(text: &str) -> Result<String> {
         Some(p) if p.contains(NO_ROOT) => Ok(p),
         Some(p) => bail!(
             "the bare kernel panicked, but not for want of a root filesystem: {p}; console tail:\n{}",
-            sharedos_gate::exec::tail(text, 15, 3000)
+            sharedos_report::text::tail(text, 15, 3000)
         ),
         None => bail!(
             "the bare kernel did not end in its no-root panic (no \"Kernel panic\" line); console tail:\n{}",
-            sharedos_gate::exec::tail(text, 15, 3000)
+            sharedos_report::text::tail(text, 15, 3000)
         ),
     }
 }
@@ -77,7 +77,7 @@ pub fn boot_bare(
         format!(
             "QEMU exited ({how}) after {:.2} s; QEMU said: {}",
             elapsed.as_secs_f64(),
-            sharedos_gate::exec::tail(&qemu_said, 5, 1500)
+            sharedos_report::text::tail(&qemu_said, 5, 1500)
         )
     })?;
     Ok(FloorBoot {

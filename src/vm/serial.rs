@@ -62,7 +62,7 @@ fn head_bytes(path: &Path, max: u64) -> Vec<u8> {
 
 /// The last lines of the console, for error messages.
 pub fn tail(path: &Path, lines: usize) -> String {
-    sharedos_gate::exec::tail(&super::log_tail(path), lines, 3000)
+    sharedos_report::text::tail(&super::log_tail(path), lines, 3000)
 }
 
 #[cfg(test)]

@@ -5,6 +5,9 @@
 pub mod clock;
 pub mod digest;
 pub mod environment;
+pub mod random;
 pub mod report;
 pub mod signals;
+pub mod text;
 pub mod wait;
+pub mod which;

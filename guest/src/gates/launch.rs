@@ -73,7 +73,7 @@ pub fn tree_logs(pid: i32) -> Vec<Evidence> {
             let p = tree::path_in_tree(pid, &format!("/tmp/{name}.log"));
             std::fs::read_to_string(&p).ok().map(|text| Evidence {
                 step: format!("log of {name} inside the tree"),
-                note: crate::exec::tail(&text, 20, 3000),
+                note: sharedos_report::text::tail(&text, 20, 3000),
                 ..Evidence::default()
             })
         })

@@ -23,8 +23,9 @@ use anyhow::{Context, Result};
 use serde_json::{json, Value};
 use sharedos_report::report::{Check, Environment, Evidence, Gate, GateName, RunOptions, Status};
 use sharedos_report::wait;
+use sharedos_report::which::find_program;
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 /// What `diagnose` was asked to do.
@@ -128,24 +129,6 @@ impl Config {
     pub fn quick(&self) -> Duration {
         self.step_timeout.min(Duration::from_secs(20))
     }
-}
-
-pub fn find_program(name: &str) -> Option<PathBuf> {
-    let path = std::env::var("PATH").unwrap_or_default();
-    let found = path
-        .split(':')
-        .chain(["/usr/local/sbin", "/usr/sbin", "/sbin"])
-        .filter(|d| !d.is_empty())
-        .map(|d| Path::new(d).join(name))
-        .find(|p| is_executable(p));
-    found
-}
-
-pub fn is_executable(p: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::metadata(p)
-        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        .unwrap_or(false)
 }
 
 /// The rectangle isolation and reset draw into a copy's root window, outside the xterm, and its
