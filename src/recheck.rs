@@ -10,9 +10,9 @@ use crate::render::pixels;
 use crate::report::{Check, GateName, Report, Status};
 use crate::{digest, report};
 use serde_json::Value;
-use sharedos_gate::compare;
-use sharedos_gate::stateapp::AppState;
-use sharedos_gate::x11::Window;
+use sharedos_report::compare;
+use sharedos_report::model::app::AppState;
+use sharedos_report::model::screen::Window;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
@@ -388,7 +388,7 @@ mod tests {
         // Copy a's screen is not the dump's, though the check claims the dump-time hash.
         let mut other = honest::frame();
         other.rgb[5] ^= 0x10;
-        other.write_png(&s.0.join("png/restored-a.png")).unwrap();
+        honest::write_png(&other, &s.0.join("png/restored-a.png")).unwrap();
         one_problem(
             &honest_report(),
             &s.0,

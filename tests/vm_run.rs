@@ -257,7 +257,7 @@ fn full_run_archives_an_identified_report_that_verify_agrees_with(sb: &Sandbox, 
 /// `vm-run -- --copies 3`: the density gate runs after reset, restores three copies at once,
 /// records their latency and memory, and the host verifies and labels the figures.
 fn density_of_three_copies_is_measured_and_verified(sb: &Sandbox, gate: &Path) {
-    use sharedos_gate::gates::density::{DensityData, Stop};
+    use sharedos_report::model::density::{DensityData, Stop};
     use sharedos_rig::report::Copies;
     let out_dir = sb.dir.join("reports/density");
     let mut args = vm_run_args(sb, gate, &out_dir, "auto");

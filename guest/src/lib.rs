@@ -1,7 +1,6 @@
 //! sharedos-gate: the diagnostic that runs inside the guest (or on any Linux as root), and the
 //! report schema both sides share.
 
-pub mod compare;
 pub mod criu;
 pub mod diagnose;
 pub mod exec;

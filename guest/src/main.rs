@@ -131,7 +131,7 @@ struct DiagnoseArgs {
 }
 
 fn parse_copies(s: &str) -> Result<Copies, String> {
-    use sharedos_gate::gates::density::MAX_COPIES;
+    use sharedos_report::model::density::MAX_COPIES;
     if s == "max" {
         return Ok(Copies::Max);
     }

@@ -2,35 +2,8 @@
 //! environment carries the run's marker, and every process inside a given pid namespace.
 
 use serde::{Deserialize, Serialize};
+use sharedos_report::model::tree::{MarkedProcess, TreeRecord};
 use std::collections::{BTreeSet, HashSet};
-
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
-pub struct MarkedProcess {
-    pub pid: i32,
-    pub ppid: i32,
-    pub comm: String,
-    pub cmdline: Vec<String>,
-    /// Where the marker was seen: "cmdline", "environ" or both.
-    pub marker_in: Vec<String>,
-    /// The pid namespace it runs in (`pid:[4026532301]`), None when it could not be read.
-    #[serde(default)]
-    pub pidns: Option<String>,
-    /// Its pid inside its own (innermost) pid namespace: the pid CRIU records.
-    #[serde(default)]
-    pub ns_pid: Option<i32>,
-}
-
-impl MarkedProcess {
-    /// The program name: basename of argv[0], else the kernel's comm.
-    pub fn program(&self) -> String {
-        self.cmdline
-            .first()
-            .and_then(|a| a.rsplit('/').next())
-            .filter(|s| !s.is_empty())
-            .map(str::to_string)
-            .unwrap_or_else(|| self.comm.clone())
-    }
-}
 
 fn ppid_and_comm(pid: i32) -> Option<(i32, String)> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -79,6 +52,26 @@ fn parse_ns_pid(status: &str) -> Option<i32> {
         .find_map(|l| l.strip_prefix("NSpid:"))
         .and_then(|rest| rest.split_whitespace().last())
         .and_then(|p| p.parse().ok())
+}
+
+/// Kept off the shared record: whether a tree still runs is read from this machine's /proc,
+/// which only the guest can see.
+pub trait TreeRecordExt {
+    /// Whether the tree's PID 1 still runs: the pid is live and still heads the recorded
+    /// namespace (a reused pid elsewhere is not our PID 1).
+    fn pid1_running(&self) -> bool;
+}
+
+impl TreeRecordExt for TreeRecord {
+    fn pid1_running(&self) -> bool {
+        if !is_live(self.pid) {
+            return false;
+        }
+        match &self.pidns {
+            Some(ns) => pidns_of(self.pid).is_ok_and(|now| &now == ns),
+            None => true,
+        }
+    }
 }
 
 /// A live (not zombie) process still listed in /proc.

@@ -3,7 +3,8 @@
 //! One request per connection means no connection is open when CRIU freezes the tree.
 
 use anyhow::{bail, Context, Result};
-use serde::{Deserialize, Serialize};
+use sharedos_report::compare::MUTATE_JUMP;
+use sharedos_report::model::app::{AppState, RootFile};
 use sharedos_report::random::random_hex;
 use std::io::{BufRead, BufReader, Write};
 use std::os::fd::AsFd;
@@ -14,29 +15,6 @@ use std::time::{Duration, Instant};
 /// Where the app listens, as the tree sees it.
 pub const SOCKET: &str = "/tmp/sharedos-app.sock";
 const TICK: Duration = Duration::from_millis(100);
-
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
-pub struct AppState {
-    pub token: String,
-    pub counter: u64,
-    /// The app's pid inside its namespace.
-    pub pid: i32,
-    /// The answer to `file-write NAME` or `file-read NAME`; absent for the other requests.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub file: Option<RootFile>,
-}
-
-/// A file the app keeps on the tree's root, outside the private /tmp: written with the app's
-/// token, read back as it is now.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
-pub struct RootFile {
-    pub path: String,
-    /// The file's content; None when it does not exist.
-    pub content: Option<String>,
-    /// Why writing or reading failed (a read-only root, say).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-}
 
 /// Where `file-write NAME` writes, as the tree sees it: on the root, outside every private mount.
 pub fn root_file_path(name: &str) -> Option<String> {
@@ -69,12 +47,6 @@ fn root_file(name: &str, write: Option<&str>) -> Option<RootFile> {
         content,
         error,
     })
-}
-
-pub fn is_token(s: &str) -> bool {
-    s.len() == 32
-        && s.bytes()
-            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
 }
 
 /// The app's main loop. Single-threaded on purpose. The counter ticks on the monotonic clock,
@@ -134,7 +106,7 @@ pub fn serve(socket: &Path) -> Result<()> {
             // that no amount of ticking in the other copy could produce.
             "mutate" => {
                 token = random_hex(16)?;
-                counter += crate::compare::MUTATE_JUMP;
+                counter += MUTATE_JUMP;
             }
             _ => continue,
         }
@@ -173,13 +145,7 @@ pub fn query(socket: &Path, command: &str, timeout: Duration) -> Result<AppState
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn token_shape() {
-        assert!(is_token(&random_hex(16).unwrap()));
-        assert!(!is_token("abc"));
-        assert!(!is_token(&"G".repeat(32)));
-    }
+    use sharedos_report::model::app::is_token;
 
     #[test]
     fn serves_get_and_mutate() {

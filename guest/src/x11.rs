@@ -2,7 +2,7 @@
 //! framebuffer through GetImage (pixel data only, so grabs of an unchanged screen compare equal).
 
 use anyhow::{bail, Context, Result};
-use serde::{Deserialize, Serialize};
+use sharedos_report::model::screen::{Frame, Window};
 use std::io::BufWriter;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -17,31 +17,17 @@ pub fn socket_path(tree_pid: i32, display: u32) -> PathBuf {
     PathBuf::from(format!("/proc/{tree_pid}/root/tmp/.X11-unix/X{display}"))
 }
 
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
-pub struct Window {
-    pub id: u32,
-    pub title: String,
-    pub x: i16,
-    pub y: i16,
-    pub width: u16,
-    pub height: u16,
-}
-
-/// One GetImage of the whole root window, as tightly packed RGB.
-pub struct Frame {
-    pub width: u16,
-    pub height: u16,
-    pub rgb: Vec<u8>,
-}
-
-impl Frame {
-    pub fn sha256(&self) -> String {
-        sharedos_report::digest::sha256_hex(&self.rgb)
-    }
-
+/// The guest's own work on a frame, kept off the shared type so that the shared crate needs
+/// neither x11rb (for `Rectangle`) nor the PNG encoder.
+pub trait FrameExt {
     /// Whether every pixel of `rect` has the colour `rgb` (0xRRGGBB); false when the rectangle
     /// is empty or reaches outside the frame.
-    pub fn rect_is(&self, rect: Rectangle, rgb: u32) -> bool {
+    fn rect_is(&self, rect: Rectangle, rgb: u32) -> bool;
+    fn write_png(&self, path: &Path) -> Result<()>;
+}
+
+impl FrameExt for Frame {
+    fn rect_is(&self, rect: Rectangle, rgb: u32) -> bool {
         let (x0, y0) = (rect.x as i64, rect.y as i64);
         let (x1, y1) = (x0 + rect.width as i64, y0 + rect.height as i64);
         if rect.width == 0 || rect.height == 0 || x0 < 0 || y0 < 0 {
@@ -59,7 +45,7 @@ impl Frame {
         })
     }
 
-    pub fn write_png(&self, path: &Path) -> Result<()> {
+    fn write_png(&self, path: &Path) -> Result<()> {
         let f =
             std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
         let mut enc = png::Encoder::new(BufWriter::new(f), self.width.into(), self.height.into());

@@ -123,7 +123,7 @@ pub fn provenance(r: &Report) -> Vec<(&'static str, String)> {
 /// has no density gate. The guest records raw numbers only; the figures are computed here and
 /// labelled with the accelerator the host recorded, since under TCG they say little about KVM.
 pub fn density(r: &Report) -> Option<Vec<(String, String)>> {
-    use sharedos_gate::gates::density::{median, p95, DensityData, MAX_COPIES};
+    use sharedos_report::model::density::{median, p95, DensityData, MAX_COPIES};
     let g = r.gate(GateName::Density)?;
     let accel = match &r.vm {
         Some(vm) => vm.accel.clone(),

@@ -3,8 +3,10 @@
 //! and the helpers both sides run live here once, apart from either side's own code.
 
 pub mod clock;
+pub mod compare;
 pub mod digest;
 pub mod environment;
+pub mod model;
 pub mod random;
 pub mod report;
 pub mod signals;

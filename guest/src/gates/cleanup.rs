@@ -3,11 +3,13 @@
 //! any tree's pid namespace and no marked process is left. Lists what was ended, what had to be
 //! force-killed, what stayed, and every step that went wrong.
 
-use super::{check, launch::tree_logs, reap_children, Ctx, GateBuilder, TreeRecord};
-use crate::probe::{self, MarkedProcess, NsMember};
+use super::{launch::tree_logs, reap_children, Ctx, GateBuilder};
+use crate::probe::{self, NsMember, TreeRecordExt};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use serde_json::{json, Value};
+use sharedos_report::compare::check;
+use sharedos_report::model::tree::{MarkedProcess, TreeRecord};
 use sharedos_report::report::{Gate, GateName};
 use sharedos_report::wait;
 use std::collections::BTreeSet;

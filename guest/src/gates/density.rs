@@ -15,100 +15,20 @@
 //! answer also ends it, and fails the gate: the floor exists so that the search stops before
 //! anything breaks.
 
-use super::{check, Ctx, GateBuilder, Observation};
-use crate::compare;
-use crate::probe;
+use super::{Ctx, GateBuilder};
+use crate::probe::{self, TreeRecordExt};
 use anyhow::{bail, Context, Result};
-use serde::{Deserialize, Serialize};
 use serde_json::json;
+use sharedos_report::compare::{self, check};
+use sharedos_report::model::density::{median, p95, CopyMem, DensityData, Limits, Mem, Stop};
+use sharedos_report::model::tree::{Observation, TreeRecord};
 use sharedos_report::report::{Check, Copies, Gate, GateName};
 use std::collections::BTreeSet;
 use std::io::Read;
 use std::time::{Duration, Instant};
 
-/// The most copies either form restores (`--copies N` is refused above it).
-pub const MAX_COPIES: u32 = 64;
-/// Bound of the `max` search: within the host's bound on the whole gate phase under KVM (450 s) as
-/// well as under TCG (1800 s), the other gates included.
-pub const SEARCH_DEADLINE: Duration = Duration::from_secs(300);
-/// The least MemAvailable the `max` search leaves the guest, in KiB: 128 MiB, or an eighth of
-/// MemTotal when that is more, so sshd and the rig's own reads never meet the OOM killer.
-pub fn reserve_kib(mem_total_kib: u64) -> u64 {
-    (128 * 1024).max(mem_total_kib / 8)
-}
-
 /// Far above a real smaps_rollup or meminfo (a few hundred bytes to a few KiB).
 const MAX_PROC_READ: u64 = 64 * 1024;
-
-/// Why the restoring stopped.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum Stop {
-    /// `--copies N`: N restores were made.
-    Count,
-    /// `max`: the hard cap was reached.
-    Cap,
-    /// `max`: another copy would take MemAvailable below the reserve.
-    MemoryFloor,
-    /// `max`: the search's deadline passed.
-    Deadline,
-    /// A restore failed.
-    RestoreFailed,
-    /// `max`: a restored copy did not answer with the dump-time state.
-    NoAnswer,
-}
-
-impl Stop {
-    /// Whether stopping here is a bound of the search rather than something that broke.
-    pub fn is_bound(self) -> bool {
-        matches!(
-            self,
-            Stop::Count | Stop::Cap | Stop::MemoryFloor | Stop::Deadline
-        )
-    }
-}
-
-/// What bounds the restoring.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Limits {
-    pub cap: u32,
-    /// None for `--copies N`, which restores N whatever memory is left.
-    pub reserve_kib: Option<u64>,
-    /// None for `--copies N`: each restore has its own step bound.
-    #[serde(with = "opt_secs")]
-    pub deadline: Option<Duration>,
-}
-
-impl Limits {
-    pub fn for_request(req: Copies, mem_total_kib: u64) -> Limits {
-        match req {
-            Copies::Count(n) => Limits {
-                cap: n.min(MAX_COPIES),
-                reserve_kib: None,
-                deadline: None,
-            },
-            Copies::Max => Limits {
-                cap: MAX_COPIES,
-                reserve_kib: Some(reserve_kib(mem_total_kib)),
-                deadline: Some(SEARCH_DEADLINE),
-            },
-        }
-    }
-}
-
-mod opt_secs {
-    use serde::{Deserialize, Deserializer, Serializer};
-    use std::time::Duration;
-    pub fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
-        match d {
-            Some(d) => s.serialize_some(&d.as_secs()),
-            None => s.serialize_none(),
-        }
-    }
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
-        Ok(Option::<u64>::deserialize(d)?.map(Duration::from_secs))
-    }
-}
 
 /// Where the search stands before the next restore.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -144,23 +64,6 @@ pub fn stop_before_next(limits: &Limits, s: &SearchState, count_mode: bool) -> O
         }
     }
     None
-}
-
-/// The memory of a process (or a sum of them) from smaps_rollup, in KiB.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Mem {
-    pub rss_kib: u64,
-    pub pss_kib: u64,
-    /// Private_Clean + Private_Dirty: what ending the process would give back.
-    pub uss_kib: u64,
-}
-
-impl Mem {
-    pub fn add(&mut self, o: Mem) {
-        self.rss_kib += o.rss_kib;
-        self.pss_kib += o.pss_kib;
-        self.uss_kib += o.uss_kib;
-    }
 }
 
 /// `Name:   1234 kB` lines: the value of each wanted name, which must appear exactly once.
@@ -235,38 +138,6 @@ fn read_proc(path: &str) -> Result<String> {
 
 pub fn read_meminfo() -> Result<(u64, u64)> {
     parse_meminfo(&read_proc("/proc/meminfo")?)
-}
-
-/// Median of the values; the mean of the middle two for an even count.
-pub fn median(xs: &[u64]) -> Option<f64> {
-    let mut v = xs.to_vec();
-    v.sort_unstable();
-    let n = v.len();
-    match n {
-        0 => None,
-        _ if n % 2 == 1 => Some(v[n / 2] as f64),
-        _ => Some((v[n / 2 - 1] as f64 + v[n / 2] as f64) / 2.0),
-    }
-}
-
-/// The 95th percentile by nearest rank: the smallest value at least 95 % of the values reach.
-pub fn p95(xs: &[u64]) -> Option<u64> {
-    let mut v = xs.to_vec();
-    v.sort_unstable();
-    let rank = (v.len() * 95).div_ceil(100);
-    v.get(rank.checked_sub(1)?).copied()
-}
-
-/// One copy's memory: every process of its pid namespace, zombies aside (they map nothing).
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
-pub struct CopyMem {
-    pub label: String,
-    pub pid: i32,
-    pub processes: usize,
-    pub mem: Mem,
-    /// Processes whose smaps_rollup could not be read or parsed.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub errors: Vec<String>,
 }
 
 fn copy_mem(ctx: &Ctx, label: &str, pid: i32) -> CopyMem {
@@ -377,30 +248,6 @@ pub fn all_of(name: &str, expected: &str, per_copy: &[(String, &Check)]) -> Chec
         json!({"copies": per_copy.len(), "failed": failed}),
         expected,
     )
-}
-
-/// The raw figures, under `data.density`: the host reads them back to render the section.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
-pub struct DensityData {
-    pub requested: Copies,
-    pub limits: Limits,
-    /// Copies up at once when the restoring stopped.
-    pub copies: u32,
-    pub stopped_by: Stop,
-    pub stop_detail: String,
-    /// Each restore's latency (ms), in restore order, the failed one included.
-    pub restore_ms: Vec<u64>,
-    pub restore_ms_median: Option<f64>,
-    pub restore_ms_p95: Option<u64>,
-    /// Measured with every copy up.
-    pub per_copy: Vec<CopyMem>,
-    pub total: Mem,
-    pub mem_total_kib: u64,
-    /// MemTotal - MemAvailable before the first restore and with every copy up.
-    pub mem_used_before_kib: u64,
-    pub mem_used_with_copies_kib: u64,
-    /// Copies of the earlier gates ended first, so that they do not count against this one.
-    pub ended_before: Vec<String>,
 }
 
 pub fn run(ctx: &mut Ctx) -> Gate {
@@ -524,7 +371,7 @@ pub fn run(ctx: &mut Ctx) -> Gate {
     let fresh: Vec<(String, Check)> = up
         .iter()
         .map(|(l, p)| {
-            let others: Vec<super::TreeRecord> = ctx
+            let others: Vec<TreeRecord> = ctx
                 .trees
                 .iter()
                 .filter(|t| !t.ended && t.pid1_running() && t.pid != *p)
@@ -627,6 +474,7 @@ pub fn run(ctx: &mut Ctx) -> Gate {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sharedos_report::model::density::{reserve_kib, MAX_COPIES};
 
     const ROLLUP: &str =
         "55d1c0a4b000-7ffd9a5f6000 ---p 00000000 00:00 0                          [rollup]
@@ -675,24 +523,6 @@ Swap:                  0 kB
         assert_eq!(parse_meminfo(t).unwrap(), (1_001_234, 700_000));
         assert!(parse_meminfo("MemTotal: 10 kB\nMemAvailable: 20 kB\n").is_err());
         assert!(parse_meminfo("MemTotal: 10 kB\n").is_err());
-    }
-
-    #[test]
-    fn median_and_p95() {
-        assert_eq!(median(&[]), None);
-        assert_eq!(p95(&[]), None);
-        assert_eq!(median(&[7]), Some(7.0));
-        assert_eq!(p95(&[7]), Some(7));
-        assert_eq!(median(&[3, 1, 2]), Some(2.0));
-        assert_eq!(median(&[4, 1, 3, 2]), Some(2.5));
-        let hundred: Vec<u64> = (1..=100).rev().collect();
-        assert_eq!(p95(&hundred), Some(95));
-        assert_eq!(median(&hundred), Some(50.5));
-        // 20 values: rank 19, not the maximum.
-        let twenty: Vec<u64> = (1..=20).collect();
-        assert_eq!(p95(&twenty), Some(19));
-        // Few values: the p95 is the largest.
-        assert_eq!(p95(&[3000, 3100, 9000]), Some(9000));
     }
 
     fn state(up: u32, secs: u64, avail_mib: u64, pss_mib: u64) -> SearchState {
@@ -755,15 +585,6 @@ Swap:                  0 kB
     }
 
     #[test]
-    fn only_bounds_are_good_stops() {
-        for s in [Stop::Count, Stop::Cap, Stop::MemoryFloor, Stop::Deadline] {
-            assert!(s.is_bound(), "{s:?}");
-        }
-        assert!(!Stop::RestoreFailed.is_bound());
-        assert!(!Stop::NoAnswer.is_bound());
-    }
-
-    #[test]
     fn one_copy_that_fails_fails_the_whole_check() {
         let good = check("same_token", true, json!("t"), "t");
         let bad = check("same_token", false, json!({"seen": "u"}), "t");
@@ -779,29 +600,5 @@ Swap:                  0 kB
             !all_of("all_same_token", "all", &[]).passed,
             "no copy is no pass"
         );
-    }
-
-    #[test]
-    fn the_figures_round_trip() {
-        let d = DensityData {
-            requested: Copies::Max,
-            limits: Limits::for_request(Copies::Max, 1 << 20),
-            copies: 2,
-            stopped_by: Stop::MemoryFloor,
-            stop_detail: "x".into(),
-            restore_ms: vec![3000, 3200],
-            restore_ms_median: median(&[3000, 3200]),
-            restore_ms_p95: p95(&[3000, 3200]),
-            per_copy: vec![],
-            total: Mem::default(),
-            mem_total_kib: 1 << 20,
-            mem_used_before_kib: 100,
-            mem_used_with_copies_kib: 200,
-            ended_before: vec!["a".into()],
-        };
-        let v = serde_json::to_value(&d).unwrap();
-        assert_eq!(v["stopped_by"], "memory_floor");
-        assert_eq!(v["limits"]["deadline"], 300);
-        assert_eq!(serde_json::from_value::<DensityData>(v).unwrap(), d);
     }
 }

@@ -1,9 +1,10 @@
 //! dump: CRIU checkpoints the whole tree. The state just before the dump is what every restored
 //! copy is compared with.
 
-use super::{check, obs_value, Ctx, GateBuilder};
-use crate::{compare, criu, probe, pstree};
+use super::{obs_value, Ctx, GateBuilder};
+use crate::{criu, probe, pstree};
 use serde_json::json;
+use sharedos_report::compare::{self, check};
 use sharedos_report::digest::sha256_file;
 use sharedos_report::report::{Gate, GateName};
 use std::collections::BTreeSet;

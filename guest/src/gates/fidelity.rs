@@ -2,11 +2,12 @@
 //! copy get them, and the checks that show a restored copy has them. A check reads what the
 //! kernel says about the copy's own processes, never what the rig meant to set up.
 
-use super::{check, Ctx, GateBuilder};
+use super::{Ctx, GateBuilder};
 use crate::probe;
-use crate::stateapp::AppState;
 use anyhow::{bail, Context, Result};
 use serde_json::json;
+use sharedos_report::compare::check;
+use sharedos_report::model::app::AppState;
 use sharedos_report::report::{CgroupLimits, Check, Evidence, CPU_PERIOD_US};
 use std::collections::BTreeSet;
 use std::io::Read;
@@ -707,7 +708,7 @@ mod tests {
             token: token.into(),
             counter: 1,
             pid: 3,
-            file: Some(crate::stateapp::RootFile {
+            file: Some(sharedos_report::model::app::RootFile {
                 path: "/var/tmp/sharedos-file-x".into(),
                 content: content.map(str::to_string),
                 error: error.map(str::to_string),

@@ -1,12 +1,10 @@
 //! isolation: two copies from one dump run at once in their own namespaces; changing the app and
 //! the screen of one leaves the other at the dump-time state.
 
-use super::{
-    all_differ, check, fidelity, namespaces_of, obs_value, Ctx, GateBuilder, MARK, MARK_RGB,
-};
+use super::{all_differ, fidelity, namespaces_of, obs_value, Ctx, GateBuilder, MARK, MARK_RGB};
 use super::{restore_live_process::check_app_state, restore_x_state::check_x_state};
-use crate::compare;
 use serde_json::json;
+use sharedos_report::compare::{self, check};
 use sharedos_report::report::{Gate, GateName};
 
 pub fn run(ctx: &mut Ctx) -> Gate {

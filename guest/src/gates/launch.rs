@@ -1,11 +1,12 @@
 //! launch: the tree comes up in its own namespaces and becomes ready: the X server answers with
 //! the xterm's window mapped, and the app answers.
 
-use super::{all_differ, check, namespaces_of, Ctx, GateBuilder};
+use super::{all_differ, namespaces_of, Ctx, GateBuilder};
 use crate::tree::{self, XTERM_TITLE};
 use anyhow::{Context, Result};
 use nix::mount::{mount, MsFlags};
 use serde_json::json;
+use sharedos_report::compare::check;
 use sharedos_report::report::{Evidence, Gate, GateName};
 use sharedos_report::wait;
 use std::time::Instant;

@@ -1,11 +1,13 @@
 //! live_state_probe: the eight live-state checks of the SPEC, all made from outside the tree,
 //! and the census: every process carrying the marker runs inside the tree's pid namespace.
 
-use super::{check, Ctx, GateBuilder};
-use crate::compare;
-use crate::probe::{self, MarkedProcess};
+use super::{Ctx, GateBuilder};
+use crate::probe;
 use crate::tree::XTERM_TITLE;
+use crate::x11::FrameExt;
 use serde_json::json;
+use sharedos_report::compare::{self, check};
+use sharedos_report::model::tree::MarkedProcess;
 use sharedos_report::report::{Gate, GateName};
 
 /// The three kinds of process the live-state checks look for, picked out of the marked ones.

@@ -15,12 +15,16 @@ pub mod restore_live_process;
 pub mod restore_x_state;
 
 use crate::criu::{self, NetworkLock};
-use crate::stateapp::{self, AppState};
+use crate::exec;
+use crate::probe::{self, TreeRecordExt};
+use crate::stateapp;
 use crate::tree::{self, TreeSpec};
-use crate::x11::{self, Window, XConn};
-use crate::{exec, probe};
+use crate::x11::{self, FrameExt, XConn};
 use anyhow::{Context, Result};
 use serde_json::{json, Value};
+use sharedos_report::compare::{self, check};
+use sharedos_report::model::app::AppState;
+use sharedos_report::model::tree::{Observation, TreeRecord};
 use sharedos_report::report::{Check, Environment, Evidence, Gate, GateName, RunOptions, Status};
 use sharedos_report::wait;
 use sharedos_report::which::find_program;
@@ -140,48 +144,6 @@ pub const MARK: x11rb::protocol::xproto::Rectangle = x11rb::protocol::xproto::Re
     height: 60,
 };
 pub const MARK_RGB: u32 = 0x00ff_0000;
-
-/// The state of a tree at one moment, as seen from outside.
-#[derive(Clone, Debug)]
-pub struct Observation {
-    pub app: AppState,
-    /// Just before the app was asked: the anchor of every counter bound derived from `app`.
-    pub app_asked_at: Instant,
-    pub windows: Vec<Window>,
-    pub frame_sha256: String,
-    /// Whether the frame shows the drawn mark in full.
-    pub mark_drawn: bool,
-    /// Report-relative path of the PNG of that frame.
-    pub png: String,
-}
-
-/// A tree this run started or restored: its PID 1 as the host sees it and the pid namespace it
-/// heads, read while it ran. Kept for the whole run, so cleanup can prove each one is gone.
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
-pub struct TreeRecord {
-    pub label: String,
-    pub pid: i32,
-    /// None when PID 1 was already gone when the tree was registered.
-    pub pidns: Option<String>,
-    /// Set once the tree was seen gone (PID 1 and its namespace). The kernel reuses the inode
-    /// numbers of freed namespaces, so an ended tree's `pidns` may later name another tree's
-    /// namespace, or a stranger's: it is never looked for again.
-    pub ended: bool,
-}
-
-impl TreeRecord {
-    /// Whether the tree's PID 1 still runs: the pid is live and still heads the recorded
-    /// namespace (a reused pid elsewhere is not our PID 1).
-    pub fn pid1_running(&self) -> bool {
-        if !probe::is_live(self.pid) {
-            return false;
-        }
-        match &self.pidns {
-            Some(ns) => probe::pidns_of(self.pid).is_ok_and(|now| &now == ns),
-            None => true,
-        }
-    }
-}
 
 /// State shared along the gate sequence.
 pub struct Ctx {
@@ -309,7 +271,7 @@ impl Ctx {
         })
         .map_err(|e| format!("{e:#}"));
         let want = self.tree_record(tree_pid).and_then(|t| t.pidns.clone());
-        crate::compare::x_server_in_tree(name, &sock.display().to_string(), peer, want.as_deref())
+        compare::x_server_in_tree(name, &sock.display().to_string(), peer, want.as_deref())
     }
 
     /// `criu restore` of the dump as copy `label`; on success the copy is registered.
@@ -472,8 +434,6 @@ pub fn all_differ(a: &BTreeMap<String, String>, b: &BTreeMap<String, String>) ->
         && a.iter()
             .all(|(k, v)| !v.starts_with("unreadable") && b.get(k).is_some_and(|w| w != v))
 }
-
-pub use crate::compare::check;
 
 /// Builds a gate from its checks: PASS only when there are checks and all passed.
 pub struct GateBuilder {

@@ -1,9 +1,10 @@
 //! prerequisites: root, the tree's tools, a usable work directory and display, and a CRIU whose
 //! `criu check` succeeds on this kernel. Each missing piece is named with its fix.
 
-use super::{check, Ctx, GateBuilder};
+use super::{Ctx, GateBuilder};
 use crate::criu::{self, NetworkLock};
 use serde_json::json;
+use sharedos_report::compare::check;
 use sharedos_report::report::{Gate, GateName};
 use sharedos_report::which::{find_program, is_executable};
 use std::path::Path;

@@ -5,10 +5,10 @@
 
 use super::restore_live_process::check_app_state;
 use super::restore_x_state::check_x_state;
-use super::{check, obs_value, Ctx, GateBuilder, MARK, MARK_RGB};
-use crate::compare;
+use super::{obs_value, Ctx, GateBuilder, MARK, MARK_RGB};
 use crate::probe;
 use serde_json::json;
+use sharedos_report::compare::{self, check};
 use sharedos_report::report::{Gate, GateName};
 use std::collections::BTreeSet;
 

@@ -1,9 +1,10 @@
 //! restore_live_process: a copy restored from the dump has the app's token, and its counter
 //! continues from the dump-time value.
 
-use super::{check, Ctx, GateBuilder, Observation};
-use crate::compare;
+use super::{Ctx, GateBuilder};
 use serde_json::json;
+use sharedos_report::compare::{self, check};
+use sharedos_report::model::tree::Observation;
 use sharedos_report::report::{Gate, GateName};
 
 /// Checks that a copy's app holds the dump-time state: same token, counter continuing (not

@@ -1,9 +1,10 @@
 //! restore_x_state: the restored X server answers, lists the same mapped window with the same
 //! title, and its framebuffer has the dump-time pixels.
 
-use super::{check, obs_value, Ctx, GateBuilder, Observation};
-use crate::compare;
+use super::{obs_value, Ctx, GateBuilder};
 use serde_json::json;
+use sharedos_report::compare::{self, check};
+use sharedos_report::model::tree::Observation;
 use sharedos_report::report::{Gate, GateName, Status};
 
 /// Compares a copy's X state with the dump-time one. `prefix` names the copy in the check names

@@ -5,10 +5,11 @@ pub mod honest {
     //! them: values made by the guest's own comparisons, and the PNGs they name written where
     //! the host looks for them.
 
-    use sharedos_gate::compare;
-    use sharedos_gate::stateapp::AppState;
-    use sharedos_gate::x11::{Frame, Window};
+    use sharedos_gate::x11::FrameExt;
+    use sharedos_report::compare;
     use sharedos_report::digest;
+    use sharedos_report::model::app::AppState;
+    use sharedos_report::model::screen::{Frame, Window};
     use sharedos_report::report::{Artifact, Check, GateName, Report, GUEST_DIR};
     use std::path::Path;
     use std::time::Duration;
@@ -114,13 +115,19 @@ pub mod honest {
         v
     }
 
+    /// Writes `frame` as the guest writes the PNG of a grab.
+    pub fn write_png(frame: &Frame, path: &Path) -> std::io::Result<()> {
+        frame
+            .write_png(path)
+            .map_err(|e| std::io::Error::other(format!("{e:#}")))
+    }
+
     /// Writes the PNGs under `base` (the guest's report directory).
     pub fn write_pngs(base: &Path) -> std::io::Result<()> {
         std::fs::create_dir_all(base.join("png"))?;
         let f = frame();
         for rel in PNGS {
-            f.write_png(&base.join(rel))
-                .map_err(|e| std::io::Error::other(format!("{e:#}")))?;
+            write_png(&f, &base.join(rel))?;
         }
         Ok(())
     }

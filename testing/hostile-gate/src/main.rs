@@ -186,9 +186,7 @@ fn run(dir: &Path, attack: &str) -> std::io::Result<()> {
             let mut other = hostile_gate::honest::frame();
             other.rgb[0] ^= 0xff;
             let rel = "png/restored-a.png";
-            other
-                .write_png(&dir.join(rel))
-                .map_err(|e| std::io::Error::other(format!("{e:#}")))?;
+            hostile_gate::honest::write_png(&other, &dir.join(rel))?;
             let forged = digest::artifact(dir, rel, "png")
                 .map_err(|e| std::io::Error::other(format!("{e:#}")))?;
             for a in r.artifacts.iter_mut().filter(|a| a.path == rel) {

@@ -2,11 +2,11 @@
 //! records the observed value and the expected one. The gates only gather observations; tests
 //! feed these functions observations that must fail.
 
-use crate::probe::MarkedProcess;
-use crate::stateapp::{is_token, AppState};
-use crate::x11::Window;
+use crate::model::app::{is_token, AppState};
+use crate::model::screen::Window;
+use crate::model::tree::{MarkedProcess, Observation, TreeRecord};
+use crate::report::Check;
 use serde_json::{json, Value};
-use sharedos_report::report::Check;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
@@ -157,8 +157,8 @@ pub fn framebuffer_changed(name: &str, before: (&str, &str), after: (&str, &str)
 pub fn copy_changed(
     name: &str,
     mutate_reply: Option<&AppState>,
-    seen: &crate::gates::Observation,
-    dump: &crate::gates::Observation,
+    seen: &Observation,
+    dump: &Observation,
 ) -> Check {
     let jumped = dump.app.counter + MUTATE_JUMP;
     let passed = mutate_reply.is_some_and(|m| m.token == seen.app.token)
@@ -258,12 +258,8 @@ pub fn x_server_in_tree(
 
 /// A restore hands back a new tree: neither its PID 1 nor its pid namespace belongs to another
 /// tree still running.
-pub fn fresh_copy(
-    name: &str,
-    copy: &crate::gates::TreeRecord,
-    others: &[crate::gates::TreeRecord],
-) -> Check {
-    let clashes: Vec<&crate::gates::TreeRecord> = others
+pub fn fresh_copy(name: &str, copy: &TreeRecord, others: &[TreeRecord]) -> Check {
+    let clashes: Vec<&TreeRecord> = others
         .iter()
         .filter(|o| o.pid == copy.pid || (copy.pidns.is_some() && o.pidns == copy.pidns))
         .collect();
@@ -412,8 +408,8 @@ mod tests {
         assert!(!framebuffer_changed("d", ("", ""), b).passed);
     }
 
-    fn obs(token: &str, counter: u64, sha: &str, mark: bool) -> crate::gates::Observation {
-        crate::gates::Observation {
+    fn obs(token: &str, counter: u64, sha: &str, mark: bool) -> Observation {
+        Observation {
             app: app(token, counter),
             app_asked_at: std::time::Instant::now(),
             windows: vec![win(1, "sharedos-spike")],
@@ -484,7 +480,7 @@ mod tests {
 
     #[test]
     fn a_restore_must_hand_back_a_new_tree() {
-        let rec = |label: &str, pid: i32, ns: Option<&str>| crate::gates::TreeRecord {
+        let rec = |label: &str, pid: i32, ns: Option<&str>| TreeRecord {
             label: label.into(),
             pid,
             pidns: ns.map(str::to_string),
