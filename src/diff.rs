@@ -2,9 +2,9 @@
 //! provenance, and timings as B/A ratios.
 
 use crate::render::{duration, value_str};
-use crate::report::{GateName, Report, Status, Verdict};
 use crate::verify::{self, Outcome};
 use anyhow::{Context, Result};
+use sharedos_report::report::{GateName, Report, Status, Verdict};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::Path;
@@ -134,7 +134,7 @@ pub fn diff_outcomes(a: &Outcome, b: &Outcome, a_label: &str, b_label: &str) -> 
             b_ms: gb.map(|g| g.duration_ms),
         });
         // Checks are matched by name, in A's order, then the ones only B has.
-        let side = |g: Option<&crate::report::Gate>| -> BTreeMap<String, CheckSide> {
+        let side = |g: Option<&sharedos_report::report::Gate>| -> BTreeMap<String, CheckSide> {
             g.map(|g| {
                 g.checks
                     .iter()
@@ -231,7 +231,9 @@ fn provenance_fields(r: &Report) -> Vec<(&'static str, String)> {
     let none = || "-".to_string();
     let o = |v: &Option<String>| v.clone().unwrap_or_else(none);
     let vm = r.vm.as_ref();
-    let v = |f: &dyn Fn(&crate::report::VmProvenance) -> String| vm.map(f).unwrap_or_else(none);
+    let v = |f: &dyn Fn(&sharedos_report::report::VmProvenance) -> String| {
+        vm.map(f).unwrap_or_else(none)
+    };
     vec![
         ("kernel release", e.kernel_release.clone()),
         ("kernel version", e.kernel_version.clone()),
@@ -363,8 +365,8 @@ impl fmt::Display for DiffReport {
 mod tests {
     use super::*;
     use crate::render::tests::rich_report;
-    use crate::report::{Check, Phase, VmProvenance};
     use crate::review::tests::fresh_report;
+    use sharedos_report::report::{Check, Phase, VmProvenance};
 
     #[test]
     fn a_report_diffed_with_itself_has_no_differences() {

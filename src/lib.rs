@@ -1,9 +1,6 @@
 //! sharedos-rig: the host side. Builds the pinned guest image, boots it in QEMU, runs the gate
 //! binary over SSH and archives, renders, reviews and verifies the reports it brings back.
 
-pub use sharedos_report::which::find_program;
-pub use sharedos_report::{clock, digest, environment, report, signals};
-
 pub mod cmd;
 pub mod diff;
 pub mod gate_binary;

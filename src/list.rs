@@ -1,8 +1,8 @@
 //! `sharedos-rig list`: the reports in a directory, newest first, one line each.
 
-use crate::report::{Verdict, REPORT_FILE};
 use crate::verify;
 use anyhow::{Context, Result};
+use sharedos_report::report::{Verdict, REPORT_FILE};
 use std::fmt;
 use std::path::{Path, PathBuf};
 

@@ -5,7 +5,7 @@
 
 use anyhow::Result;
 use clap::{Parser, Subcommand, ValueEnum};
-use sharedos_rig::report::{self, ReviewDecision};
+use sharedos_report::report::{self, ReviewDecision};
 use sharedos_rig::{diff, list, matrix, render, review, sign, verify};
 use std::io::Write;
 use std::path::PathBuf;

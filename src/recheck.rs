@@ -7,12 +7,12 @@
 //! and pixels, not only a `passed: true`.
 
 use crate::render::pixels;
-use crate::report::{Check, GateName, Report, Status};
-use crate::{digest, report};
 use serde_json::Value;
 use sharedos_report::compare;
 use sharedos_report::model::app::AppState;
 use sharedos_report::model::screen::Window;
+use sharedos_report::report::{Check, GateName, Report, Status};
+use sharedos_report::{digest, report};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;

@@ -4,11 +4,11 @@
 //! The rules are pure functions over `Report` and `Review` values; only `record` and
 //! `read_review` touch the disk.
 
-use crate::digest;
-use crate::report::{
+use anyhow::{bail, Context, Result};
+use sharedos_report::digest;
+use sharedos_report::report::{
     self, Artifact, CitedImage, Gate, GateName, Report, Review, ReviewDecision, Status, REVIEW_FILE,
 };
-use anyhow::{bail, Context, Result};
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::Path;
@@ -328,7 +328,7 @@ pub fn record(dir: &Path, req: &Request, out: &mut dyn Write) -> Result<Review> 
         decision: req.decision,
         reviewer: reviewer.to_string(),
         note: req.note.clone(),
-        recorded_at: crate::clock::now_rfc3339(),
+        recorded_at: sharedos_report::clock::now_rfc3339(),
         report_sha256: loaded.sha256.clone(),
         images: pngs
             .iter()
@@ -364,7 +364,7 @@ pub fn record(dir: &Path, req: &Request, out: &mut dyn Write) -> Result<Review> 
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::report::{Environment, Verdict};
+    use sharedos_report::report::{Environment, Verdict};
 
     pub(crate) fn png(path: &str, sha: &str) -> Artifact {
         Artifact {

@@ -1,12 +1,14 @@
 //! Reading an archived report back and deciding what it proves: every artifact re-hashed, the
 //! review judged against the PNGs, report.json's own verdict checked against its gates.
 
-use crate::digest::{self, Mismatch};
 use crate::recheck;
-use crate::report::{self, Gate, GateName, Report, RunOptions, Status, Verdict, REPORT_FILE};
 use crate::review::{self, ReviewState};
 use crate::sign::{self, AllowedSigner, SigState, Signature};
 use anyhow::{bail, Context, Result};
+use sharedos_report::digest::{self, Mismatch};
+use sharedos_report::report::{
+    self, Gate, GateName, Report, RunOptions, Status, Verdict, REPORT_FILE,
+};
 use std::fmt;
 use std::path::{Path, PathBuf};
 
@@ -145,7 +147,7 @@ pub fn rig_error(r: &Report) -> Option<&str> {
     r.vm.as_ref().and_then(|vm| vm.rig_error.as_deref())
 }
 
-pub use crate::report::RIG_FAILURE_EXIT;
+pub use sharedos_report::report::RIG_FAILURE_EXIT;
 
 /// The SPEC's shape of a report: the ten gates, once each, in order, and the density gate after
 /// reset exactly when the report's options asked for it (`--copies`). Empty when it holds.
@@ -429,9 +431,9 @@ impl fmt::Display for Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::ReviewDecision;
     use crate::review::tests::{fresh_report, review_for};
     use crate::review::ReviewFile;
+    use sharedos_report::report::ReviewDecision;
 
     fn judge(r: &Report, file: ReviewFile, mism: Vec<Mismatch>) -> Outcome {
         let state = review::assess(r, None, file);
@@ -649,7 +651,7 @@ mod tests {
     #[test]
     fn rig_failure_is_one_and_its_exit_two_is_consistent() {
         let mut r = fresh_report();
-        r.vm = Some(crate::report::VmProvenance {
+        r.vm = Some(sharedos_report::report::VmProvenance {
             rig_error: Some("ssh: connection refused".into()),
             ..Default::default()
         });

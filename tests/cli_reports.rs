@@ -1,8 +1,8 @@
 //! Runs the built `sharedos-rig` binary on report directories written here from constructed
 //! reports: review, verify, show (all formats), diff and list, with their exit codes.
 
-use sharedos_rig::digest;
-use sharedos_rig::report::{
+use sharedos_report::digest;
+use sharedos_report::report::{
     self, Check, CitedImage, Environment, Gate, GateName, Phase, Report, Review, ReviewDecision,
     Status, VmProvenance,
 };

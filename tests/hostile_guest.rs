@@ -9,7 +9,7 @@
 mod common;
 
 use common::{last_line, processes_mentioning, vm_run_args, Sandbox};
-use sharedos_rig::digest::sha256_file;
+use sharedos_report::digest::sha256_file;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 

@@ -8,7 +8,7 @@
 
 mod common;
 
-use sharedos_rig::digest::sha256_file;
+use sharedos_report::digest::sha256_file;
 use sharedos_rig::image::lock::Lock;
 use sharedos_rig::image::Manifest;
 use std::os::unix::fs::MetadataExt;
@@ -113,7 +113,10 @@ fn check_build(
     );
 
     let lock_bytes = std::fs::read(sb.images.join(image_name).join("packages.lock")).unwrap();
-    assert_eq!(m.lock_sha256, sharedos_rig::digest::sha256_hex(&lock_bytes));
+    assert_eq!(
+        m.lock_sha256,
+        sharedos_report::digest::sha256_hex(&lock_bytes)
+    );
     for (file, sha) in [
         (&m.disk_image, &m.image_sha256),
         (&m.kernel, &m.kernel_sha256),

@@ -5,7 +5,7 @@
 
 mod common;
 
-use sharedos_rig::digest::sha256_file;
+use sharedos_report::digest::sha256_file;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

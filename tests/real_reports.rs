@@ -7,8 +7,8 @@
 //! the diagnostic needs root.
 
 mod common;
-use sharedos_rig::digest;
-use sharedos_rig::report::{GateName, Report, Status, REPORT_FILE, REVIEW_FILE};
+use sharedos_report::digest;
+use sharedos_report::report::{GateName, Report, Status, REPORT_FILE, REVIEW_FILE};
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -195,7 +195,7 @@ fn every_format_renders_from_a_real_report() {
         return;
     }
     let r = runs();
-    let verdict = sharedos_rig::report::verdict(&r.ra.gates);
+    let verdict = sharedos_report::report::verdict(&r.ra.gates);
     let text = show(&r.a, "text");
     assert!(
         text.starts_with(&format!("verdict: {verdict} (exit {})", r.ra.exit_code)),
@@ -378,8 +378,8 @@ fn diff_of_two_real_runs_shows_the_token_that_changed() {
     // Same machine, same binaries: nothing in the provenance differs.
     assert!(!s.contains("provenance:"), "{s}");
     let (va, vb) = (
-        sharedos_rig::report::verdict(&r.ra.gates),
-        sharedos_rig::report::verdict(&r.rb.gates),
+        sharedos_report::report::verdict(&r.ra.gates),
+        sharedos_report::report::verdict(&r.rb.gates),
     );
     if va == vb {
         assert!(s.contains(&format!("verdict: {va} in both")), "{s}");
@@ -406,7 +406,7 @@ fn list_shows_both_real_runs_newest_first() {
     for (line, (dir, rep)) in lines.iter().zip([(&r.b, &r.rb), (&r.a, &r.ra)]) {
         assert!(line.ends_with(&dir.display().to_string()), "{s}");
         assert!(line.starts_with(&rep.environment.started_at), "{line}");
-        let v = sharedos_rig::report::verdict(&rep.gates);
+        let v = sharedos_report::report::verdict(&rep.gates);
         assert!(line.contains(&format!("  {v} ")), "{line}");
         assert!(line.contains(&rep.environment.kernel_release), "{line}");
         // No image and no accelerator: the diagnostic ran directly on this host.

@@ -12,8 +12,8 @@
 mod common;
 
 use common::{last_line, Sandbox};
+use sharedos_report::report::{GateName, Report, Status};
 use sharedos_rig::matrix::{self, CellOutcome, Matrix};
-use sharedos_rig::report::{GateName, Report, Status};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

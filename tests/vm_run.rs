@@ -8,7 +8,7 @@
 mod common;
 
 use common::{last_line, processes_mentioning, vm_run_args, Sandbox};
-use sharedos_rig::report::{GateName, Report, Status};
+use sharedos_report::report::{GateName, Report, Status};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -169,7 +169,7 @@ fn full_run_archives_an_identified_report_that_verify_agrees_with(sb: &Sandbox, 
     assert!(r.environment.criu_version.is_some());
 
     // Every artifact verifies, the serial console log among them.
-    assert!(sharedos_rig::digest::verify_artifacts(&out_dir, &r.artifacts).is_empty());
+    assert!(sharedos_report::digest::verify_artifacts(&out_dir, &r.artifacts).is_empty());
     for want in [
         "serial.log",
         "guest/report.json",
@@ -258,7 +258,7 @@ fn full_run_archives_an_identified_report_that_verify_agrees_with(sb: &Sandbox, 
 /// records their latency and memory, and the host verifies and labels the figures.
 fn density_of_three_copies_is_measured_and_verified(sb: &Sandbox, gate: &Path) {
     use sharedos_report::model::density::{DensityData, Stop};
-    use sharedos_rig::report::Copies;
+    use sharedos_report::report::Copies;
     let out_dir = sb.dir.join("reports/density");
     let mut args = vm_run_args(sb, gate, &out_dir, "auto");
     args.extend(["--".into(), "--copies".into(), "3".into()]);
@@ -521,7 +521,7 @@ fn interrupted_during_the_gates_exits_2_with_a_partial_report_and_nothing_left(
         r.artifacts.iter().any(|a| a.path == "serial.log"),
         "the serial log is archived"
     );
-    assert!(sharedos_rig::digest::verify_artifacts(&out_dir, &r.artifacts).is_empty());
+    assert!(sharedos_report::digest::verify_artifacts(&out_dir, &r.artifacts).is_empty());
     // What the gates said before the interruption is kept, the rest is NOT_RUN.
     assert_eq!(
         r.gate(GateName::Prerequisites).unwrap().status,

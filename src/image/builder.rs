@@ -426,9 +426,9 @@ pub fn build(plan: &BuildPlan, progress: &Progress) -> Result<BuildResult> {
     st.finish();
 
     let st = progress.stage("hashing");
-    let (image_sha256, image_bytes) = crate::digest::sha256_file(&disk)?;
-    let (kernel_sha256, _) = crate::digest::sha256_file(&work.entry.join(KERNEL_FILE))?;
-    let (initrd_sha256, _) = crate::digest::sha256_file(&work.entry.join(INITRD_FILE))?;
+    let (image_sha256, image_bytes) = sharedos_report::digest::sha256_file(&disk)?;
+    let (kernel_sha256, _) = sharedos_report::digest::sha256_file(&work.entry.join(KERNEL_FILE))?;
+    let (initrd_sha256, _) = sharedos_report::digest::sha256_file(&work.entry.join(INITRD_FILE))?;
     st.finish();
 
     let mut tools = tool_versions(plan.mode);
@@ -446,7 +446,9 @@ pub fn build(plan: &BuildPlan, progress: &Progress) -> Result<BuildResult> {
         kernel_sha256,
         initrd_sha256,
         lock_sha256: String::new(),
-        definition_sha256: crate::digest::sha256_hex(plan.image.definition_text.as_bytes()),
+        definition_sha256: sharedos_report::digest::sha256_hex(
+            plan.image.definition_text.as_bytes(),
+        ),
         inputs: Vec::new(),
         kernel_release: release.clone(),
         packages: lock
@@ -462,7 +464,7 @@ pub fn build(plan: &BuildPlan, progress: &Progress) -> Result<BuildResult> {
         builder: "mmdebstrap".into(),
         builder_mode: plan.mode.as_str().into(),
         tool_versions: tools,
-        built_at: crate::clock::now_rfc3339(),
+        built_at: sharedos_report::clock::now_rfc3339(),
         build_seconds: (started.elapsed().as_secs_f64() * 10.0).round() / 10.0,
         disk_image: DISK_FILE.into(),
         kernel: KERNEL_FILE.into(),

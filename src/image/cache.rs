@@ -6,9 +6,9 @@
 //! so that two processes never delete and rebuild the same entry under each other.
 
 use super::manifest::{Manifest, MANIFEST_FILE, MANIFEST_VERSION};
-use crate::digest::{sha256_file, sha256_hex};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
+use sharedos_report::digest::{sha256_file, sha256_hex};
 use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};

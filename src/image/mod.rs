@@ -127,16 +127,16 @@ fn load_inputs(images_dir: &Path, name: &str) -> Result<Inputs> {
     };
     let mut hashes = vec![(
         definition::DEFINITION_FILE.to_string(),
-        crate::digest::sha256_hex(image.definition_text.as_bytes()),
+        sharedos_report::digest::sha256_hex(image.definition_text.as_bytes()),
     )];
     hashes.push((
         LOCK_FILE.to_string(),
-        crate::digest::sha256_hex(lock_text.as_deref().unwrap_or("").as_bytes()),
+        sharedos_report::digest::sha256_hex(lock_text.as_deref().unwrap_or("").as_bytes()),
     ));
     for f in GUEST_FILES {
         let bytes = std::fs::read(image.file(f))
             .with_context(|| format!("reading {}", image.file(f).display()))?;
-        hashes.push((f.to_string(), crate::digest::sha256_hex(&bytes)));
+        hashes.push((f.to_string(), sharedos_report::digest::sha256_hex(&bytes)));
     }
     let key = cache::entry_key(name, &hashes);
     Ok(Inputs {
@@ -207,7 +207,7 @@ fn make_plan(
     let src = index::sources_line(&inputs.image.definition, &mirror);
     let apt_dir = root
         .join("apt")
-        .join(&crate::digest::sha256_hex(src.as_bytes())[..16]);
+        .join(&sharedos_report::digest::sha256_hex(src.as_bytes())[..16]);
     let work = builder::WorkPaths::new(&root.join("tmp").join(format!(
         "{}.{}",
         inputs.key,

@@ -263,7 +263,7 @@ pub(crate) mod tests {
     use super::*;
     use crate::matrix::tests::report;
     use crate::matrix::{CellOutcome, EXPECTATIONS_FILE};
-    use crate::report::{GateName, Phase, Report, Status};
+    use sharedos_report::report::{GateName, Phase, Report, Status};
 
     fn scratch(name: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("matrix-merge-{name}-{}", std::process::id()));

@@ -23,9 +23,9 @@ pub use variant::Row;
 use crate::cmd::Cmd;
 use crate::image::{self, definition, BuildOptions};
 use crate::progress::Progress;
-use crate::report::{GateName, Report, Status, REPORT_FILE, RIG_FAILURE_EXIT};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
+use sharedos_report::report::{GateName, Report, Status, REPORT_FILE, RIG_FAILURE_EXIT};
 use sharedos_report::{clock, signals};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -807,7 +807,7 @@ pub fn finished_cell(dir: &Path, label: &str, code: Option<i32>) -> Cell {
 
 pub fn write_matrix(dir: &Path, m: &Matrix) -> Result<()> {
     let text = serde_json::to_string_pretty(m).context("serialising matrix.json")?;
-    crate::digest::replace_in_report(dir, MATRIX_FILE, (text + "\n").as_bytes())
+    sharedos_report::digest::replace_in_report(dir, MATRIX_FILE, (text + "\n").as_bytes())
         .with_context(|| format!("writing {}", dir.join(MATRIX_FILE).display()))
 }
 
@@ -908,7 +908,7 @@ fn read_regular(path: &Path) -> Result<Vec<u8>> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::report::{Environment, Gate, VmProvenance};
+    use sharedos_report::report::{Environment, Gate, VmProvenance};
 
     pub(crate) fn report(statuses: &[(GateName, Status)], kernel: &str, criu: &str) -> Report {
         let mut r: Report = crate::review::tests::fresh_report();

@@ -7,7 +7,7 @@ use super::{Cell, CellOutcome, Matrix};
 use crate::render::{
     html::esc as html_esc, junit::esc as xml_esc, md::esc as md_esc, text::one_line,
 };
-use crate::report::{GateName, Status};
+use sharedos_report::report::{GateName, Status};
 use std::fmt::Write;
 
 /// Short column headings, in gate order.

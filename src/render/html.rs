@@ -5,10 +5,10 @@
 //! the same page every time.
 
 use super::{density, duration, pixels, provenance, value_str};
-use crate::digest;
-use crate::report::{Artifact, Gate, Status, Verdict};
 use crate::review::ReviewState;
 use crate::verify::{verdict_meaning, Outcome};
+use sharedos_report::digest;
+use sharedos_report::report::{Artifact, Gate, Status, Verdict};
 use std::fmt::Write;
 use std::path::Path;
 

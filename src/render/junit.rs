@@ -6,8 +6,8 @@
 //! gates) one more testcase, `report_integrity`, carries an <error>, so CI does not show such a
 //! report as green or merely skipped.
 
-use crate::report::{Gate, GateName, Status};
 use crate::verify::Outcome;
+use sharedos_report::report::{Gate, GateName, Status};
 use std::fmt::Write;
 
 pub const SUITE: &str = "sharedos-rig";
@@ -193,9 +193,9 @@ pub fn esc(t: &str) -> String {
 mod tests {
     use super::*;
     use crate::render::tests::rich_report;
-    use crate::report::{ReviewDecision, Status};
     use crate::review::tests::{fresh_report, review_for};
     use crate::verify::evaluate_report;
+    use sharedos_report::report::{ReviewDecision, Status};
 
     #[test]
     fn one_testcase_per_gate_with_the_right_element() {

@@ -1,9 +1,9 @@
 //! GitHub-flavoured Markdown, fit to paste into a pull request.
 
 use super::{density, dir_arg, duration, provenance, value_str};
-use crate::report::{Status, Verdict};
 use crate::review::ReviewState;
 use crate::verify::{verdict_meaning, Outcome};
+use sharedos_report::report::{Status, Verdict};
 use std::fmt::Write;
 
 pub fn render(o: &Outcome) -> String {

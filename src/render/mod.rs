@@ -3,8 +3,8 @@
 //! `Outcome` (html also reads the PNGs it embeds), with no clock and no randomness, so the same
 //! report renders to the same bytes.
 
-use crate::report::{GateName, Report, Review};
 use crate::verify::{self, Outcome};
+use sharedos_report::report::{GateName, Report, Review};
 
 pub mod html;
 pub mod junit;
@@ -253,8 +253,8 @@ pub fn dir_arg(o: &Outcome) -> String {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::report::{Check, Phase, ReviewDecision, Status, VmProvenance};
     use crate::review::tests::{fresh_report, review_for};
+    use sharedos_report::report::{Check, Phase, ReviewDecision, Status, VmProvenance};
 
     /// A report with every kind of content the renderers must carry, hostile text included.
     pub(crate) fn rich_report() -> Report {
@@ -327,8 +327,8 @@ pub(crate) mod tests {
     /// rich_report with a density gate of 4 copies: 64 MiB more in use, 32 MiB PSS in all.
     pub(crate) fn dense_report() -> Report {
         let mut r = rich_report();
-        r.options.copies = Some(crate::report::Copies::Max);
-        let mut g = crate::report::Gate::new(GateName::Density, Status::Pass, "4 copies");
+        r.options.copies = Some(sharedos_report::report::Copies::Max);
+        let mut g = sharedos_report::report::Gate::new(GateName::Density, Status::Pass, "4 copies");
         g.data.insert(
             "density".into(),
             serde_json::json!({

@@ -1,9 +1,9 @@
 //! Plain text for a terminal.
 
 use super::{density, dir_arg, duration, provenance, value_str};
-use crate::report::{Status, Verdict};
 use crate::review::ReviewState;
 use crate::verify::{verdict_meaning, Outcome};
+use sharedos_report::report::{Status, Verdict};
 use std::fmt::Write;
 
 pub fn render(o: &Outcome) -> String {
@@ -159,9 +159,9 @@ pub fn one_line(s: &str) -> String {
 mod tests {
     use super::*;
     use crate::render::tests::rich_report;
-    use crate::report::ReviewDecision;
     use crate::review::tests::{fresh_report, review_for};
     use crate::verify::evaluate_report;
+    use sharedos_report::report::ReviewDecision;
 
     #[test]
     fn shows_verdict_gates_provenance_and_timings() {
@@ -199,7 +199,7 @@ mod tests {
         r.gates[0].status = Status::Fail;
         r.gates[0].reason =
             "\u{1b}[2J\u{1b}]0;title\u{7}ok\rverdict: PASS (exit 0)\u{202e}x".into();
-        r.gates[0].checks.push(crate::report::Check {
+        r.gates[0].checks.push(sharedos_report::report::Check {
             name: "n\u{1b}[31m".into(),
             passed: false,
             value: serde_json::json!("v\u{9b}1m"),

@@ -265,8 +265,8 @@ pub const ALL_FIDELITY_OPTIONS: [&str; 4] =
 /// A report of a run with [`ALL_FIDELITY_OPTIONS`] records them, each option's checks ran in
 /// the original and in the restored copies and passed, and its fidelity list names only the
 /// four differences no option closes.
-pub fn assert_all_fidelity_options_held(r: &sharedos_rig::report::Report) {
-    use sharedos_rig::report::{CgroupLimits, GateName, RunOptions, CLOSABLE};
+pub fn assert_all_fidelity_options_held(r: &sharedos_report::report::Report) {
+    use sharedos_report::report::{CgroupLimits, GateName, RunOptions, CLOSABLE};
     assert_eq!(
         r.options,
         RunOptions {

@@ -5,12 +5,13 @@
 //! machine. Reports; asserts nothing.
 
 use anyhow::{bail, Context, Result};
+use sharedos_report::{clock, environment, signals};
 use sharedos_rig::cmd::Cmd;
 use sharedos_rig::image::{self, BuildOptions};
 use sharedos_rig::progress::Progress;
 use sharedos_rig::run::{self, VmRunOptions, RIG_FAILURE_EXIT};
+use sharedos_rig::verify;
 use sharedos_rig::vm::{self, floor};
-use sharedos_rig::{clock, environment, signals, verify};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -167,7 +168,7 @@ pub fn summary(m: &Measured) -> String {
 
 /// `vng --run KERNEL -- true`, timed; None when vng is not on PATH.
 fn time_vng(kernel: &std::path::Path) -> Result<Option<f64>> {
-    let Some(vng) = sharedos_rig::find_program("vng") else {
+    let Some(vng) = sharedos_report::which::find_program("vng") else {
         return Ok(None);
     };
     let cmd = Cmd::new(vec![
