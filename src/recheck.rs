@@ -1,10 +1,10 @@
 //! The host's own judgement of the checks a report's verdict rests on most: the app's token and
 //! counter after a restore, the windows, and the framebuffer. The guest records what it observed
-//! beside each check; the host runs the very comparison the guest ran (`compare.rs`, shared) on
-//! those values, and for framebuffers hashes the pixels of the PNGs it fetched itself. A check a
-//! guest says passed, but which the host does not see pass, is a problem in the report; so is a
-//! PASS gate without one of these checks. A guest that lies must now forge consistent values
-//! and pixels, not only a `passed: true`.
+//! beside each check; the host runs the very comparison the guest ran (sharedos-report's
+//! `compare`, shared) on those values, and for framebuffers hashes the pixels of the PNGs it
+//! fetched itself. A check a guest says passed, but which the host does not see pass, is a
+//! problem in the report; so is a PASS gate without one of these checks. A guest that lies must
+//! now forge consistent values and pixels, not only a `passed: true`.
 
 use crate::render::pixels;
 use serde_json::Value;

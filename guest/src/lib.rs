@@ -1,5 +1,5 @@
-//! sharedos-gate: the diagnostic that runs inside the guest (or on any Linux as root), and the
-//! report schema both sides share.
+//! sharedos-gate: the diagnostic that runs inside the guest (or on any Linux as root). The
+//! report schema and the comparisons the host runs again are in sharedos-report (guest/report).
 
 pub mod criu;
 pub mod diagnose;
