@@ -12,6 +12,8 @@ pub mod initrd;
 pub mod lock;
 pub mod manifest;
 pub mod mode;
+#[cfg(test)]
+mod shipped_tests;
 
 pub use crate::vm::qemu::kernel_cmdline;
 pub use cache::cache_root;
