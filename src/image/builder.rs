@@ -56,10 +56,11 @@ fn p(path: &Path) -> String {
 /// The mmdebstrap invocation. `work.pins` holds apt preferences that keep every package at its
 /// locked version; for `--update-lock` it is empty and apt takes what the mirror has. It is
 /// installed and removed either way, because removing it leaves preferences.d with a new
-/// mtime: doing the same in both paths keeps their images identical.
+/// mtime: doing the same in both paths keeps their images identical. `guest_files` is the
+/// directory holding the guest files (images/base/, or where guest mode copied them).
 pub fn mmdebstrap_cmd(
     def: &Definition,
-    image_dir: &Path,
+    guest_files: &Path,
     mirror: &str,
     mode: BuilderMode,
     work: &WorkPaths,
@@ -116,8 +117,8 @@ pub fn mmdebstrap_cmd(
         // builder makes a small one. mmdebstrap copies the build host's hostname and
         // resolv.conf in: replace them so the bytes do not depend on the host.
         "rm -f \"$1\"/tmp/sharedos-*.txt \"$1\"/etc/apt/preferences.d/sharedos-lock \"$1\"/etc/ssh/ssh_host_* \"$1\"/boot/initrd.img-* \"$1\"/initrd.img \"$1\"/initrd.img.old".into(),
-        format!("upload {} {GUEST_INIT_PATH}", p(&image_dir.join(PID1_FILE))),
-        format!("upload {} {SSHD_CONFIG_PATH}", p(&image_dir.join(SSHD_CONFIG_FILE))),
+        format!("upload {} {GUEST_INIT_PATH}", p(&guest_files.join(PID1_FILE))),
+        format!("upload {} {SSHD_CONFIG_PATH}", p(&guest_files.join(SSHD_CONFIG_FILE))),
         format!("chmod 0755 \"$1{GUEST_INIT_PATH}\" && chmod 0644 \"$1{SSHD_CONFIG_PATH}\""),
         format!("printf '%s\\n' {sources} > \"$1/etc/apt/sources.list\""),
         format!("printf '%s\\n' {CANONICAL_HOSTNAME} > \"$1/etc/hostname\""),
@@ -222,7 +223,13 @@ impl BuildPlan {
         let entry_disk = self.work.entry.join(DISK_FILE);
         vec![
             Cmd::new(index::apt_update_argv(&self.apt_dir, &def.architecture)),
-            mmdebstrap_cmd(def, &self.image.dir, &self.mirror, self.mode, &self.work),
+            mmdebstrap_cmd(
+                def,
+                &self.image.base_dir,
+                &self.mirror,
+                self.mode,
+                &self.work,
+            ),
             tar_extract_cmd(
                 &self.work.tarball,
                 &self.work.extract,
@@ -322,7 +329,7 @@ pub fn build(plan: &BuildPlan, progress: &Progress) -> Result<BuildResult> {
     let guest_build = if plan.mode == BuilderMode::Guest {
         Some(in_guest::mmdebstrap(plan, progress, &|m| st.message(m))?)
     } else {
-        let cmd = mmdebstrap_cmd(def, &plan.image.dir, &plan.mirror, plan.mode, work);
+        let cmd = mmdebstrap_cmd(def, &plan.image.base_dir, &plan.mirror, plan.mode, work);
         exec::run(&cmd, &st, &work.log, Some(&work.dir))?;
         None
     };
@@ -499,7 +506,7 @@ mod tests {
         let w = WorkPaths::new(Path::new("/c/tmp/k.1"));
         let c = mmdebstrap_cmd(
             &def(),
-            Path::new("/src/images/bookworm"),
+            Path::new("/src/images/base"),
             "http://snap/debian",
             BuilderMode::Fakechroot,
             &w,
@@ -535,7 +542,7 @@ mod tests {
                 .to_string()
         ));
         assert!(a.contains(
-            &"--customize-hook=upload /src/images/bookworm/sharedos-init /usr/sbin/sharedos-init"
+            &"--customize-hook=upload /src/images/base/sharedos-init /usr/sbin/sharedos-init"
                 .to_string()
         ));
         assert!(a.contains(
@@ -553,7 +560,7 @@ mod tests {
 
         let u = mmdebstrap_cmd(
             &def(),
-            Path::new("/src/images/bookworm"),
+            Path::new("/src/images/base"),
             "http://snap/debian",
             BuilderMode::Unshare,
             &w,

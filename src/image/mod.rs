@@ -1,9 +1,10 @@
-//! The pinned guest image: `images/<name>/` (definition, lock, guest files) built rootless and
-//! reproducibly into a cache entry holding `disk.img`, `vmlinuz`, `initrd.img` and
-//! `manifest.json`.
+//! The pinned guest image: `images/<name>/` (its definition, composed on `images/base/`, and its
+//! lock) and the guest files of `images/base/`, built rootless and reproducibly into a cache entry
+//! holding `disk.img`, `vmlinuz`, `initrd.img` and `manifest.json`.
 
 pub mod builder;
 pub mod cache;
+pub mod compose;
 pub mod definition;
 pub mod exec;
 pub mod in_guest;
@@ -114,7 +115,9 @@ pub fn require_image(opts: &BuildOptions) -> Result<()> {
 struct Inputs {
     image: ImageDir,
     lock_text: Option<String>,
-    /// (path under images/<name>/, sha256) in key order.
+    /// (input, sha256) in key order: `image.conf` is the effective definition's canonical
+    /// rendering (so comments and layout do not change the key), `packages.lock` the image's
+    /// own lock, the guest files the base's.
     hashes: Vec<(String, String)>,
     key: String,
 }

@@ -107,3 +107,41 @@ fn every_shipped_lock_is_the_one_its_image_was_built_from() {
     }
     assert_eq!(want.len(), SHIPPED.len());
 }
+
+/// The guest files live once, in images/base/: a copy anywhere else (under its own name or
+/// another) would be a second place to fix, and the build would not even read it.
+#[test]
+fn every_guest_file_exists_once_in_the_base() {
+    use super::definition::{BASE_DIR, GUEST_FILES};
+    let root = images();
+    let base = root.join(BASE_DIR);
+    let shared: Vec<(PathBuf, Vec<u8>)> = GUEST_FILES
+        .iter()
+        .map(|f| (base.join(f), std::fs::read(base.join(f)).unwrap()))
+        .collect();
+    let mut stack = vec![root.clone()];
+    let mut seen = 0;
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let path = e.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+                continue;
+            }
+            seen += 1;
+            let name = path.file_name().unwrap().to_str().unwrap();
+            let bytes = std::fs::read(&path).unwrap();
+            for (original, content) in &shared {
+                if path != *original {
+                    assert!(
+                        original.file_name().unwrap() != name && *content != bytes,
+                        "{} repeats {}",
+                        path.display(),
+                        original.display()
+                    );
+                }
+            }
+        }
+    }
+    assert!(seen > GUEST_FILES.len());
+}
