@@ -264,7 +264,12 @@ fn main() {
 
 fn run_cli(cli: Cli) -> Result<i32> {
     match cli.command {
-        Command::Image(opts) => image::cli_main_image(&opts).map(|()| 0),
+        Command::Image(opts) => {
+            for line in image::cli_main_image(&opts)? {
+                println!("{line}");
+            }
+            Ok(0)
+        }
         Command::VmRun(a) => Ok(run::vm_run(&vm_options(a)?)),
         Command::VmExec {
             boot,
