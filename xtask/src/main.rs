@@ -62,7 +62,7 @@ struct VmArgs {
 
 #[derive(clap::Args, Clone)]
 struct MatrixArgs {
-    /// Rows in order, comma-separated [default: every directory under images/]. A row is an
+    /// Rows in order, comma-separated [default: every image under images/, base/ excepted]. A row is an
     /// image, optionally with variants that become the guest diagnose's arguments:
     /// `bookworm+userns+cgroup`, `trixie+cowroot+copies4` (userns, cgroup, cowroot, copies<N>,
     /// copiesmax). Only a plain image row is held against its expected-gates.
