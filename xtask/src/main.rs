@@ -62,8 +62,8 @@ struct VmArgs {
 
 #[derive(clap::Args, Clone)]
 struct MatrixArgs {
-    /// Rows in order, comma-separated [default: every image under images/, base/ excepted]. A row is an
-    /// image, optionally with variants that become the guest diagnose's arguments:
+    /// Rows in order, comma-separated [default: every image under images/, base/ excepted]. A
+    /// row is an image, optionally with variants that become the guest diagnose's arguments:
     /// `bookworm+userns+cgroup`, `trixie+cowroot+copies4` (userns, cgroup, cowroot, copies<N>,
     /// copiesmax). Only a plain image row is held against its expected-gates.
     #[arg(long)]
