@@ -148,6 +148,17 @@ pub fn capture(cmd: &Cmd) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+/// Runs a short command with its output discarded and says whether it exited 0; a command
+/// that cannot start counts as failing. For probes whose answer is only yes or no.
+pub fn succeeds(cmd: &Cmd) -> bool {
+    cmd.command()
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -189,5 +200,16 @@ mod tests {
         );
         assert!(std::fs::read_to_string(&log).unwrap().contains("line1\n"));
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn succeeds_is_the_exit_status_and_false_for_a_missing_program() {
+        assert!(succeeds(&Cmd::new(vec!["true".into()])));
+        assert!(!succeeds(&Cmd::new(vec![
+            "sh".into(),
+            "-c".into(),
+            "echo noise; echo more >&2; exit 1".into()
+        ])));
+        assert!(!succeeds(&Cmd::new(vec!["/nonexistent/probe".into()])));
     }
 }

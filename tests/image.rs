@@ -17,6 +17,30 @@ use std::process::{Command, Output};
 
 use common::{last_line, Sandbox};
 
+/// What bookworm's entry holds, byte for byte, as every build of its lock has given so far (in
+/// unshare and in fakechroot mode, on several machines). It follows from bookworm's effective
+/// definition, its lock and the guest files in images/base/: a commit that changes one of those
+/// on purpose updates these in the same commit; any other change to them is a regression.
+const BOOKWORM_IMAGE_SHA256: &str =
+    "746a459e7aeebf56177ad735422ba0a49b2af776d227ca2f0c320cb9b8769c7d";
+const BOOKWORM_KERNEL_SHA256: &str =
+    "3d616aa853fe11b1c0ea99a1cdb4fb6ddc9010ba7c4562de700ad94264989654";
+const BOOKWORM_INITRD_SHA256: &str =
+    "31069e6c43a091d3ab6ee8006b6ded2ab095d415b87328284a7e731a70c1b4d0";
+
+/// The built bookworm entry is the one it has always been.
+fn assert_bookworm_bytes(m: &Manifest) {
+    assert_eq!(
+        m.image_sha256, BOOKWORM_IMAGE_SHA256,
+        "bookworm's image differs from the one its definition and lock have always built"
+    );
+    assert_eq!(
+        m.kernel_sha256, BOOKWORM_KERNEL_SHA256,
+        "bookworm's vmlinuz"
+    );
+    assert_eq!(m.initrd_sha256, BOOKWORM_INITRD_SHA256, "bookworm's initrd");
+}
+
 /// Returns false (after saying so loudly) when the test cannot run here.
 fn can_run(test: &str) -> bool {
     if !common::is_root() {
@@ -181,6 +205,7 @@ fn default_mode_builds_as_a_user_and_twice_gives_the_same_image() {
     );
     assert_eq!(a.kernel_sha256, b.kernel_sha256);
     assert_eq!(a.initrd_sha256, b.initrd_sha256);
+    assert_bookworm_bytes(&a);
 
     // A second run finds the entry and does nothing.
     let again = image(&sb, "cache-a", &[]);
@@ -216,7 +241,8 @@ fn fakechroot_mode_builds_without_user_namespaces() {
         return;
     }
     let sb = Sandbox::new("fakechroot");
-    build_and_check(&sb, "cache", &["--mode", "fakechroot"], Some("fakechroot"));
+    let m = build_and_check(&sb, "cache", &["--mode", "fakechroot"], Some("fakechroot"));
+    assert_bookworm_bytes(&m);
 }
 
 #[test]

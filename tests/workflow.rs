@@ -266,7 +266,7 @@ fn the_workflow_has_its_triggers_cache_summary_and_artifact() {
         "SHAREDOS_RIG_CACHE: ${{ github.workspace }}/.rig-cache",
         "uses: actions/cache@v4",
         "path: ${{ github.workspace }}/.rig-cache",
-        "hashFiles(format('images/{0}/packages.lock', matrix.image), format('images/{0}/*', matrix.image))",
+        "hashFiles(format('images/{0}/packages.lock', matrix.image), 'images/*/image.conf', 'images/base/*')",
         "uses: actions/upload-artifact@v4",
         "uses: actions/attest-build-provenance@v2",
         "subject-path: reports/${{ matrix.image }}/report.json",
@@ -317,13 +317,7 @@ fn the_matrix_covers_every_image_and_the_merge_job_takes_every_report() {
         .split(',')
         .map(str::trim)
         .collect();
-    let mut on_disk: Vec<String> = std::fs::read_dir(root().join("images"))
-        .unwrap()
-        .flatten()
-        .filter(|e| e.path().join("image.conf").is_file())
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect();
-    on_disk.sort();
+    let on_disk = sharedos_rig::image::definition::list_images(&root().join("images"));
     let mut sorted: Vec<String> = listed.iter().map(|s| s.to_string()).collect();
     sorted.sort();
     assert_eq!(

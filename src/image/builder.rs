@@ -10,7 +10,7 @@ use super::exec::{self, Cmd, Progress};
 use super::in_guest;
 use super::index;
 use super::initrd::{self, build_initrd, BUSYBOX_IN_TAR};
-use super::lock::{parse_debs, parse_installed, Lock, PkgKey};
+use super::lock::{parse_debs, parse_installed, DebHashes, Lock, PkgKey};
 use super::manifest::{
     tool_versions, Manifest, PackageVersion, DISK_FILE, INITRD_FILE, KERNEL_FILE, MANIFEST_VERSION,
 };
@@ -57,10 +57,11 @@ fn p(path: &Path) -> String {
 /// The mmdebstrap invocation. `work.pins` holds apt preferences that keep every package at its
 /// locked version; for `--update-lock` it is empty and apt takes what the mirror has. It is
 /// installed and removed either way, because removing it leaves preferences.d with a new
-/// mtime: doing the same in both paths keeps their images identical.
+/// mtime: doing the same in both paths keeps their images identical. `guest_files` is the
+/// directory holding the guest files (images/base/, or where guest mode copied them).
 pub fn mmdebstrap_cmd(
     def: &Definition,
-    image_dir: &Path,
+    guest_files: &Path,
     mirror: &str,
     mode: BuilderMode,
     work: &WorkPaths,
@@ -117,8 +118,8 @@ pub fn mmdebstrap_cmd(
         // builder makes a small one. mmdebstrap copies the build host's hostname and
         // resolv.conf in: replace them so the bytes do not depend on the host.
         "rm -f \"$1\"/tmp/sharedos-*.txt \"$1\"/etc/apt/preferences.d/sharedos-lock \"$1\"/etc/ssh/ssh_host_* \"$1\"/boot/initrd.img-* \"$1\"/initrd.img \"$1\"/initrd.img.old".into(),
-        format!("upload {} {GUEST_INIT_PATH}", p(&image_dir.join(PID1_FILE))),
-        format!("upload {} {SSHD_CONFIG_PATH}", p(&image_dir.join(SSHD_CONFIG_FILE))),
+        format!("upload {} {GUEST_INIT_PATH}", p(&guest_files.join(PID1_FILE))),
+        format!("upload {} {SSHD_CONFIG_PATH}", p(&guest_files.join(SSHD_CONFIG_FILE))),
         format!("chmod 0755 \"$1{GUEST_INIT_PATH}\" && chmod 0644 \"$1{SSHD_CONFIG_PATH}\""),
         format!("printf '%s\\n' {sources} > \"$1/etc/apt/sources.list\""),
         format!("printf '%s\\n' {CANONICAL_HOSTNAME} > \"$1/etc/hostname\""),
@@ -223,7 +224,13 @@ impl BuildPlan {
         let entry_disk = self.work.entry.join(DISK_FILE);
         vec![
             Cmd::new(index::apt_update_argv(&self.apt_dir, &def.architecture)),
-            mmdebstrap_cmd(def, &self.image.dir, &self.mirror, self.mode, &self.work),
+            mmdebstrap_cmd(
+                def,
+                &self.image.base_dir,
+                &self.mirror,
+                self.mode,
+                &self.work,
+            ),
             tar_extract_cmd(
                 &self.work.tarball,
                 &self.work.extract,
@@ -249,15 +256,48 @@ pub struct BuildResult {
 }
 
 /// Runs the whole build into `plan.work.entry` and returns the manifest (without key and
-/// inputs, which the caller fills in).
+/// inputs, which the caller fills in). Each stage is a function of its own below.
 pub fn build(plan: &BuildPlan, progress: &Progress) -> Result<BuildResult> {
     let started = std::time::Instant::now();
-    let def = &plan.image.definition;
-    let work = &plan.work;
+    create_work_dirs(&plan.work)?;
+    let index = check_against_index(plan, progress)?;
+    let guest_build = bootstrap(plan, progress)?;
+    let settled = check_installed(plan, &index, progress)?;
+    extract_kernel_and_initrd(plan, &settled.lock.kernel_release, progress)?;
+    make_disk(plan, progress)?;
+    let hashes = hash_entry(&plan.work.entry, progress)?;
+    let mut tools = tool_versions(plan.mode);
+    if let Some(g) = guest_build {
+        tools.insert("builder-vm".into(), g.builder);
+    }
+    let manifest = manifest_of(
+        plan,
+        &settled.lock,
+        hashes,
+        BuildRecord {
+            tools,
+            built_at: sharedos_report::clock::now_rfc3339(),
+            build_seconds: (started.elapsed().as_secs_f64() * 10.0).round() / 10.0,
+        },
+    );
+    Ok(BuildResult {
+        manifest,
+        entry_dir: plan.work.entry.clone(),
+        new_lock: settled.new_lock,
+    })
+}
+
+fn create_work_dirs(work: &WorkPaths) -> Result<()> {
     std::fs::create_dir_all(&work.entry)
         .with_context(|| format!("creating {}", work.entry.display()))?;
-    std::fs::create_dir_all(&work.extract).context("creating the extraction directory")?;
+    std::fs::create_dir_all(&work.extract).context("creating the extraction directory")
+}
 
+/// Stage "mirror index": fetches the index, checks the lock against the definition and the
+/// mirror (so a stale pin fails in seconds, before the bootstrap), and writes the apt pins.
+fn check_against_index(plan: &BuildPlan, progress: &Progress) -> Result<index::SuiteIndex> {
+    let def = &plan.image.definition;
+    let work = &plan.work;
     let st = progress.stage("mirror index");
     index::prepare_dir(&plan.apt_dir, def, &plan.mirror)?;
     // apt runs with its own locking off (it would want root's lock files), so two builds
@@ -280,101 +320,158 @@ pub fn build(plan: &BuildPlan, progress: &Progress) -> Result<BuildResult> {
         )
     })?;
     let idx = index::read_index(&plan.apt_dir.join("state/lists"), &def.suites())?;
-    if let Some(lock) = &plan.lock {
-        if lock.suite != def.suite
-            || lock.architecture != def.architecture
-            || lock.extra_suite != def.extra_suite
-        {
-            let extra =
-                |e: &Option<String>| e.as_deref().map(|e| format!(" + {e}")).unwrap_or_default();
-            bail!(
-                "the lock is for {}{} {}, the definition says {}{} {}: run \
-                 `cargo xtask image --image {} --update-lock`",
-                lock.suite,
-                extra(&lock.extra_suite),
-                lock.architecture,
-                def.suite,
-                extra(&def.extra_suite),
-                def.architecture,
-                plan.image.name
-            );
-        }
-        let problems = index::missing_pins(lock, &idx);
-        if !problems.is_empty() {
-            bail!(index::stale_pins_message(
-                &plan.image.name,
-                &plan.mirror,
-                &problems
+    match &plan.lock {
+        Some(lock) => {
+            lock_fits_definition(lock, def, &plan.image.name)?;
+            let problems = index::missing_pins(lock, &idx);
+            if !problems.is_empty() {
+                bail!(index::stale_pins_message(
+                    &plan.image.name,
+                    &plan.mirror,
+                    &problems
+                ));
+            }
+            std::fs::write(&work.pins, index::pin_preferences(lock)).context("writing apt pins")?;
+            st.message(&format!(
+                "all {} pins are on the mirror",
+                lock.packages.len()
             ));
         }
-        std::fs::write(&work.pins, index::pin_preferences(lock)).context("writing apt pins")?;
-        st.message(&format!(
-            "all {} pins are on the mirror",
-            lock.packages.len()
-        ));
-    }
-    if plan.lock.is_none() {
-        std::fs::write(&work.pins, "").context("writing empty apt pins")?;
+        None => std::fs::write(&work.pins, "").context("writing empty apt pins")?,
     }
     drop(index_lock);
     st.finish();
+    Ok(idx)
+}
 
+/// Whether a lock was written for this definition's suites and architecture; a definition
+/// changed since its lock was written needs a new lock before anything is fetched.
+pub fn lock_fits_definition(lock: &Lock, def: &Definition, image: &str) -> Result<()> {
+    if lock.suite == def.suite
+        && lock.architecture == def.architecture
+        && lock.extra_suite == def.extra_suite
+    {
+        return Ok(());
+    }
+    let extra = |e: &Option<String>| e.as_deref().map(|e| format!(" + {e}")).unwrap_or_default();
+    bail!(
+        "the lock is for {}{} {}, the definition says {}{} {}: run \
+         `cargo xtask image --image {image} --update-lock`",
+        lock.suite,
+        extra(&lock.extra_suite),
+        lock.architecture,
+        def.suite,
+        extra(&def.extra_suite),
+        def.architecture,
+    )
+}
+
+/// Stage "mmdebstrap": the root tarball, on the host or in the builder VM (whose description
+/// the manifest records).
+fn bootstrap(plan: &BuildPlan, progress: &Progress) -> Result<Option<in_guest::GuestBuild>> {
     let st = progress.stage(&format!("mmdebstrap ({} mode)", plan.mode.as_str()));
     let guest_build = if plan.mode == BuilderMode::Guest {
         Some(in_guest::mmdebstrap(plan, progress, &|m| st.message(m))?)
     } else {
-        let cmd = mmdebstrap_cmd(def, &plan.image.dir, &plan.mirror, plan.mode, work);
-        exec::run(&cmd, &st, &work.log, Some(&work.dir))?;
+        let cmd = mmdebstrap_cmd(
+            &plan.image.definition,
+            &plan.image.base_dir,
+            &plan.mirror,
+            plan.mode,
+            &plan.work,
+        );
+        exec::run(&cmd, &st, &plan.work.log, Some(&plan.work.dir))?;
         None
     };
     st.finish();
+    Ok(guest_build)
+}
 
+/// The lock the image was built to, and the new one when the build wrote it (`--update-lock`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settled {
+    pub lock: Lock,
+    pub new_lock: Option<Lock>,
+}
+
+/// Stage "lock check": what the bootstrap installed, against the lock or as the new lock.
+fn check_installed(
+    plan: &BuildPlan,
+    idx: &index::SuiteIndex,
+    progress: &Progress,
+) -> Result<Settled> {
     let st = progress.stage("lock check");
-    let installed = parse_installed(&read(&work.installed)?)?;
-    let debs = parse_debs(&read(&work.debs)?)?;
-    let (lock, new_lock) = match &plan.lock {
-        Some(lock) => {
-            let problems = lock.check_installed(&installed, &debs);
-            if !problems.is_empty() {
-                bail!(
-                    "the image does not hold exactly the locked packages:\n  {}",
-                    problems.join("\n  ")
-                );
-            }
-            (lock.clone(), None)
-        }
-        None => {
-            let mut l = Lock::from_installed(
-                &def.suite,
-                &def.architecture,
-                &def.kernel_flavour,
-                &installed,
-                &debs,
-            )?;
-            l.assign_suites(
-                def.extra_suite.as_deref(),
-                &def.extra_packages,
-                &|k: &PkgKey| idx.suites_of(k),
-            )?;
-            let disagree = index::missing_pins(&l, &idx);
-            if !disagree.is_empty() {
-                bail!(
-                    "the downloaded .debs disagree with the mirror's index:\n  {}",
-                    disagree.join("\n  ")
-                );
-            }
-            (l.clone(), Some(l))
-        }
-    };
+    let installed = parse_installed(&read(&plan.work.installed)?)?;
+    let debs = parse_debs(&read(&plan.work.debs)?)?;
+    let settled = settle_lock(
+        &plan.image.definition,
+        plan.lock.as_ref(),
+        &installed,
+        &debs,
+        idx,
+    )?;
     st.message(&format!(
         "{} packages, kernel {}",
-        lock.packages.len(),
-        lock.kernel_release
+        settled.lock.packages.len(),
+        settled.lock.kernel_release
     ));
     st.finish();
+    Ok(settled)
+}
 
+/// With a lock: the image must hold exactly the locked packages, each from a .deb of the locked
+/// sha256. Without one (`--update-lock`): what was installed becomes the lock, each package's
+/// suite taken from the mirror's index, and it must agree with that index.
+pub fn settle_lock(
+    def: &Definition,
+    planned: Option<&Lock>,
+    installed: &[PkgKey],
+    debs: &DebHashes,
+    idx: &index::SuiteIndex,
+) -> Result<Settled> {
+    if let Some(lock) = planned {
+        let problems = lock.check_installed(installed, debs);
+        if !problems.is_empty() {
+            bail!(
+                "the image does not hold exactly the locked packages:\n  {}",
+                problems.join("\n  ")
+            );
+        }
+        return Ok(Settled {
+            lock: lock.clone(),
+            new_lock: None,
+        });
+    }
+    let mut l = Lock::from_installed(
+        &def.suite,
+        &def.architecture,
+        &def.kernel_flavour,
+        installed,
+        debs,
+    )?;
+    l.assign_suites(
+        def.extra_suite.as_deref(),
+        &def.extra_packages,
+        &|k: &PkgKey| idx.suites_of(k),
+    )?;
+    let disagree = index::missing_pins(&l, idx);
+    if !disagree.is_empty() {
+        bail!(
+            "the downloaded .debs disagree with the mirror's index:\n  {}",
+            disagree.join("\n  ")
+        );
+    }
+    Ok(Settled {
+        lock: l.clone(),
+        new_lock: Some(l),
+    })
+}
+
+/// Stage "kernel and initrd": the kernel out of the tarball, and the small initrd from the
+/// virtio modules' closure, busybox and the base's initrd-init.
+fn extract_kernel_and_initrd(plan: &BuildPlan, release: &str, progress: &Progress) -> Result<()> {
+    let work = &plan.work;
     let st = progress.stage("kernel and initrd");
-    let release = &lock.kernel_release;
     exec::run(
         &tar_extract_cmd(&work.tarball, &work.extract, &first_tar_members(release)),
         &st,
@@ -388,12 +485,12 @@ pub fn build(plan: &BuildPlan, progress: &Progress) -> Result<BuildResult> {
         &read(&mods_dir.join("modules.builtin"))?,
         &initrd::WANTED_MODULES,
     )?;
-    let members: Vec<String> = order
-        .iter()
-        .map(|m| format!("./usr/lib/modules/{release}/{m}"))
-        .collect();
     exec::run(
-        &tar_extract_cmd(&work.tarball, &work.extract, &members),
+        &tar_extract_cmd(
+            &work.tarball,
+            &work.extract,
+            &module_members(release, &order),
+        ),
         &st,
         &work.log,
         None,
@@ -405,7 +502,7 @@ pub fn build(plan: &BuildPlan, progress: &Progress) -> Result<BuildResult> {
         release,
         &init_script,
         &order,
-        def.source_date_epoch,
+        plan.image.definition.source_date_epoch,
     )?;
     std::fs::write(work.entry.join(INITRD_FILE), cpio).context("writing the initrd")?;
     std::fs::rename(
@@ -414,43 +511,86 @@ pub fn build(plan: &BuildPlan, progress: &Progress) -> Result<BuildResult> {
     )
     .with_context(|| format!("the tarball has no /boot/vmlinuz-{release}"))?;
     st.finish();
+    Ok(())
+}
 
+/// The tarball members of the modules the initrd loads (`order` as modules.dep names them).
+pub fn module_members(release: &str, order: &[String]) -> Vec<String> {
+    order
+        .iter()
+        .map(|m| format!("./usr/lib/modules/{release}/{m}"))
+        .collect()
+}
+
+/// Stage "genext2fs": the disk image of the entry.
+fn make_disk(plan: &BuildPlan, progress: &Progress) -> Result<()> {
     let st = progress.stage("genext2fs");
-    let disk = work.entry.join(DISK_FILE);
     exec::run(
-        &genext2fs_cmd(def, &work.tarball, &disk),
+        &genext2fs_cmd(
+            &plan.image.definition,
+            &plan.work.tarball,
+            &plan.work.entry.join(DISK_FILE),
+        ),
         &st,
-        &work.log,
+        &plan.work.log,
         None,
     )?;
     st.finish();
+    Ok(())
+}
 
+/// The sha256 of each file of an entry (and the disk's size).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EntryHashes {
+    pub image_sha256: String,
+    pub image_bytes: u64,
+    pub kernel_sha256: String,
+    pub initrd_sha256: String,
+}
+
+/// Stage "hashing".
+fn hash_entry(entry: &Path, progress: &Progress) -> Result<EntryHashes> {
     let st = progress.stage("hashing");
-    let (image_sha256, image_bytes) = sharedos_report::digest::sha256_file(&disk)?;
-    let (kernel_sha256, _) = sharedos_report::digest::sha256_file(&work.entry.join(KERNEL_FILE))?;
-    let (initrd_sha256, _) = sharedos_report::digest::sha256_file(&work.entry.join(INITRD_FILE))?;
+    let (image_sha256, image_bytes) = sharedos_report::digest::sha256_file(&entry.join(DISK_FILE))?;
+    let (kernel_sha256, _) = sharedos_report::digest::sha256_file(&entry.join(KERNEL_FILE))?;
+    let (initrd_sha256, _) = sharedos_report::digest::sha256_file(&entry.join(INITRD_FILE))?;
     st.finish();
+    Ok(EntryHashes {
+        image_sha256,
+        image_bytes,
+        kernel_sha256,
+        initrd_sha256,
+    })
+}
 
-    let mut tools = tool_versions(plan.mode);
-    if let Some(g) = guest_build {
-        tools.insert("builder-vm".into(), g.builder);
-    }
-    let manifest = Manifest {
+/// What the manifest records about the build itself rather than the image.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BuildRecord {
+    pub tools: std::collections::BTreeMap<String, String>,
+    pub built_at: String,
+    pub build_seconds: f64,
+}
+
+/// The manifest of a finished build; key, lock hash and inputs are left empty for the caller,
+/// which knows them only after `--update-lock` has written the lock.
+pub fn manifest_of(plan: &BuildPlan, lock: &Lock, h: EntryHashes, record: BuildRecord) -> Manifest {
+    let def = &plan.image.definition;
+    Manifest {
         manifest_version: MANIFEST_VERSION,
         image_name: plan.image.name.clone(),
         key: String::new(),
         suite: def.suite.clone(),
         architecture: def.architecture.clone(),
-        image_sha256,
-        image_bytes,
-        kernel_sha256,
-        initrd_sha256,
+        image_sha256: h.image_sha256,
+        image_bytes: h.image_bytes,
+        kernel_sha256: h.kernel_sha256,
+        initrd_sha256: h.initrd_sha256,
         lock_sha256: String::new(),
         definition_sha256: sharedos_report::digest::sha256_hex(
             plan.image.definition_text.as_bytes(),
         ),
         inputs: Vec::new(),
-        kernel_release: release.clone(),
+        kernel_release: lock.kernel_release.clone(),
         packages: lock
             .packages
             .iter()
@@ -463,20 +603,15 @@ pub fn build(plan: &BuildPlan, progress: &Progress) -> Result<BuildResult> {
         source_date_epoch: def.source_date_epoch,
         builder: "mmdebstrap".into(),
         builder_mode: plan.mode.as_str().into(),
-        tool_versions: tools,
-        built_at: sharedos_report::clock::now_rfc3339(),
-        build_seconds: (started.elapsed().as_secs_f64() * 10.0).round() / 10.0,
+        tool_versions: record.tools,
+        built_at: record.built_at,
+        build_seconds: record.build_seconds,
         disk_image: DISK_FILE.into(),
         kernel: KERNEL_FILE.into(),
         initrd: INITRD_FILE.into(),
         init_path: GUEST_INIT_PATH.into(),
         kernel_cmdline: kernel_cmdline(),
-    };
-    Ok(BuildResult {
-        manifest,
-        entry_dir: work.entry.clone(),
-        new_lock,
-    })
+    }
 }
 
 fn read(path: &Path) -> Result<String> {
@@ -502,7 +637,7 @@ mod tests {
         let w = WorkPaths::new(Path::new("/c/tmp/k.1"));
         let c = mmdebstrap_cmd(
             &def(),
-            Path::new("/src/images/bookworm"),
+            Path::new("/src/images/base"),
             "http://snap/debian",
             BuilderMode::Fakechroot,
             &w,
@@ -538,7 +673,7 @@ mod tests {
                 .to_string()
         ));
         assert!(a.contains(
-            &"--customize-hook=upload /src/images/bookworm/sharedos-init /usr/sbin/sharedos-init"
+            &"--customize-hook=upload /src/images/base/sharedos-init /usr/sbin/sharedos-init"
                 .to_string()
         ));
         assert!(a.contains(
@@ -556,7 +691,7 @@ mod tests {
 
         let u = mmdebstrap_cmd(
             &def(),
-            Path::new("/src/images/bookworm"),
+            Path::new("/src/images/base"),
             "http://snap/debian",
             BuilderMode::Unshare,
             &w,
@@ -659,6 +794,162 @@ mod tests {
                 "./usr/lib/modules/6.1.0-50-cloud-amd64/modules.builtin",
                 "./usr/bin/busybox"
             ]
+        );
+    }
+
+    fn small_lock(extra: Option<&str>) -> Lock {
+        let h = "a".repeat(64);
+        let text = match extra {
+            None => format!(
+                "suite bookworm\narchitecture amd64\nkernel-release 6.1.0-50-cloud-amd64\n\
+                 package criu 3.17.1-2 amd64 {h}\n\
+                 package linux-image-6.1.0-50-cloud-amd64 6.1.176-1 amd64 {h}\n"
+            ),
+            Some(e) => format!(
+                "suite bookworm\nextra-suite {e}\narchitecture amd64\n\
+                 kernel-release 6.1.0-50-cloud-amd64\n\
+                 package criu 3.17.1-2 amd64 {h} bookworm\n\
+                 package linux-image-6.1.0-50-cloud-amd64 6.1.176-1 amd64 {h} {e}\n"
+            ),
+        };
+        Lock::parse(&text).unwrap()
+    }
+
+    fn key(name: &str, version: &str) -> PkgKey {
+        (name.into(), version.into(), "amd64".into())
+    }
+
+    #[test]
+    fn a_lock_of_other_suites_is_refused_with_the_fix() {
+        let d = def();
+        assert!(lock_fits_definition(&small_lock(None), &d, "bookworm").is_ok());
+        let e = lock_fits_definition(&small_lock(Some("bookworm-backports")), &d, "bookworm")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("the lock is for bookworm + bookworm-backports amd64, the definition says bookworm amd64"),
+            "{e}"
+        );
+        assert!(
+            e.contains("`cargo xtask image --image bookworm --update-lock`"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_locked_build_must_install_exactly_the_lock() {
+        let lock = small_lock(None);
+        let installed = [
+            key("criu", "3.17.1-2"),
+            key("linux-image-6.1.0-50-cloud-amd64", "6.1.176-1"),
+        ];
+        let debs: DebHashes = installed
+            .iter()
+            .map(|k| (k.clone(), "a".repeat(64)))
+            .collect();
+        let idx = index::SuiteIndex::default();
+        let s = settle_lock(&def(), Some(&lock), &installed, &debs, &idx).unwrap();
+        assert_eq!(s.lock, lock);
+        assert_eq!(s.new_lock, None);
+
+        let mut other = debs.clone();
+        other.insert(key("criu", "3.17.1-2"), "b".repeat(64));
+        let e = settle_lock(&def(), Some(&lock), &installed, &other, &idx)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("does not hold exactly the locked packages"),
+            "{e}"
+        );
+        assert!(e.contains("criu 3.17.1-2: the .deb has sha256 bbbb"), "{e}");
+    }
+
+    #[test]
+    fn an_unlocked_build_writes_the_lock_the_index_agrees_with() {
+        let installed = [
+            key("criu", "3.17.1-2"),
+            key("linux-image-6.1.0-50-cloud-amd64", "6.1.176-1"),
+        ];
+        let debs: DebHashes = installed
+            .iter()
+            .map(|k| (k.clone(), "a".repeat(64)))
+            .collect();
+        let mut idx = index::SuiteIndex {
+            debs: debs.clone(),
+            ..Default::default()
+        };
+        for k in &installed {
+            idx.suites.insert(k.clone(), vec!["bookworm".into()]);
+        }
+        let s = settle_lock(&def(), None, &installed, &debs, &idx).unwrap();
+        assert_eq!(s.new_lock.as_ref(), Some(&s.lock));
+        assert_eq!(s.lock, small_lock(None));
+
+        // The index names another .deb for criu: the download is not what the mirror lists.
+        idx.debs.insert(key("criu", "3.17.1-2"), "c".repeat(64));
+        let e = settle_lock(&def(), None, &installed, &debs, &idx)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("disagree with the mirror's index"), "{e}");
+    }
+
+    #[test]
+    fn the_manifest_records_the_image_the_lock_and_the_build() {
+        let images = Path::new(env!("CARGO_MANIFEST_DIR")).join("images");
+        let plan = BuildPlan {
+            image: ImageDir::load(&images, "bookworm").unwrap(),
+            mirror: "http://snap/debian".into(),
+            mode: BuilderMode::Fakechroot,
+            mode_reason: String::new(),
+            apt_dir: "/c/apt".into(),
+            work: WorkPaths::new(Path::new("/c/tmp/k.1")),
+            cache_root: "/c".into(),
+            lock: None,
+        };
+        let lock = small_lock(None);
+        let m = manifest_of(
+            &plan,
+            &lock,
+            EntryHashes {
+                image_sha256: "1".repeat(64),
+                image_bytes: 1536 << 20,
+                kernel_sha256: "2".repeat(64),
+                initrd_sha256: "3".repeat(64),
+            },
+            BuildRecord {
+                tools: [("mmdebstrap".to_string(), "mmdebstrap 1.3.5".to_string())].into(),
+                built_at: "2026-01-01T00:00:00Z".into(),
+                build_seconds: 81.5,
+            },
+        );
+        assert_eq!(m.image_name, "bookworm");
+        assert_eq!(m.suite, "bookworm");
+        assert_eq!(m.image_sha256, "1".repeat(64));
+        assert_eq!(m.kernel_sha256, "2".repeat(64));
+        assert_eq!(m.initrd_sha256, "3".repeat(64));
+        assert_eq!(m.kernel_release, "6.1.0-50-cloud-amd64");
+        assert_eq!(m.package_version("criu"), Some("3.17.1-2"));
+        assert_eq!(m.packages.len(), 2);
+        assert_eq!(m.mirror, "http://snap/debian");
+        assert_eq!(m.builder_mode, "fakechroot");
+        assert_eq!(m.build_seconds, 81.5);
+        assert_eq!(m.init_path, GUEST_INIT_PATH);
+        assert_eq!(
+            m.definition_sha256,
+            sharedos_report::digest::sha256_hex(plan.image.definition.render().as_bytes())
+        );
+        // Left for the caller, which knows them once the lock is final.
+        assert!(m.key.is_empty() && m.lock_sha256.is_empty() && m.inputs.is_empty());
+    }
+
+    #[test]
+    fn the_initrd_modules_are_named_as_the_tarball_names_them() {
+        assert_eq!(
+            module_members(
+                "6.1.0-50-cloud-amd64",
+                &["kernel/drivers/block/virtio_blk.ko".into()]
+            ),
+            ["./usr/lib/modules/6.1.0-50-cloud-amd64/kernel/drivers/block/virtio_blk.ko"]
         );
     }
 }

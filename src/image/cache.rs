@@ -25,13 +25,13 @@ pub const BUILDER_FORMAT: &str = "sharedos-rig image builder 1";
 /// The cache lock, in the cache root: held while a bad entry is deleted.
 pub const LOCK_FILE: &str = ".entries.lock";
 
-/// What an entry must have been built from: the key and the inputs computed just now from
-/// images/<name>/ (as [`entry_key`] takes them, the lock file among them).
+/// What an entry must have been built from: the key and the inputs computed just now for the
+/// image (as [`entry_key`] takes them, the lock file among them).
 #[derive(Debug, Clone, Copy)]
 pub struct Want<'a> {
     pub image: &'a str,
     pub key: &'a str,
-    /// (path under images/<name>/, sha256) in key order.
+    /// (input name, sha256) in key order.
     pub inputs: &'a [(String, String)],
 }
 

@@ -1,11 +1,17 @@
-//! The image definition: `images/<name>/image.conf`, a reviewable `key = value` file, plus the
-//! guest files next to it that end up in the image or the initrd.
+//! The image definition: what an image is made of, read from `key = value` files under
+//! `images/`. Every image builds on `images/base/` (the settings every image shares and the
+//! guest files that go into every image and initrd), optionally on other images, and adds its own
+//! `images/<name>/image.conf`; [`compose`] says how those files are merged.
 
+use super::compose::{self, Layer, Level};
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 
 pub const DEFINITION_FILE: &str = "image.conf";
 pub const LOCK_FILE: &str = "packages.lock";
+/// The directory under images/ every image builds on: its image.conf holds the shared
+/// settings, and the guest files live there, once. It is not an image itself.
+pub const BASE_DIR: &str = "base";
 /// The guest's PID 1, installed at [`GUEST_INIT_PATH`].
 pub const PID1_FILE: &str = "sharedos-init";
 /// The initrd's /init.
@@ -17,7 +23,7 @@ pub const SSHD_CONFIG_FILE: &str = "sshd_config";
 pub const GUEST_INIT_PATH: &str = "/usr/sbin/sharedos-init";
 pub const SSHD_CONFIG_PATH: &str = "/etc/ssh/sharedos_sshd_config";
 
-/// The files of an image directory that decide the image's bytes, besides the lock.
+/// The files of images/base/ that decide every image's bytes, besides definitions and locks.
 pub const GUEST_FILES: [&str; 3] = [PID1_FILE, INITRD_INIT_FILE, SSHD_CONFIG_FILE];
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -80,140 +86,148 @@ impl Definition {
             .collect()
     }
 
+    /// A complete definition in one text, composed of nothing else (see [`compose`] for the
+    /// rules of a file and for how an image's files are merged).
     pub fn parse(text: &str) -> Result<Definition> {
-        let mut suite = None;
-        let mut mirror = None;
-        let mut components = Vec::new();
-        let mut architecture = None;
-        let mut variant = None;
-        let mut kernel_flavour = None;
-        let mut extra_suite = None;
-        let mut extra_packages = Vec::new();
-        let mut packages = Vec::new();
-        let mut dpkg_filters = Vec::new();
-        let mut sde = None;
-        let mut disk = None;
-        let mut inodes = None;
-        for (i, raw) in text.lines().enumerate() {
-            let line = raw.trim();
-            if line.is_empty() || line.starts_with('#') {
-                continue;
-            }
-            let (k, v) = line
-                .split_once('=')
-                .with_context(|| format!("line {}: expected `key = value`, got {raw:?}", i + 1))?;
-            let (k, v) = (k.trim(), v.trim().to_string());
-            if v.is_empty() {
-                bail!("line {}: {k} has no value", i + 1);
-            }
-            let once = |slot: &mut Option<String>| -> Result<()> {
-                if slot.replace(v.clone()).is_some() {
-                    bail!("line {}: {k} given twice", i + 1);
-                }
-                Ok(())
-            };
-            let number = || -> Result<u64> {
-                v.parse::<u64>().with_context(|| {
-                    format!("line {}: {k} must be a whole number, got {v:?}", i + 1)
-                })
-            };
-            match k {
-                "suite" => once(&mut suite)?,
-                "mirror" => once(&mut mirror)?,
-                "architecture" => once(&mut architecture)?,
-                "variant" => once(&mut variant)?,
-                "kernel_flavour" => once(&mut kernel_flavour)?,
-                "extra_suite" => once(&mut extra_suite)?,
-                "extra_suite_package" => extra_packages.push(v.clone()),
-                "component" => components.push(v.clone()),
-                "package" => packages.push(v.clone()),
-                "dpkg_exclude" => dpkg_filters.push((false, v.clone())),
-                "dpkg_include" => dpkg_filters.push((true, v.clone())),
-                "source_date_epoch" => sde = Some(number()?),
-                "disk_size_mib" => disk = Some(number()?),
-                "inodes" => inodes = Some(number()?),
-                other => bail!("line {}: unknown key {other:?}", i + 1),
-            }
-            if v.split_whitespace().count() != 1 {
-                bail!("line {}: {k} takes one word, got {v:?}", i + 1);
-            }
-        }
-        let need = |o: Option<String>, k: &str| o.with_context(|| format!("{k} is missing"));
-        let def = Definition {
-            suite: need(suite, "suite")?,
-            mirror: need(mirror, "mirror")?,
-            components,
-            architecture: need(architecture, "architecture")?,
-            variant: need(variant, "variant")?,
-            kernel_flavour: need(kernel_flavour, "kernel_flavour")?,
-            packages,
-            extra_suite,
-            extra_packages,
-            dpkg_filters,
-            source_date_epoch: sde.context("source_date_epoch is missing")?,
-            disk_size_mib: disk.context("disk_size_mib is missing")?,
-            inodes: inodes.unwrap_or(65536),
-        };
-        if def.components.is_empty() {
+        compose::compose(&[Layer::parse(text, Level::Whole, "")?])
+    }
+
+    /// What a definition must hold whichever files it was composed from.
+    pub(super) fn check(&self) -> Result<()> {
+        if self.components.is_empty() {
             bail!("no component given");
         }
-        match (&def.extra_suite, def.extra_packages.is_empty()) {
+        match (&self.extra_suite, self.extra_packages.is_empty()) {
             (None, false) => bail!(
                 "extra_suite_package is given but extra_suite is not: name the suite they come from"
             ),
             (Some(s), true) => bail!(
                 "extra_suite = {s} takes no package: add `extra_suite_package = NAME` lines, e.g. \
                  extra_suite_package = {}",
-                def.kernel_package()
+                self.kernel_package()
             ),
-            (Some(s), false) if *s == def.suite => {
+            (Some(s), false) if *s == self.suite => {
                 bail!("extra_suite = {s} is the image's own suite")
             }
             _ => {}
         }
-        let wanted = def.include_packages_plain();
-        for p in &def.extra_packages {
+        let wanted = self.include_packages_plain();
+        for p in &self.extra_packages {
             if !wanted.contains(p) {
                 bail!(
                     "extra_suite_package = {p} is neither a `package` nor the kernel {}: \
                      list it as a package too",
-                    def.kernel_package()
+                    self.kernel_package()
                 );
             }
         }
-        if def.disk_size_mib < 256 {
+        if self.disk_size_mib < 256 {
             bail!(
                 "disk_size_mib {} is too small for a Debian root",
-                def.disk_size_mib
+                self.disk_size_mib
             );
         }
-        Ok(def)
+        Ok(())
+    }
+
+    /// The definition as one self-contained `key = value` text, every key in a fixed order and
+    /// every list in its order: equal definitions render to equal bytes, whatever files they
+    /// were composed from, so the cache key changes with what an image is and not with how its
+    /// files are laid out or commented. [`Definition::parse`] reads it back to the same value.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let mut put = |k: &str, v: &str| {
+            out.push_str(k);
+            out.push_str(" = ");
+            out.push_str(v);
+            out.push('\n');
+        };
+        put("suite", &self.suite);
+        if let Some(e) = &self.extra_suite {
+            put("extra_suite", e);
+        }
+        for p in &self.extra_packages {
+            put("extra_suite_package", p);
+        }
+        put("mirror", &self.mirror);
+        for c in &self.components {
+            put("component", c);
+        }
+        put("architecture", &self.architecture);
+        put("variant", &self.variant);
+        put("kernel_flavour", &self.kernel_flavour);
+        for p in &self.packages {
+            put("package", p);
+        }
+        for (include, glob) in &self.dpkg_filters {
+            put(
+                if *include {
+                    "dpkg_include"
+                } else {
+                    "dpkg_exclude"
+                },
+                glob,
+            );
+        }
+        put("source_date_epoch", &self.source_date_epoch.to_string());
+        put("disk_size_mib", &self.disk_size_mib.to_string());
+        put("inodes", &self.inodes.to_string());
+        out
     }
 }
 
-/// An image directory: its definition and where its files are.
+/// An image: its own directory (its lock, its expected gates), the base's (the guest files) and
+/// the definition composed from the base, the images it inherits and its own image.conf.
 #[derive(Debug, Clone)]
 pub struct ImageDir {
     pub name: String,
+    /// `images/<name>/`.
     pub dir: PathBuf,
+    /// `images/base/`, where the guest files are.
+    pub base_dir: PathBuf,
     pub definition: Definition,
+    /// The effective definition rendered canonically ([`Definition::render`]): what the cache key
+    /// and the manifest hash.
     pub definition_text: String,
+    /// The image.conf files composed, base first and this image's own last.
+    pub sources: Vec<PathBuf>,
 }
 
 impl ImageDir {
     pub fn load(images_dir: &Path, name: &str) -> Result<ImageDir> {
         require_image(images_dir, name)?;
-        let dir = images_dir.join(name);
-        let path = dir.join(DEFINITION_FILE);
-        let definition_text = std::fs::read_to_string(&path)
-            .with_context(|| format!("reading the image definition {}", path.display()))?;
-        let definition = Definition::parse(&definition_text)
-            .with_context(|| format!("parsing {}", path.display()))?;
+        let base_dir = images_dir.join(BASE_DIR);
+        let base_path = base_dir.join(DEFINITION_FILE);
+        let base = read_layer(&base_path, Level::Base).with_context(|| {
+            format!(
+                "every image builds on {}: restore it from the repository (see images/README.md)",
+                base_path.display()
+            )
+        })?;
+        let chain = compose::image_chain(name, &mut |n: &str| {
+            require_image(images_dir, n)?;
+            let dir = images_dir.join(n);
+            refuse_guest_files(&dir, &base_dir)?;
+            read_layer(&dir.join(DEFINITION_FILE), Level::Image)
+        })?;
+        let mut sources = vec![base_path];
+        sources.extend(
+            chain
+                .iter()
+                .map(|(n, _)| images_dir.join(n).join(DEFINITION_FILE)),
+        );
+        let layers: Vec<Layer> = std::iter::once(base)
+            .chain(chain.into_iter().map(|(_, l)| l))
+            .collect();
+        let definition = compose::compose(&layers)
+            .with_context(|| format!("composing the definition of image {name}"))?;
         Ok(ImageDir {
             name: name.to_string(),
-            dir,
+            dir: images_dir.join(name),
+            base_dir,
+            definition_text: definition.render(),
             definition,
-            definition_text,
+            sources,
         })
     }
 
@@ -221,12 +235,38 @@ impl ImageDir {
         self.dir.join(LOCK_FILE)
     }
 
+    /// A guest file ([`GUEST_FILES`]): every image's is the base's.
     pub fn file(&self, name: &str) -> PathBuf {
-        self.dir.join(name)
+        self.base_dir.join(name)
     }
 }
 
-/// The images under `images_dir`: the directories holding an image.conf, sorted by name.
+fn read_layer(path: &Path, level: Level) -> Result<Layer> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading the image definition {}", path.display()))?;
+    let source = path.display().to_string();
+    Layer::parse(&text, level, &source).with_context(|| format!("parsing {source}"))
+}
+
+/// An image directory holding its own copy of a guest file would look like it replaces the
+/// base's, while the build takes the base's: refused, so that the shared file stays the one.
+fn refuse_guest_files(dir: &Path, base_dir: &Path) -> Result<()> {
+    for f in GUEST_FILES {
+        let path = dir.join(f);
+        if path.exists() {
+            bail!(
+                "{} is a guest file, and every image's guest files are the base's ({}): delete \
+                 the copy, or change the base's for every image",
+                path.display(),
+                base_dir.join(f).display()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The images under `images_dir`: the directories holding an image.conf, except the base,
+/// sorted by name.
 pub fn list_images(images_dir: &Path) -> Vec<String> {
     let Ok(rd) = std::fs::read_dir(images_dir) else {
         return Vec::new();
@@ -235,7 +275,7 @@ pub fn list_images(images_dir: &Path) -> Vec<String> {
         .flatten()
         .filter(|e| e.path().join(DEFINITION_FILE).is_file())
         .filter_map(|e| e.file_name().to_str().map(str::to_string))
-        .filter(|n| !n.starts_with('.'))
+        .filter(|n| !n.starts_with('.') && n != BASE_DIR)
         .collect();
     names.sort();
     names
@@ -248,7 +288,7 @@ pub fn require_image(images_dir: &Path, name: &str) -> Result<()> {
     if name.is_empty() || name.contains('/') || name.starts_with('.') {
         bail!("image name {name:?} is not a plain directory name");
     }
-    if images_dir.join(name).join(DEFINITION_FILE).is_file() {
+    if name != BASE_DIR && images_dir.join(name).join(DEFINITION_FILE).is_file() {
         return Ok(());
     }
     let known = list_images(images_dir);
@@ -257,6 +297,13 @@ pub fn require_image(images_dir: &Path, name: &str) -> Result<()> {
     } else {
         known.join(", ")
     };
+    if name == BASE_DIR {
+        bail!(
+            "{}/{BASE_DIR}/ is not an image but what every image builds on: name an image \
+             (the images there are {listed})",
+            images_dir.display()
+        );
+    }
     bail!(
         "there is no image {name:?} in {}: the images there are {listed}.\n\
          Name one of those, or add an image as a new directory {}/{name}/ holding {DEFINITION_FILE} \
@@ -380,9 +427,17 @@ mod tests {
             std::fs::create_dir_all(dir.join(n)).unwrap();
             std::fs::write(dir.join(n).join(DEFINITION_FILE), SAMPLE).unwrap();
         }
-        // A directory without a definition is not an image.
+        // A directory without a definition is not an image, and neither is the base.
         std::fs::create_dir_all(dir.join("notes")).unwrap();
+        std::fs::create_dir_all(dir.join(BASE_DIR)).unwrap();
+        std::fs::write(dir.join(BASE_DIR).join(DEFINITION_FILE), "").unwrap();
         assert_eq!(list_images(&dir), ["alpha", "zeta"]);
+        let e = require_image(&dir, BASE_DIR).unwrap_err().to_string();
+        assert!(
+            e.contains("base/ is not an image but what every image builds on"),
+            "{e}"
+        );
+        assert!(e.contains("the images there are alpha, zeta"), "{e}");
         assert!(require_image(&dir, "alpha").is_ok());
         let e = require_image(&dir, "nosuch").unwrap_err().to_string();
         assert!(e.contains("no image \"nosuch\""), "{e}");
@@ -415,5 +470,121 @@ mod tests {
         ] {
             assert!(pk.iter().any(|x| x == p), "{p} missing");
         }
+    }
+
+    #[test]
+    fn the_canonical_rendering_reads_back_to_the_same_definition() {
+        let d = Definition::parse(&format!(
+            "{SAMPLE}extra_suite = bookworm-backports\nextra_suite_package = criu\ninodes = 9000\n"
+        ))
+        .unwrap();
+        let text = d.render();
+        assert_eq!(Definition::parse(&text).unwrap(), d);
+        assert_eq!(Definition::parse(&text).unwrap().render(), text);
+        // Comments, blank lines and the order of different keys do not reach it.
+        let shuffled = "disk_size_mib = 1024\npackage = criu\n\n# x\nsuite = bookworm\n\
+            mirror = http://m/debian\npackage = xterm\ncomponent = main\narchitecture = amd64\n\
+            dpkg_exclude = /usr/share/doc/*\nvariant = apt\nkernel_flavour = cloud-amd64\n\
+            source_date_epoch = 1700000000\ndpkg_include = /usr/share/doc/*/copyright\n";
+        assert_eq!(
+            Definition::parse(shuffled).unwrap().render(),
+            Definition::parse(SAMPLE).unwrap().render()
+        );
+    }
+
+    /// A scratch images directory with a base and the given images' image.conf files.
+    fn scratch(tag: &str, images: &[(&str, &str)]) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("images-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let base: String = SAMPLE
+            .lines()
+            .filter(|l| !l.starts_with("suite"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        std::fs::create_dir_all(dir.join(BASE_DIR)).unwrap();
+        std::fs::write(dir.join(BASE_DIR).join(DEFINITION_FILE), base).unwrap();
+        for (name, text) in images {
+            std::fs::create_dir_all(dir.join(name)).unwrap();
+            std::fs::write(dir.join(name).join(DEFINITION_FILE), text).unwrap();
+        }
+        dir
+    }
+
+    #[test]
+    fn an_image_is_loaded_from_the_base_its_parents_and_itself() {
+        let dir = scratch(
+            "load",
+            &[
+                ("bookworm", "suite = bookworm\n"),
+                (
+                    "desktop",
+                    "inherit = bookworm\npackage = openbox\ndisk_size_mib = 2048\n",
+                ),
+            ],
+        );
+        let img = ImageDir::load(&dir, "desktop").unwrap();
+        assert_eq!(img.definition.packages, ["criu", "xterm", "openbox"]);
+        assert_eq!(img.definition.disk_size_mib, 2048);
+        assert_eq!(img.definition_text, img.definition.render());
+        assert_eq!(img.lock_path(), dir.join("desktop").join(LOCK_FILE));
+        assert_eq!(img.file(PID1_FILE), dir.join(BASE_DIR).join(PID1_FILE));
+        assert_eq!(
+            img.sources,
+            [
+                dir.join("base/image.conf"),
+                dir.join("bookworm/image.conf"),
+                dir.join("desktop/image.conf")
+            ]
+        );
+        assert_eq!(list_images(&dir), ["bookworm", "desktop"]);
+
+        // A parent that is not there is named with the line naming it and the images there are.
+        std::fs::write(
+            dir.join("desktop").join(DEFINITION_FILE),
+            "# c\ninherit = bookwrom\n",
+        )
+        .unwrap();
+        let e = format!("{:#}", ImageDir::load(&dir, "desktop").unwrap_err());
+        assert!(
+            e.contains("desktop/image.conf line 2: desktop inherits bookwrom: there is no image \"bookwrom\""),
+            "{e}"
+        );
+        assert!(e.contains("the images there are bookworm, desktop"), "{e}");
+
+        // An error inside a file names the file and its line.
+        std::fs::write(
+            dir.join("desktop").join(DEFINITION_FILE),
+            "inherit = bookworm\nvariant = minbase\n",
+        )
+        .unwrap();
+        let e = format!("{:#}", ImageDir::load(&dir, "desktop").unwrap_err());
+        assert!(
+            e.contains("desktop/image.conf: line 2: variant is set once for every image"),
+            "{e}"
+        );
+
+        // A copy of a guest file in an image (or a parent) would never be used: refused.
+        std::fs::write(
+            dir.join("desktop").join(DEFINITION_FILE),
+            "inherit = bookworm\n",
+        )
+        .unwrap();
+        std::fs::write(dir.join("bookworm").join(SSHD_CONFIG_FILE), "").unwrap();
+        let e = format!("{:#}", ImageDir::load(&dir, "desktop").unwrap_err());
+        assert!(
+            e.contains("bookworm/sshd_config is a guest file, and every image's guest files are the base's"),
+            "{e}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn without_a_base_no_image_loads() {
+        let dir = scratch("nobase", &[("bookworm", "suite = bookworm\n")]);
+        std::fs::remove_dir_all(dir.join(BASE_DIR)).unwrap();
+        let e = format!("{:#}", ImageDir::load(&dir, "bookworm").unwrap_err());
+        assert!(e.contains("every image builds on"), "{e}");
+        assert!(e.contains("base/image.conf"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

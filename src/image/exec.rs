@@ -1,7 +1,7 @@
 //! The image builder's host tools: which package provides each, and which are missing.
 
 // The builder's commands and progress are the crate's one command and progress type.
-pub use crate::cmd::{capture, run, Cmd};
+pub use crate::cmd::{capture, run, succeeds, Cmd};
 pub use crate::progress::{Progress, Stage};
 
 /// Host tools and the Debian/Ubuntu package that provides each.

@@ -20,7 +20,8 @@ pub struct PackageVersion {
     pub version: String,
 }
 
-/// An input file that decides the image's bytes, by its path under `images/<name>/`.
+/// An input that decides the image's bytes: `image.conf` (the effective definition, rendered
+/// canonically), `packages.lock` or a guest file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InputFile {
     pub path: String,

@@ -1,9 +1,10 @@
-//! The pinned guest image: `images/<name>/` (definition, lock, guest files) built rootless and
-//! reproducibly into a cache entry holding `disk.img`, `vmlinuz`, `initrd.img` and
-//! `manifest.json`.
+//! The pinned guest image: `images/<name>/` (its definition, composed on `images/base/`, and its
+//! lock) and the guest files of `images/base/`, built rootless and reproducibly into a cache entry
+//! holding `disk.img`, `vmlinuz`, `initrd.img` and `manifest.json`.
 
 pub mod builder;
 pub mod cache;
+pub mod compose;
 pub mod definition;
 pub mod exec;
 pub mod in_guest;
@@ -12,6 +13,8 @@ pub mod initrd;
 pub mod lock;
 pub mod manifest;
 pub mod mode;
+#[cfg(test)]
+mod shipped_tests;
 
 pub use crate::vm::qemu::kernel_cmdline;
 pub use cache::cache_root;
@@ -112,7 +115,9 @@ pub fn require_image(opts: &BuildOptions) -> Result<()> {
 struct Inputs {
     image: ImageDir,
     lock_text: Option<String>,
-    /// (path under images/<name>/, sha256) in key order.
+    /// (input, sha256) in key order: `image.conf` is the effective definition's canonical
+    /// rendering (so comments and layout do not change the key), `packages.lock` the image's
+    /// own lock, the guest files the base's.
     hashes: Vec<(String, String)>,
     key: String,
 }
@@ -159,14 +164,7 @@ pub fn plan_image(opts: &BuildOptions) -> Result<Vec<String>> {
     let images_dir = definition::find_images_dir(opts.images_dir.as_deref(), &opts.image);
     let inputs = load_inputs(&images_dir, &opts.image)?;
     let root = root_of(opts)?;
-    let lock = match (&inputs.lock_text, opts.update_lock) {
-        (Some(t), false) => Some(lock::Lock::parse(t).context("parsing the lock")?),
-        (None, false) => bail!(
-            "{} has no lock: run with --update-lock",
-            inputs.image.dir.display()
-        ),
-        (_, true) => None,
-    };
+    let lock = lock_to_build_from(&inputs, opts.update_lock, &opts.image)?;
     let release = lock
         .as_ref()
         .map(|l| l.kernel_release.clone())
@@ -247,6 +245,7 @@ pub fn ensure_image(opts: &BuildOptions) -> Result<ImageEntry> {
     ensure_image_with(opts, &Progress::new("image"))
 }
 
+/// [`ensure_image`] with the caller's progress. Each stage is a function of its own below.
 pub fn ensure_image_with(opts: &BuildOptions, progress: &Progress) -> Result<ImageEntry> {
     if opts.plan {
         bail!("plan mode builds nothing: use plan_image()");
@@ -254,41 +253,99 @@ pub fn ensure_image_with(opts: &BuildOptions, progress: &Progress) -> Result<Ima
     let images_dir = definition::find_images_dir(opts.images_dir.as_deref(), &opts.image);
     let inputs = load_inputs(&images_dir, &opts.image)?;
     let root = root_of(opts)?;
-    let entry_dir = root.join(&inputs.key);
-
     if !opts.update_lock {
-        let want = cache::want(&opts.image, &inputs.key, &inputs.hashes);
-        match cache::check_entry(&entry_dir, &want) {
-            EntryState::Good(m) => {
-                return Ok(ImageEntry {
-                    dir: entry_dir,
-                    manifest: *m,
-                    built: false,
-                })
-            }
-            EntryState::Bad(why) => {
-                progress.note(&format!(
-                    "cache entry {} is not usable ({why}): rebuilding it",
-                    entry_dir.display()
-                ));
-                cache::remove_bad_entry(&entry_dir, &want)?;
-            }
-            EntryState::Missing => {}
+        if let Some(entry) = reuse_cached(&opts.image, &root, &inputs, progress)? {
+            return Ok(entry);
         }
     }
-    let lock = match (&inputs.lock_text, opts.update_lock) {
-        (Some(t), false) => Some(
-            lock::Lock::parse(t)
-                .with_context(|| format!("parsing {}", inputs.image.lock_path().display()))?,
-        ),
-        (None, false) => bail!(
-            "{} does not exist: create it with `cargo xtask image --image {} --update-lock`",
-            inputs.image.lock_path().display(),
-            opts.image
-        ),
-        (_, true) => None,
-    };
+    let lock = lock_to_build_from(&inputs, opts.update_lock, &opts.image)?;
+    require_host_tools()?;
+    let (mode, reason) = choose_builder_mode(opts.mode, &inputs.image, lock.as_ref())?;
+    if nix::unistd::getuid().is_root() {
+        progress.note("running as root: the build does not need it, and runs the same as any user");
+    }
+    progress.note(&format!("builder mode: {} ({reason})", mode.as_str()));
+    let old_lock = lock_before(&inputs, lock.as_ref());
+    let entry_dir = root.join(&inputs.key);
+    let plan = make_plan(opts, &root, inputs, lock, mode, reason)?;
+    let result = run_build(&plan, &entry_dir, progress)?;
+    if let Some(new_lock) = &result.new_lock {
+        write_lock(&plan.image, old_lock.as_ref(), new_lock, progress)?;
+    }
+    // Re-read: --update-lock just changed the lock, so the key is the new one.
+    let inputs = load_inputs(&images_dir, &opts.image)?;
+    let manifest = with_inputs(result.manifest, &inputs);
+    manifest.write(&result.entry_dir.join(manifest::MANIFEST_FILE))?;
+    cache::stamp_entry(&result.entry_dir, &manifest)?;
+    let entry = install_entry(&root, &inputs, &result.entry_dir, manifest, progress)?;
+    let _ = std::fs::remove_dir_all(&plan.work.dir);
+    Ok(entry)
+}
 
+/// The cache's entry for these inputs when it verifies; a bad one is removed (under the cache
+/// lock) so that the build replaces it.
+fn reuse_cached(
+    image: &str,
+    root: &Path,
+    inputs: &Inputs,
+    progress: &Progress,
+) -> Result<Option<ImageEntry>> {
+    let entry_dir = root.join(&inputs.key);
+    let want = cache::want(image, &inputs.key, &inputs.hashes);
+    match cache::check_entry(&entry_dir, &want) {
+        EntryState::Good(m) => Ok(Some(ImageEntry {
+            dir: entry_dir,
+            manifest: *m,
+            built: false,
+        })),
+        EntryState::Bad(why) => {
+            progress.note(&format!(
+                "cache entry {} is not usable ({why}): rebuilding it",
+                entry_dir.display()
+            ));
+            cache::remove_bad_entry(&entry_dir, &want)?;
+            Ok(None)
+        }
+        EntryState::Missing => Ok(None),
+    }
+}
+
+/// The lock a build must install exactly, or None for `--update-lock` (the build writes one).
+fn lock_to_build_from(
+    inputs: &Inputs,
+    update_lock: bool,
+    image: &str,
+) -> Result<Option<lock::Lock>> {
+    let path = inputs.image.lock_path();
+    match (&inputs.lock_text, update_lock) {
+        (_, true) => Ok(None),
+        (Some(t), false) => lock::Lock::parse(t).map(Some).with_context(|| {
+            format!(
+                "parsing {}: fix it, or write it anew with \
+                 `cargo xtask image --image {image} --update-lock`",
+                path.display()
+            )
+        }),
+        (None, false) => bail!(
+            "{} does not exist: create it with `cargo xtask image --image {image} --update-lock`",
+            path.display()
+        ),
+    }
+}
+
+/// The lock `--update-lock` shows its changes against: the one it replaces, even one that no
+/// longer parses as the build needs (then None).
+fn lock_before(inputs: &Inputs, lock: Option<&lock::Lock>) -> Option<lock::Lock> {
+    lock.cloned().or_else(|| {
+        inputs
+            .lock_text
+            .as_deref()
+            .and_then(|t| lock::Lock::parse(t).ok())
+    })
+}
+
+/// Fails naming every missing host tool the build needs whatever the mode, with its package.
+fn require_host_tools() -> Result<()> {
     let mut missing = exec::missing_tools(&mode::COMMON_TOOLS);
     if !Path::new(index::DEBIAN_KEYRING).is_file() {
         missing.push(format!(
@@ -302,8 +359,17 @@ pub fn ensure_image_with(opts: &BuildOptions, progress: &Progress) -> Result<Ima
             missing.join(", ")
         );
     }
-    let glibc = mode::image_glibc(&inputs.image.definition.suite, lock.as_ref());
-    let (mode, reason) = mode::choose_mode(opts.mode, glibc.as_ref());
+    Ok(())
+}
+
+/// The builder mode and why, refused when its own tools are missing.
+fn choose_builder_mode(
+    explicit: Option<BuilderMode>,
+    image: &ImageDir,
+    lock: Option<&lock::Lock>,
+) -> Result<(BuilderMode, String)> {
+    let glibc = mode::image_glibc(&image.definition.suite, lock);
+    let (mode, reason) = mode::choose_mode(explicit, glibc.as_ref());
     let missing = mode.missing_tools();
     if !missing.is_empty() {
         bail!(
@@ -312,63 +378,68 @@ pub fn ensure_image_with(opts: &BuildOptions, progress: &Progress) -> Result<Ima
             missing.join(", ")
         );
     }
-    if nix::unistd::getuid().is_root() {
-        progress.note("running as root: the build does not need it, and runs the same as any user");
-    }
-    progress.note(&format!("builder mode: {} ({reason})", mode.as_str()));
+    Ok((mode, reason))
+}
 
-    // --update-lock shows its changes against the lock it replaces, even an unparsable one.
-    let old_lock = lock.clone().or_else(|| {
-        inputs
-            .lock_text
-            .as_deref()
-            .and_then(|t| lock::Lock::parse(t).ok())
-    });
-    let plan = make_plan(opts, &root, inputs, lock, mode, reason)?;
+/// Runs the build in a fresh work directory; on failure keeps only its log, which the error
+/// names.
+fn run_build(
+    plan: &builder::BuildPlan,
+    entry_dir: &Path,
+    progress: &Progress,
+) -> Result<builder::BuildResult> {
     let _ = std::fs::remove_dir_all(&plan.work.dir);
     std::fs::create_dir_all(&plan.work.dir)
         .with_context(|| format!("creating {}", plan.work.dir.display()))?;
     progress.note(&format!(
         "building {} into {} (log: {})",
-        opts.image,
+        plan.image.name,
         entry_dir.display(),
         plan.work.log.display()
     ));
-    let result = builder::build(&plan, progress);
-    let result = match result {
-        Ok(r) => r,
-        Err(e) => {
-            // Keeps the log, drops the big files.
-            let _ = std::fs::remove_file(&plan.work.tarball);
-            let _ = std::fs::remove_dir_all(&plan.work.entry);
-            let _ = std::fs::remove_dir_all(&plan.work.extract);
-            return Err(e.context(format!(
-                "building image {} (log: {})",
-                opts.image,
-                plan.work.log.display()
-            )));
-        }
-    };
-    let mut manifest = result.manifest;
+    builder::build(plan, progress).map_err(|e| {
+        let _ = std::fs::remove_file(&plan.work.tarball);
+        let _ = std::fs::remove_dir_all(&plan.work.entry);
+        let _ = std::fs::remove_dir_all(&plan.work.extract);
+        e.context(format!(
+            "building image {} (log: {})",
+            plan.image.name,
+            plan.work.log.display()
+        ))
+    })
+}
 
-    if let Some(new_lock) = &result.new_lock {
-        let changes = lock::diff(old_lock.as_ref(), new_lock);
-        if changes.is_empty() {
-            progress.note("lock unchanged");
-        } else {
-            progress.note(&format!("lock changes ({}):", changes.len()));
-            for c in &changes {
-                eprintln!("  {c}");
-            }
-        }
-        let path = plan.image.lock_path();
-        std::fs::write(&path, new_lock.render(&opts.image))
-            .with_context(|| format!("writing {}", path.display()))?;
-        progress.note(&format!("wrote {}", path.display()));
+/// What `--update-lock` changed, as the lines it prints.
+fn lock_change_lines(old: Option<&lock::Lock>, new: &lock::Lock) -> Vec<String> {
+    let changes = lock::diff(old, new);
+    if changes.is_empty() {
+        return vec!["lock unchanged".into()];
     }
-    // Re-read: --update-lock just changed the lock, so the key is the new one.
-    let inputs = load_inputs(&images_dir, &opts.image)?;
-    let entry_dir = root.join(&inputs.key);
+    std::iter::once(format!("lock changes ({}):", changes.len()))
+        .chain(changes.iter().map(|c| format!("  {c}")))
+        .collect()
+}
+
+/// Shows what `--update-lock` changed and writes the new lock.
+fn write_lock(
+    image: &ImageDir,
+    old: Option<&lock::Lock>,
+    new: &lock::Lock,
+    progress: &Progress,
+) -> Result<()> {
+    for line in lock_change_lines(old, new) {
+        progress.note(&line);
+    }
+    let path = image.lock_path();
+    std::fs::write(&path, new.render(&image.name))
+        .with_context(|| format!("writing {}", path.display()))?;
+    progress.note(&format!("wrote {}", path.display()));
+    Ok(())
+}
+
+/// The builder's manifest with what only the final inputs tell: the key, the lock's sha256 and
+/// every input's.
+fn with_inputs(mut manifest: Manifest, inputs: &Inputs) -> Manifest {
     manifest.key = inputs.key.clone();
     manifest.lock_sha256 = inputs
         .hashes
@@ -384,11 +455,23 @@ pub fn ensure_image_with(opts: &BuildOptions, progress: &Progress) -> Result<Ima
             sha256: sha256.clone(),
         })
         .collect();
-    manifest.write(&result.entry_dir.join(manifest::MANIFEST_FILE))?;
-    cache::stamp_entry(&result.entry_dir, &manifest)?;
+    manifest
+}
 
+/// Moves the built entry into the cache under its key. Another process may have put a good
+/// entry there meanwhile: that one is kept (with a warning when its image differs, since two
+/// builds of the same inputs should not).
+fn install_entry(
+    root: &Path,
+    inputs: &Inputs,
+    built: &Path,
+    manifest: Manifest,
+    progress: &Progress,
+) -> Result<ImageEntry> {
+    let image = &inputs.image.name;
+    let entry_dir = root.join(&inputs.key);
     if entry_dir.exists() {
-        let want = cache::want(&opts.image, &inputs.key, &inputs.hashes);
+        let want = cache::want(image, &inputs.key, &inputs.hashes);
         if let EntryState::Good(m) = cache::check_entry(&entry_dir, &want) {
             if m.image_sha256 != manifest.image_sha256 {
                 progress.note(&format!(
@@ -398,7 +481,6 @@ pub fn ensure_image_with(opts: &BuildOptions, progress: &Progress) -> Result<Ima
                     manifest.image_sha256
                 ));
             }
-            let _ = std::fs::remove_dir_all(&plan.work.dir);
             return Ok(ImageEntry {
                 dir: entry_dir,
                 manifest: *m,
@@ -407,10 +489,9 @@ pub fn ensure_image_with(opts: &BuildOptions, progress: &Progress) -> Result<Ima
         }
         cache::remove_bad_entry(&entry_dir, &want)?;
     }
-    std::fs::rename(&result.entry_dir, &entry_dir)
+    std::fs::rename(built, &entry_dir)
         .with_context(|| format!("moving the new entry to {}", entry_dir.display()))?;
     cache::stamp_entry(&entry_dir, &manifest)?;
-    let _ = std::fs::remove_dir_all(&plan.work.dir);
     Ok(ImageEntry {
         dir: entry_dir,
         manifest,
@@ -418,38 +499,41 @@ pub fn ensure_image_with(opts: &BuildOptions, progress: &Progress) -> Result<Ima
     })
 }
 
-/// `cargo xtask image ...`: builds or finds the entry and prints its directory on the last
-/// line of stdout (progress goes to stderr).
-pub fn cli_main_image(opts: &BuildOptions) -> Result<()> {
+/// `cargo xtask image ...`: builds or finds the entry, and returns what goes to stdout: the plan's
+/// lines, or the entry directory (a caller captures it, e.g. `dir=$(cargo xtask image)`).
+/// Progress goes to stderr.
+pub fn cli_main_image(opts: &BuildOptions) -> Result<Vec<String>> {
     if opts.plan {
-        for line in plan_image(opts)? {
-            println!("{line}");
-        }
-        return Ok(());
+        return plan_image(opts);
     }
     let start = Instant::now();
-    let entry = ensure_image(opts)?;
+    let progress = Progress::new("image");
+    let entry = ensure_image_with(opts, &progress)?;
+    progress.note(&outcome_line(&entry, start.elapsed()));
+    Ok(vec![entry.dir.display().to_string()])
+}
+
+/// The last progress line of `cargo xtask image`: what was built or found.
+fn outcome_line(entry: &ImageEntry, took: Duration) -> String {
     let m = &entry.manifest;
     if entry.built {
-        eprintln!(
-            "[image] built {} in {:.1} s: image sha256 {}, kernel {}, {} packages, {} mode",
+        format!(
+            "built {} in {:.1} s: image sha256 {}, kernel {}, {} packages, {} mode",
             m.image_name,
-            start.elapsed().as_secs_f64(),
+            took.as_secs_f64(),
             m.image_sha256,
             m.kernel_release,
             m.packages.len(),
             m.builder_mode
-        );
+        )
     } else {
-        eprintln!(
-            "[image] cached {} (verified in {:.3} s): image sha256 {}",
+        format!(
+            "cached {} (verified in {:.3} s): image sha256 {}",
             m.image_name,
-            start.elapsed().as_secs_f64(),
+            took.as_secs_f64(),
             m.image_sha256
-        );
+        )
     }
-    println!("{}", entry.dir.display());
-    Ok(())
 }
 
 /// Timings of cached no-op builds (the first call builds if the entry is missing and is not
@@ -504,5 +588,157 @@ mod tests {
         o.mode = None;
         let all = plan_image(&o).unwrap().join("\n");
         assert!(all.contains("unshare --user --map-root-user true"), "{all}");
+    }
+
+    fn shipped() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("images")
+    }
+
+    #[test]
+    fn the_key_follows_the_effective_definition_the_lock_and_the_guest_files() {
+        let inputs = load_inputs(&shipped(), "bookworm").unwrap();
+        let names: Vec<&str> = inputs.hashes.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "image.conf",
+                "packages.lock",
+                "sharedos-init",
+                "initrd-init",
+                "sshd_config"
+            ]
+        );
+        assert_eq!(
+            inputs.hashes[0].1,
+            sharedos_report::digest::sha256_hex(inputs.image.definition.render().as_bytes())
+        );
+        assert!(inputs.key.starts_with("bookworm-"), "{}", inputs.key);
+        // Images sharing the base share its guest files' hashes, and differ in the rest.
+        let trixie = load_inputs(&shipped(), "trixie").unwrap();
+        assert_eq!(inputs.hashes[2..], trixie.hashes[2..]);
+        assert_ne!(inputs.hashes[0], trixie.hashes[0]);
+        assert_ne!(inputs.key, trixie.key);
+    }
+
+    #[test]
+    fn the_lock_to_build_from_or_the_way_to_write_one() {
+        let mut inputs = load_inputs(&shipped(), "bookworm").unwrap();
+        let lock = lock_to_build_from(&inputs, false, "bookworm")
+            .unwrap()
+            .unwrap();
+        assert_eq!(lock.suite, "bookworm");
+        assert!(lock_to_build_from(&inputs, true, "bookworm")
+            .unwrap()
+            .is_none());
+        // --update-lock shows its changes against the lock it replaces.
+        assert_eq!(lock_before(&inputs, None), Some(lock.clone()));
+
+        inputs.lock_text = Some("suite bookworm\nnonsense\n".into());
+        let e = format!(
+            "{:#}",
+            lock_to_build_from(&inputs, false, "bookworm").unwrap_err()
+        );
+        assert!(e.contains("bookworm/packages.lock"), "{e}");
+        assert!(
+            e.contains("`cargo xtask image --image bookworm --update-lock`"),
+            "{e}"
+        );
+        assert_eq!(lock_before(&inputs, None), None);
+
+        inputs.lock_text = None;
+        let e = lock_to_build_from(&inputs, false, "bookworm")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("packages.lock does not exist: create it with `cargo xtask image --image bookworm --update-lock`"), "{e}");
+        assert!(lock_to_build_from(&inputs, true, "bookworm")
+            .unwrap()
+            .is_none());
+    }
+
+    #[test]
+    fn lock_changes_are_listed_one_per_line() {
+        let inputs = load_inputs(&shipped(), "bookworm").unwrap();
+        let old = lock_to_build_from(&inputs, false, "bookworm")
+            .unwrap()
+            .unwrap();
+        assert_eq!(lock_change_lines(Some(&old), &old), ["lock unchanged"]);
+        let mut new = old.clone();
+        new.packages.retain(|p| p.name != "criu");
+        let lines = lock_change_lines(Some(&old), &new);
+        assert_eq!(lines[0], "lock changes (1):");
+        assert!(lines[1].starts_with("  - criu "), "{lines:?}");
+    }
+
+    #[test]
+    fn the_manifest_gets_the_final_inputs() {
+        let inputs = load_inputs(&shipped(), "bookworm").unwrap();
+        let m = with_inputs(empty_manifest(), &inputs);
+        assert_eq!(m.key, inputs.key);
+        assert_eq!(m.lock_sha256, inputs.hashes[1].1);
+        assert_eq!(m.inputs.len(), 5);
+        assert_eq!(m.inputs[0].path, "image.conf");
+        assert_eq!(m.inputs[0].sha256, inputs.hashes[0].1);
+        // Exactly what the cache checks an entry against.
+        let want = cache::want("bookworm", &inputs.key, &inputs.hashes);
+        let mut m = m;
+        m.image_name = "bookworm".into();
+        assert_eq!(want.mismatch(&m), None);
+    }
+
+    fn empty_manifest() -> Manifest {
+        Manifest {
+            manifest_version: manifest::MANIFEST_VERSION,
+            image_name: String::new(),
+            key: String::new(),
+            suite: String::new(),
+            architecture: String::new(),
+            image_sha256: "1".repeat(64),
+            image_bytes: 0,
+            kernel_sha256: String::new(),
+            initrd_sha256: String::new(),
+            lock_sha256: String::new(),
+            definition_sha256: String::new(),
+            inputs: Vec::new(),
+            kernel_release: "6.1.0-50-cloud-amd64".into(),
+            packages: Vec::new(),
+            mirror: String::new(),
+            source_date_epoch: 0,
+            builder: String::new(),
+            builder_mode: "unshare".into(),
+            tool_versions: Default::default(),
+            built_at: String::new(),
+            build_seconds: 0.0,
+            disk_image: String::new(),
+            kernel: String::new(),
+            initrd: String::new(),
+            init_path: String::new(),
+            kernel_cmdline: String::new(),
+        }
+    }
+
+    #[test]
+    fn the_outcome_says_built_or_cached_with_the_image_hash() {
+        let mut m = empty_manifest();
+        m.image_name = "bookworm".into();
+        let mut e = ImageEntry {
+            dir: "/c/bookworm-x".into(),
+            manifest: m,
+            built: true,
+        };
+        let line = outcome_line(&e, Duration::from_millis(81_500));
+        assert!(
+            line.starts_with("built bookworm in 81.5 s: image sha256 1111"),
+            "{line}"
+        );
+        assert!(
+            line.ends_with("kernel 6.1.0-50-cloud-amd64, 0 packages, unshare mode"),
+            "{line}"
+        );
+        e.built = false;
+        let line = outcome_line(&e, Duration::from_millis(12));
+        assert!(
+            line.starts_with("cached bookworm (verified in 0.012 s): image sha256 1111"),
+            "{line}"
+        );
     }
 }

@@ -184,14 +184,7 @@ fn unshare_blocker() -> Option<String> {
         return Some("newuidmap/newgidmap or unshare is missing".into());
     }
     let probe = userns_probe_cmd();
-    let ok = std::process::Command::new(&probe.argv[0])
-        .args(&probe.argv[1..])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false);
-    if ok {
+    if exec::succeeds(&probe) {
         return None;
     }
     Some(format!(

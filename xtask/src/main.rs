@@ -62,8 +62,8 @@ struct VmArgs {
 
 #[derive(clap::Args, Clone)]
 struct MatrixArgs {
-    /// Rows in order, comma-separated [default: every directory under images/]. A row is an
-    /// image, optionally with variants that become the guest diagnose's arguments:
+    /// Rows in order, comma-separated [default: every image under images/, base/ excepted]. A
+    /// row is an image, optionally with variants that become the guest diagnose's arguments:
     /// `bookworm+userns+cgroup`, `trixie+cowroot+copies4` (userns, cgroup, cowroot, copies<N>,
     /// copiesmax). Only a plain image row is held against its expected-gates.
     #[arg(long)]
@@ -264,7 +264,12 @@ fn main() {
 
 fn run_cli(cli: Cli) -> Result<i32> {
     match cli.command {
-        Command::Image(opts) => image::cli_main_image(&opts).map(|()| 0),
+        Command::Image(opts) => {
+            for line in image::cli_main_image(&opts)? {
+                println!("{line}");
+            }
+            Ok(0)
+        }
         Command::VmRun(a) => Ok(run::vm_run(&vm_options(a)?)),
         Command::VmExec {
             boot,

@@ -1,0 +1,688 @@
+//! How an image's definition is put together from `key = value` files: the base every image
+//! shares (`images/base/image.conf`), then the images it inherits from, oldest first, then its
+//! own `image.conf`. Each file is read on its own (so its errors name its lines), then the files
+//! are merged in that order:
+//!
+//! - a scalar key set by a later file replaces the earlier value;
+//! - an item of a list key (`package`, `component`, `extra_suite_package`, `dpkg_exclude`,
+//!   `dpkg_include`) is appended after the earlier items, and `key = !VALUE` removes the earlier
+//!   item `VALUE`. An item given twice, or a removal of an item no earlier file gives, is an
+//!   error: either would be a no-op that a reader takes for a change. `dpkg_exclude` and
+//!   `dpkg_include` share one list, because dpkg applies them in order.
+//!
+//! Some keys belong to one level only: what makes an image itself (its suite, extra suite and
+//! parent) is never in the base, and what the rig assumes of every image (its architecture and
+//! mmdebstrap variant) is only in the base.
+
+use super::definition::Definition;
+use anyhow::{bail, Context, Result};
+
+/// How many image files one image may be composed of, itself included (the base not counted).
+/// An image deeper than this is hard to read from its files; flatten the chain instead.
+pub const MAX_CHAIN: usize = 4;
+
+/// Where a file sits in a composition, which decides the keys it may set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Level {
+    /// `images/base/image.conf`: the settings every image shares.
+    Base,
+    /// `images/<name>/image.conf`: what one image adds to what it builds on.
+    Image,
+    /// A complete definition in one text, composed of nothing else.
+    Whole,
+}
+
+const SCALAR_KEYS: [&str; 10] = [
+    "suite",
+    "extra_suite",
+    "mirror",
+    "architecture",
+    "variant",
+    "kernel_flavour",
+    "source_date_epoch",
+    "disk_size_mib",
+    "inodes",
+    "inherit",
+];
+const LIST_KEYS: [&str; 5] = [
+    "component",
+    "package",
+    "extra_suite_package",
+    "dpkg_exclude",
+    "dpkg_include",
+];
+const NUMBER_KEYS: [&str; 3] = ["source_date_epoch", "disk_size_mib", "inodes"];
+
+/// Keys only an image may set, and why the base may not.
+fn image_only(key: &str) -> Option<&'static str> {
+    match key {
+        "suite" | "extra_suite" | "extra_suite_package" => {
+            Some("the suites are what tell one image from another")
+        }
+        "inherit" => Some("the base builds on nothing"),
+        _ => None,
+    }
+}
+
+/// Keys only the base may set, and why.
+fn base_only(key: &str) -> Option<&'static str> {
+    match key {
+        "architecture" => Some("the VM boots every image as x86_64"),
+        "variant" => Some(
+            "the builder's hooks need the same tools (dpkg-query, apt's archives) in every image",
+        ),
+        _ => None,
+    }
+}
+
+/// A scalar setting of one file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Setting {
+    key: &'static str,
+    value: String,
+    line: usize,
+}
+
+/// A list item of one file: added, or (`key = !value`) removed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Item {
+    key: &'static str,
+    value: String,
+    remove: bool,
+    line: usize,
+}
+
+/// One file of a composition, read and checked on its own but not yet merged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layer {
+    /// What errors call the file (its path), or empty for a text of its own.
+    pub source: String,
+    scalars: Vec<Setting>,
+    items: Vec<Item>,
+}
+
+/// `source line N`, or `line N` for a text of its own.
+fn at(source: &str, line: usize) -> String {
+    if source.is_empty() {
+        format!("line {line}")
+    } else {
+        format!("{source} line {line}")
+    }
+}
+
+impl Layer {
+    /// Reads one file; its errors name the line (`line 7: ...`), the caller names the file.
+    pub fn parse(text: &str, level: Level, source: &str) -> Result<Layer> {
+        let mut layer = Layer {
+            source: source.to_string(),
+            scalars: Vec::new(),
+            items: Vec::new(),
+        };
+        for (i, raw) in text.lines().enumerate() {
+            let n = i + 1;
+            let line = raw.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let (k, v) = line
+                .split_once('=')
+                .with_context(|| format!("line {n}: expected `key = value`, got {raw:?}"))?;
+            let (k, v) = (k.trim(), v.trim());
+            if v.is_empty() {
+                bail!("line {n}: {k} has no value");
+            }
+            let Some(key) = SCALAR_KEYS.iter().chain(&LIST_KEYS).find(|x| **x == k) else {
+                bail!("line {n}: unknown key {k:?}");
+            };
+            if v.split_whitespace().count() != 1 {
+                bail!("line {n}: {k} takes one word, got {v:?}");
+            }
+            match (level, image_only(k), base_only(k)) {
+                (Level::Base, Some(why), _) => bail!(
+                    "line {n}: {k} belongs in an image's own {file}, not in the base that every \
+                     image shares: {why}",
+                    file = super::definition::DEFINITION_FILE
+                ),
+                (Level::Image, _, Some(why)) => bail!(
+                    "line {n}: {k} is set once for every image, in the base \
+                     ({base}/{file}): {why}",
+                    base = super::definition::BASE_DIR,
+                    file = super::definition::DEFINITION_FILE
+                ),
+                (Level::Whole, _, _) if k == "inherit" => bail!(
+                    "line {n}: inherit names a parent image, which only an image directory can have"
+                ),
+                _ => {}
+            }
+            let (remove, value) = match v.strip_prefix('!') {
+                Some(rest) => (true, rest.trim()),
+                None => (false, v),
+            };
+            if remove {
+                if !LIST_KEYS.contains(key) {
+                    bail!(
+                        "line {n}: {k} = {v}: `!` removes an item of a list key; a scalar key \
+                         is replaced by giving it a new value"
+                    );
+                }
+                if value.is_empty() {
+                    bail!("line {n}: {k} = ! names no item to remove");
+                }
+                if level != Level::Image {
+                    bail!(
+                        "line {n}: {k} = {v} removes an item, but nothing comes before this file: \
+                         delete the line that adds {value:?} instead"
+                    );
+                }
+            }
+            if NUMBER_KEYS.contains(key) && value.parse::<u64>().is_err() {
+                bail!("line {n}: {k} must be a whole number, got {value:?}");
+            }
+            if LIST_KEYS.contains(key) {
+                layer.items.push(Item {
+                    key,
+                    value: value.to_string(),
+                    remove,
+                    line: n,
+                });
+            } else if layer.scalars.iter().any(|s| s.key == k) {
+                bail!("line {n}: {k} given twice");
+            } else {
+                layer.scalars.push(Setting {
+                    key,
+                    value: value.to_string(),
+                    line: n,
+                });
+            }
+        }
+        Ok(layer)
+    }
+
+    /// The image this file builds on (`inherit = NAME`) and the line saying so.
+    pub fn parent(&self) -> Option<(&str, usize)> {
+        self.scalars
+            .iter()
+            .find(|s| s.key == "inherit")
+            .map(|s| (s.value.as_str(), s.line))
+    }
+}
+
+/// Follows `inherit` from the image `name` up to the image that names no parent, reading each
+/// with `read`. Returns the images oldest first, `name` last. Refuses a cycle (naming it) and a
+/// chain longer than [`MAX_CHAIN`]; `read`'s own error (an unknown image, say) is given with the
+/// line that named it.
+pub fn image_chain(
+    name: &str,
+    read: &mut dyn FnMut(&str) -> Result<Layer>,
+) -> Result<Vec<(String, Layer)>> {
+    let mut chain = vec![(name.to_string(), read(name)?)];
+    while let Some((child, layer)) = chain.last() {
+        let Some((parent, line)) = layer.parent() else {
+            break;
+        };
+        let parent = parent.to_string();
+        let named_at = at(&layer.source, line);
+        if parent == super::definition::BASE_DIR {
+            bail!(
+                "{named_at}: inherit = {parent}: every image builds on the base already; \
+                 name an image to build on, or delete the line"
+            );
+        }
+        if let Some(first) = chain.iter().position(|(n, _)| *n == parent) {
+            let cycle: Vec<&str> = chain[first..]
+                .iter()
+                .map(|(n, _)| n.as_str())
+                .chain([parent.as_str()])
+                .collect();
+            bail!(
+                "{named_at}: inherit = {parent} makes a cycle: {}; one image of it must name \
+                 no parent",
+                cycle.join(" -> ")
+            );
+        }
+        if chain.len() == MAX_CHAIN {
+            let names: Vec<&str> = chain.iter().map(|(n, _)| n.as_str()).collect();
+            bail!(
+                "{named_at}: inherit = {parent} makes {name} a chain of more than {MAX_CHAIN} \
+                 images ({} -> {parent}): copy the settings of one of them into its child and \
+                 let that child inherit its parent instead",
+                names.join(" -> ")
+            );
+        }
+        let child = child.clone();
+        let layer =
+            read(&parent).with_context(|| format!("{named_at}: {child} inherits {parent}"))?;
+        chain.push((parent, layer));
+    }
+    chain.reverse();
+    Ok(chain)
+}
+
+/// Where a merged value came from, for the errors of later files.
+#[derive(Debug, Clone)]
+struct Origin {
+    source: String,
+    line: usize,
+}
+
+/// Merges the files in order (see the module's rules) into a checked [`Definition`].
+pub fn compose(layers: &[Layer]) -> Result<Definition> {
+    let mut scalars: Vec<(&'static str, String)> = Vec::new();
+    // (key, value, origin); dpkg_exclude and dpkg_include share their order.
+    let mut items: Vec<(&'static str, String, Origin)> = Vec::new();
+    for layer in layers {
+        for s in &layer.scalars {
+            scalars.retain(|(k, _)| *k != s.key);
+            scalars.push((s.key, s.value.clone()));
+        }
+        for it in &layer.items {
+            let here = at(&layer.source, it.line);
+            let found = items
+                .iter()
+                .position(|(k, v, _)| *k == it.key && *v == it.value);
+            match (it.remove, found) {
+                (false, None) => items.push((
+                    it.key,
+                    it.value.clone(),
+                    Origin {
+                        source: layer.source.clone(),
+                        line: it.line,
+                    },
+                )),
+                (false, Some(i)) => bail!(
+                    "{here}: {} = {} is already given at {}: delete one of them",
+                    it.key,
+                    it.value,
+                    at(&items[i].2.source, items[i].2.line)
+                ),
+                (true, Some(i)) => {
+                    items.remove(i);
+                }
+                (true, None) => bail!(
+                    "{here}: {key} = !{value} removes nothing: no earlier file gives {key} = {value}",
+                    key = it.key,
+                    value = it.value
+                ),
+            }
+        }
+    }
+    let files: Vec<&str> = layers
+        .iter()
+        .map(|l| l.source.as_str())
+        .filter(|s| !s.is_empty())
+        .collect();
+    let from = if files.is_empty() {
+        String::new()
+    } else {
+        format!(" (read from {})", files.join(" + "))
+    };
+    let get = |k: &str| {
+        scalars
+            .iter()
+            .find(|(key, _)| *key == k)
+            .map(|(_, v)| v.clone())
+    };
+    let need = |k: &str| get(k).with_context(|| format!("{k} is missing{from}"));
+    let number = |k: &str| -> Result<Option<u64>> {
+        get(k)
+            .map(|v| {
+                v.parse::<u64>()
+                    .with_context(|| format!("{k} must be a whole number, got {v:?}"))
+            })
+            .transpose()
+    };
+    let list = |k: &str| -> Vec<String> {
+        items
+            .iter()
+            .filter(|(key, _, _)| *key == k)
+            .map(|(_, v, _)| v.clone())
+            .collect()
+    };
+    let def = Definition {
+        suite: need("suite")?,
+        mirror: need("mirror")?,
+        components: list("component"),
+        architecture: need("architecture")?,
+        variant: need("variant")?,
+        kernel_flavour: need("kernel_flavour")?,
+        packages: list("package"),
+        extra_suite: get("extra_suite"),
+        extra_packages: list("extra_suite_package"),
+        dpkg_filters: items
+            .iter()
+            .filter(|(k, _, _)| *k == "dpkg_exclude" || *k == "dpkg_include")
+            .map(|(k, v, _)| (*k == "dpkg_include", v.clone()))
+            .collect(),
+        source_date_epoch: number("source_date_epoch")?
+            .with_context(|| format!("source_date_epoch is missing{from}"))?,
+        disk_size_mib: number("disk_size_mib")?
+            .with_context(|| format!("disk_size_mib is missing{from}"))?,
+        inodes: number("inodes")?.unwrap_or(65536),
+    };
+    def.check()?;
+    Ok(def)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BASE: &str = "mirror = http://m/debian\ncomponent = main\narchitecture = amd64\n\
+        variant = apt\nkernel_flavour = cloud-amd64\npackage = criu\npackage = xterm\n\
+        dpkg_exclude = /usr/share/doc/*\ndpkg_include = /usr/share/doc/*/copyright\n\
+        source_date_epoch = 1700000000\ndisk_size_mib = 1536\n";
+
+    fn base() -> Layer {
+        Layer::parse(BASE, Level::Base, "images/base/image.conf").unwrap()
+    }
+
+    fn image(name: &str, text: &str) -> Layer {
+        Layer::parse(text, Level::Image, &format!("images/{name}/image.conf")).unwrap()
+    }
+
+    fn image_err(text: &str) -> String {
+        format!(
+            "{:#}",
+            Layer::parse(text, Level::Image, "images/x/image.conf").unwrap_err()
+        )
+    }
+
+    /// A set of image files in memory, read the way the images directory is.
+    fn chain_of(files: &[(&str, &str)], name: &str) -> Result<Vec<(String, Layer)>> {
+        image_chain(name, &mut |n: &str| {
+            let text = files
+                .iter()
+                .find(|(f, _)| *f == n)
+                .map(|(_, t)| *t)
+                .with_context(|| format!("there is no image {n:?}"))?;
+            Ok(image(n, text))
+        })
+    }
+
+    fn compose_image(files: &[(&str, &str)], name: &str) -> Result<Definition> {
+        let mut layers = vec![base()];
+        layers.extend(chain_of(files, name)?.into_iter().map(|(_, l)| l));
+        compose(&layers)
+    }
+
+    #[test]
+    fn an_image_takes_the_base_and_adds_its_suite() {
+        let d = compose_image(&[("bookworm", "suite = bookworm\n")], "bookworm").unwrap();
+        assert_eq!(d.suite, "bookworm");
+        assert_eq!(d.packages, ["criu", "xterm"]);
+        assert_eq!(d.disk_size_mib, 1536);
+        assert_eq!(d.inodes, 65536);
+        assert_eq!(d.extra_suite, None);
+    }
+
+    #[test]
+    fn a_scalar_of_the_image_replaces_the_bases() {
+        let d = compose_image(
+            &[(
+                "big",
+                "suite = bookworm\ndisk_size_mib = 4096\nmirror = http://other\n",
+            )],
+            "big",
+        )
+        .unwrap();
+        assert_eq!(d.disk_size_mib, 4096);
+        assert_eq!(d.mirror, "http://other");
+        assert_eq!(d.source_date_epoch, 1_700_000_000);
+    }
+
+    #[test]
+    fn list_items_append_in_order_and_bang_removes_one() {
+        let d = compose_image(
+            &[(
+                "x",
+                "suite = bookworm\npackage = gedit\npackage = !xterm\ncomponent = contrib\n\
+                 dpkg_exclude = /usr/share/gtk-doc/*\ndpkg_include = !/usr/share/doc/*/copyright\n",
+            )],
+            "x",
+        )
+        .unwrap();
+        assert_eq!(d.packages, ["criu", "gedit"]);
+        assert_eq!(d.components, ["main", "contrib"]);
+        assert_eq!(
+            d.dpkg_filters,
+            vec![
+                (false, "/usr/share/doc/*".to_string()),
+                (false, "/usr/share/gtk-doc/*".to_string()),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_removal_can_reorder_by_adding_again() {
+        // dpkg applies filters in order: moving one to the end is a removal and an addition.
+        let d = compose_image(
+            &[(
+                "x",
+                "suite = bookworm\ndpkg_exclude = !/usr/share/doc/*\ndpkg_exclude = /usr/share/doc/*\n",
+            )],
+            "x",
+        )
+        .unwrap();
+        assert_eq!(
+            d.dpkg_filters,
+            vec![
+                (true, "/usr/share/doc/*/copyright".to_string()),
+                (false, "/usr/share/doc/*".to_string()),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_repeated_item_or_a_removal_of_nothing_is_refused_with_both_places() {
+        let e = compose_image(&[("x", "suite = bookworm\n\npackage = criu\n")], "x")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("images/x/image.conf line 3: package = criu is already given at images/base/image.conf line 6"),
+            "{e}"
+        );
+        let e = compose_image(&[("x", "suite = bookworm\npackage = !gedit\n")], "x")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("images/x/image.conf line 2: package = !gedit removes nothing"),
+            "{e}"
+        );
+        // An item of one key does not remove an item of another.
+        let e = compose_image(
+            &[("x", "suite = bookworm\ndpkg_include = !/usr/share/doc/*\n")],
+            "x",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("removes nothing"), "{e}");
+    }
+
+    #[test]
+    fn an_image_builds_on_its_parent_and_the_base() {
+        let files = [
+            ("bookworm", "suite = bookworm\n"),
+            (
+                "desktop",
+                "inherit = bookworm\npackage = openbox\npackage = gedit\npackage = dbus-x11\n\
+                 disk_size_mib = 2048\n",
+            ),
+            (
+                "desktop-big",
+                "inherit = desktop\ndisk_size_mib = 4096\npackage = !gedit\n",
+            ),
+        ];
+        let d = compose_image(&files, "desktop").unwrap();
+        assert_eq!(d.suite, "bookworm");
+        assert_eq!(
+            d.packages,
+            ["criu", "xterm", "openbox", "gedit", "dbus-x11"]
+        );
+        assert_eq!(d.disk_size_mib, 2048);
+        let d = compose_image(&files, "desktop-big").unwrap();
+        assert_eq!(d.packages, ["criu", "xterm", "openbox", "dbus-x11"]);
+        assert_eq!(d.disk_size_mib, 4096);
+        let names: Vec<String> = chain_of(&files, "desktop-big")
+            .unwrap()
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect();
+        assert_eq!(names, ["bookworm", "desktop", "desktop-big"]);
+        // The parent is untouched by what its children do.
+        assert_eq!(
+            compose_image(&files, "bookworm").unwrap().packages,
+            ["criu", "xterm"]
+        );
+    }
+
+    #[test]
+    fn a_child_may_change_its_parents_suites() {
+        let files = [
+            ("trixie", "suite = trixie\n"),
+            (
+                "trixie-bpo",
+                "inherit = trixie\nextra_suite = trixie-backports\n\
+                 extra_suite_package = linux-image-cloud-amd64\n",
+            ),
+            (
+                "trixie-bpo-criu",
+                "inherit = trixie-bpo\nextra_suite_package = criu\n",
+            ),
+        ];
+        let d = compose_image(&files, "trixie-bpo-criu").unwrap();
+        assert_eq!(d.extra_suite.as_deref(), Some("trixie-backports"));
+        assert_eq!(d.extra_packages, ["linux-image-cloud-amd64", "criu"]);
+        assert_eq!(
+            d.include_packages(),
+            [
+                "criu/trixie-backports",
+                "xterm",
+                "linux-image-cloud-amd64/trixie-backports"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_cycle_is_refused_naming_it() {
+        let files = [
+            ("a", "suite = bookworm\ninherit = c\n"),
+            ("b", "inherit = a\n"),
+            ("c", "inherit = b\n"),
+            ("d", "inherit = c\n"),
+        ];
+        let e = format!("{:#}", chain_of(&files, "d").unwrap_err());
+        assert!(e.contains("makes a cycle: c -> b -> a -> c"), "{e}");
+        assert!(e.contains("images/a/image.conf line 2: inherit = c"), "{e}");
+        let e = format!(
+            "{:#}",
+            chain_of(&[("s", "inherit = s\n")], "s").unwrap_err()
+        );
+        assert!(e.contains("makes a cycle: s -> s"), "{e}");
+    }
+
+    #[test]
+    fn a_chain_is_bounded() {
+        let files = [
+            ("i0", "suite = bookworm\n"),
+            ("i1", "inherit = i0\n"),
+            ("i2", "inherit = i1\n"),
+            ("i3", "inherit = i2\n"),
+            ("i4", "inherit = i3\n"),
+        ];
+        assert_eq!(chain_of(&files, "i3").unwrap().len(), MAX_CHAIN);
+        let e = format!("{:#}", chain_of(&files, "i4").unwrap_err());
+        assert!(
+            e.contains("more than 4 images (i4 -> i3 -> i2 -> i1 -> i0)"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn an_unknown_parent_is_named_with_the_line_that_names_it() {
+        let e = format!(
+            "{:#}",
+            chain_of(&[("x", "suite = bookworm\ninherit = bookwrom\n")], "x").unwrap_err()
+        );
+        assert!(
+            e.contains(
+                "images/x/image.conf line 2: x inherits bookwrom: there is no image \"bookwrom\""
+            ),
+            "{e}"
+        );
+        let e = format!(
+            "{:#}",
+            chain_of(&[("x", "inherit = base\n")], "x").unwrap_err()
+        );
+        assert!(e.contains("every image builds on the base already"), "{e}");
+    }
+
+    #[test]
+    fn each_key_is_set_only_where_it_belongs() {
+        for (text, want) in [
+            (
+                "suite = bookworm\n",
+                "line 1: suite belongs in an image's own image.conf",
+            ),
+            (
+                "extra_suite = bookworm-backports\n",
+                "line 1: extra_suite belongs in an image's",
+            ),
+            (
+                "inherit = bookworm\n",
+                "line 1: inherit belongs in an image's",
+            ),
+            ("package = !criu\n", "nothing comes before this file"),
+        ] {
+            let e = format!("{:#}", Layer::parse(text, Level::Base, "b").unwrap_err());
+            assert!(e.contains(want), "{text}: {e}");
+        }
+        let e = image_err("suite = trixie\n\narchitecture = arm64\n");
+        assert!(
+            e.contains(
+                "line 3: architecture is set once for every image, in the base (base/image.conf)"
+            ),
+            "{e}"
+        );
+        assert!(image_err("variant = minbase\n").contains("set once for every image"));
+        let e = format!(
+            "{:#}",
+            Layer::parse("inherit = bookworm\n", Level::Whole, "").unwrap_err()
+        );
+        assert!(e.contains("only an image directory can have"), "{e}");
+    }
+
+    #[test]
+    fn a_file_keeps_its_line_numbered_errors() {
+        assert!(image_err("suite = a\nsuite = b\n").contains("line 2: suite given twice"));
+        assert!(image_err("\ncolour = red\n").contains("line 2: unknown key \"colour\""));
+        assert!(image_err("disk_size_mib = big\n")
+            .contains("line 1: disk_size_mib must be a whole number"));
+        assert!(image_err("package = a b\n").contains("line 1: package takes one word"));
+        assert!(image_err("suite = !bookworm\n")
+            .contains("line 1: suite = !bookworm: `!` removes an item of a list key"));
+        assert!(image_err("package = !\n").contains("names no item"));
+        assert!(image_err("just words\n").contains("line 1: expected `key = value`"));
+    }
+
+    #[test]
+    fn the_composed_definition_is_still_checked() {
+        let e = compose_image(&[("x", "package = gedit\n")], "x")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("suite is missing (read from images/base/image.conf + images/x/image.conf)"),
+            "{e}"
+        );
+        let e = compose_image(
+            &[("x", "suite = bookworm\nextra_suite = bookworm-backports\n")],
+            "x",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("takes no package"), "{e}");
+        let e = compose_image(&[("x", "suite = bookworm\ndisk_size_mib = 10\n")], "x")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("too small"), "{e}");
+    }
+}
