@@ -243,7 +243,15 @@ fn provenance_fields(r: &Report) -> Vec<(&'static str, String)> {
         ("Xvfb version", o(&e.xvfb_version)),
         ("xterm version", o(&e.xterm_version)),
         ("gate version", e.gate_version.clone()),
-        ("fidelity differences", e_join(&r.fidelity_differences)),
+        (
+            "fidelity differences",
+            e_join(
+                &r.fidelity_differences
+                    .iter()
+                    .map(|d| d.to_string())
+                    .collect::<Vec<_>>(),
+            ),
+        ),
         (
             "accelerator",
             vm.map_or_else(|| "host".to_string(), |vm| vm.accel.clone()),

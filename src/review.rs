@@ -421,10 +421,11 @@ pub(crate) mod tests {
                     kind: "criu-log".into(),
                 },
             ],
-            fidelity_differences: report::CLOSABLE
-                .iter()
-                .map(|c| c.difference.to_string())
-                .collect(),
+            fidelity_differences: sharedos_report::fidelity::differences(
+                "6.1.0-28-amd64",
+                &Default::default(),
+                &[],
+            ),
             options: Default::default(),
             vm: None,
         };

@@ -194,7 +194,11 @@ pub fn inconsistencies(r: &Report) -> Vec<String> {
     let v = report::verdict(&r.gates);
     let mut out = gate_list_problems(&r.gates, &r.options);
     if rig_error(r).is_none() {
-        out.extend(report::unjustified_omissions(r));
+        out.extend(
+            sharedos_report::fidelity::problems(&r.fidelity_differences, &r.options, &r.gates)
+                .into_iter()
+                .map(|p| format!("report.json {p}")),
+        );
     }
     for g in r.gates.iter().filter(|g| g.status == Status::Pass) {
         if g.name == GateName::GuiPixelReview {
@@ -442,16 +446,15 @@ mod tests {
 
     #[test]
     fn a_fidelity_difference_left_out_needs_its_option_and_passing_checks() {
-        let cgroup = report::CLOSABLE[1];
-        assert_eq!(cgroup.option, report::FidelityOption::Cgroup);
+        let cgroup = sharedos_report::fidelity::CLOSABLE[1];
+        assert_eq!(cgroup.key, sharedos_report::fidelity::Key::NoCgroupLimits);
         let mut r = fresh_report();
-        r.fidelity_differences
-            .retain(|f| !f.starts_with(cgroup.difference));
+        r.fidelity_differences.retain(|f| f.key != cgroup.key);
         let flagged = |r: &Report| {
             judge(r, ReviewFile::Absent, vec![])
                 .inconsistencies
                 .into_iter()
-                .filter(|p| p.contains(cgroup.difference))
+                .filter(|p| p.contains("no_cgroup_limits"))
                 .collect::<Vec<_>>()
         };
         let p = flagged(&r);

@@ -794,55 +794,60 @@ fn c5_dropping_the_unclosable_fidelity_differences_fails() {
     let s = Scratch::new("c5-drop");
     let r = s.path("r");
     let mut g = guest_report();
-    let keep: Vec<_> = g
-        .fidelity_differences
-        .iter()
-        .filter(|f| {
-            serde_json::to_string(f).unwrap().contains("user namespace")
-                || serde_json::to_string(f).unwrap().contains("cgroup")
-                || serde_json::to_string(f).unwrap().contains("read-only bind")
-        })
-        .cloned()
-        .collect();
-    assert_eq!(keep.len(), 3);
-    g.fidelity_differences = keep;
+    g.fidelity_differences
+        .retain(|d| d.key.closable().is_some());
+    assert_eq!(g.fidelity_differences.len(), 3);
     archive_with(&r, g, |_| {});
     let o = verify(&r);
     exits(&o, 1);
-    assert!(out(&o).contains("fidelity"), "{}", both(&o));
+    for k in [
+        "shared_kernel",
+        "xvfb_framebuffer",
+        "criu_needs_root_and_same_kernel",
+        "gui_review_is_pixels",
+    ] {
+        assert!(
+            out(&o).contains(&format!("leaves out the fidelity difference {k}")),
+            "{k}: {}",
+            both(&o)
+        );
+    }
 }
 
-/// A closable difference reworded so that only its words appear, inside another entry, is
-/// still missing: verify matches the difference, not the words.
+/// A closable difference left out, its words put into another entry instead: verify matches
+/// the difference by its key, not by words, and says which one is missing.
 #[test]
 fn c5_a_reworded_fidelity_difference_is_missing() {
+    use sharedos_report::fidelity::Key;
     let s = Scratch::new("c5-reword");
     let r = s.path("r");
     let mut g = guest_report();
-    let userns = g
+    g.fidelity_differences
+        .retain(|d| d.key != Key::NoUserNamespace);
+    let xvfb = g
         .fidelity_differences
-        .iter()
-        .position(|f| serde_json::to_string(f).unwrap().contains("user namespace"))
+        .iter_mut()
+        .find(|d| d.key == Key::XvfbFramebuffer)
         .unwrap();
-    g.fidelity_differences.remove(userns);
-    let mut xvfb = serde_json::to_value(&g.fidelity_differences[1]).unwrap();
-    let words = " (it is not true that there is no user namespace)";
-    match &mut xvfb {
-        serde_json::Value::String(s) => s.push_str(words),
-        serde_json::Value::Object(o) => {
-            for v in o.values_mut() {
-                if let serde_json::Value::String(s) = v {
-                    s.push_str(words);
-                }
-            }
-        }
-        _ => panic!("{xvfb}"),
-    }
-    g.fidelity_differences[1] = serde_json::from_value(xvfb).unwrap();
+    xvfb.detail = format!("and {}", Key::NoUserNamespace.text());
     archive_with(&r, g, |_| {});
     let o = verify(&r);
     exits(&o, 1);
-    assert!(out(&o).contains("user namespace"), "{}", both(&o));
+    assert!(
+        out(&o).contains("leaves out the fidelity difference no_user_namespace"),
+        "{}",
+        both(&o)
+    );
+    // An unknown key is not a difference the rig knows: the report does not parse.
+    let text = std::fs::read_to_string(r.join(REPORT_FILE)).unwrap();
+    std::fs::write(
+        r.join(REPORT_FILE),
+        text.replacen("\"xvfb_framebuffer\"", "\"no user namespace\"", 1),
+    )
+    .unwrap();
+    let o = verify(&r);
+    exits(&o, 1);
+    assert!(out(&o).contains("unknown variant"), "{}", both(&o));
 }
 
 // ---- 6. No link at any component, no hard link. --------------------------------------------

@@ -103,9 +103,11 @@ fn write_report(dir: &Path, started_at: &str, tweak: impl FnOnce(&mut Report)) {
             command_line: vec!["sharedos-gate".into(), "diagnose".into()],
         },
         artifacts,
-        fidelity_differences: std::iter::once("Xvfb software framebuffer".to_string())
-            .chain(report::CLOSABLE.iter().map(|c| c.difference.to_string()))
-            .collect(),
+        fidelity_differences: sharedos_report::fidelity::differences(
+            "6.1.0-28-amd64",
+            &Default::default(),
+            &[],
+        ),
         options: Default::default(),
         vm: Some(VmProvenance {
             accel: "tcg".into(),

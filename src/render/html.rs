@@ -157,7 +157,12 @@ fn write_all(s: &mut String, o: &Outcome) -> std::fmt::Result {
     if !r.fidelity_differences.is_empty() {
         writeln!(s, "<h2>Fidelity differences</h2>\n<ul>")?;
         for f in &r.fidelity_differences {
-            writeln!(s, "<li>{}</li>", esc(f))?;
+            writeln!(
+                s,
+                "<li><code>{}</code>: {}</li>",
+                f.key,
+                esc(&f.to_string())
+            )?;
         }
         writeln!(s, "</ul>")?;
     }

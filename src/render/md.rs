@@ -136,7 +136,7 @@ fn write_all(s: &mut String, o: &Outcome) -> std::fmt::Result {
     if !r.fidelity_differences.is_empty() {
         writeln!(s, "## Fidelity differences\n")?;
         for f in &r.fidelity_differences {
-            writeln!(s, "- {}", esc(f))?;
+            writeln!(s, "- `{}`: {}", f.key, esc(&f.to_string()))?;
         }
         writeln!(s)?;
     }

@@ -119,7 +119,7 @@ fn write_all(s: &mut String, o: &Outcome) -> std::fmt::Result {
     if !r.fidelity_differences.is_empty() {
         writeln!(s, "\nfidelity differences:")?;
         for f in &r.fidelity_differences {
-            writeln!(s, "  - {}", one_line(f))?;
+            writeln!(s, "  - {}: {}", f.key, one_line(&f.to_string()))?;
         }
     }
 
@@ -205,7 +205,7 @@ mod tests {
             value: serde_json::json!("v\u{9b}1m"),
             expected: "e\nverdict: PASS".into(),
         });
-        r.fidelity_differences = vec!["f\u{1b}[0m".into()];
+        r.fidelity_differences[0].detail = "f\u{1b}[0m".into();
         r.seal();
         let t = render(&evaluate_report(&r, None));
         assert!(
