@@ -5,10 +5,15 @@
 
 use anyhow::Result;
 use clap::{Parser, Subcommand, ValueEnum};
-use sharedos_report::report::{self, ReviewDecision};
-use sharedos_rig::{diff, list, matrix, render, review, sign, verify};
+use sharedos_report::report::ReviewDecision;
+use sharedos_rig::escape;
+use sharedos_rig::judge::ledger::Ledger;
+use sharedos_rig::judge::verdict::{self, How};
+use sharedos_rig::judge::{review, sign};
+use sharedos_rig::render::{diff, list};
+use sharedos_rig::{matrix, render};
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 #[derive(Parser, Debug)]
@@ -52,11 +57,16 @@ enum Command {
         allowed_signers: Option<PathBuf>,
     },
     /// Render a report (taking review.json into account), or a matrix directory (from
-    /// `cargo xtask vm-matrix`) as one table: a row per image, a column per gate.
+    /// `cargo xtask vm-matrix`) as one table: a row per image, a column per gate, each row
+    /// judged again from its report, with a warning wherever matrix.json says otherwise.
     Show {
         report_dir: PathBuf,
         #[arg(long, value_enum, default_value_t = render::Format::Text)]
         format: render::Format,
+        /// For a matrix: where images/ is, for each image's expected-gates [default:
+        /// $SHAREDOS_RIG_IMAGES, ./images, then the source tree].
+        #[arg(long)]
+        images_dir: Option<PathBuf>,
     },
     /// What changed from report A to report B (or, for two matrix directories, cell by cell).
     Diff {
@@ -118,6 +128,8 @@ impl From<Decision> for ReviewDecision {
 }
 
 fn run(cmd: Command) -> Result<u8> {
+    let ledger = Ledger::from_env();
+    let ledger = ledger.as_ref();
     match cmd {
         Command::Review {
             report_dir,
@@ -132,32 +144,43 @@ fn run(cmd: Command) -> Result<u8> {
                 reviewer,
                 note,
                 force,
+                sign_key,
             };
-            review::record(&report_dir, &req, &mut std::io::stdout().lock())?;
-            if let Some(key) = sign_key {
-                let fp = sign::sign(&report_dir, report::REVIEW_FILE, &key)?;
-                emit(&format!("signed review.json.sig with {fp}\n"))?;
-            }
+            review::record(&report_dir, &req, ledger, &mut std::io::stdout().lock())?;
             Ok(0)
         }
         Command::Verify {
             report_dir,
             allowed_signers,
         } => {
-            let o = match allowed_signers {
-                Some(f) => {
-                    verify::verify_dir_signed(&report_dir, &sign::read_allowed_signers(&f)?)?
-                }
-                None => verify::verify_dir(&report_dir)?,
+            let signers = allowed_signers
+                .as_deref()
+                .map(sign::read_allowed_signers)
+                .transpose()?;
+            let how = How {
+                rehash: true,
+                signers: signers.as_deref(),
+                ledger,
             };
-            emit(&format!("{o}\n"))?;
-            Ok(exit_byte(o.exit_code))
-        }
-        Command::Show { report_dir, format } if matrix::is_matrix_dir(&report_dir) => {
-            let (m, problems) = matrix::load(&report_dir)?;
-            for p in &problems {
-                eprintln!("warning: {p}");
+            match verdict::judge(&report_dir, &how) {
+                Ok(o) => {
+                    emit(&format!("{o}\n"))?;
+                    Ok(exit_byte(o.exit_code))
+                }
+                Err(r) if r.unreadable_report => {
+                    emit(&format!("{r}\n"))?;
+                    Ok(exit_byte(r.exit_code()))
+                }
+                Err(r) => Err(r.into()),
             }
+        }
+        Command::Show {
+            report_dir,
+            format,
+            images_dir,
+        } if matrix::is_matrix_dir(&report_dir) => {
+            let (m, warnings) = matrix::load(&report_dir, images_dir.as_deref(), ledger)?;
+            warn(&warnings);
             emit(&match format {
                 render::Format::Text => matrix::render::text(&m),
                 render::Format::Md => matrix::render::md(&m),
@@ -169,30 +192,20 @@ fn run(cmd: Command) -> Result<u8> {
         Command::Diff { report_a, report_b }
             if matrix::is_matrix_dir(&report_a) || matrix::is_matrix_dir(&report_b) =>
         {
-            if !(matrix::is_matrix_dir(&report_a) && matrix::is_matrix_dir(&report_b)) {
-                anyhow::bail!(
-                    "one of {} and {} is a matrix directory and the other is not: diff two matrices or two reports",
-                    report_a.display(),
-                    report_b.display()
-                );
-            }
-            let (a, _) = matrix::load(&report_a)?;
-            let (b, _) = matrix::load(&report_b)?;
-            emit(&matrix::render::diff(
-                &a,
-                &b,
-                &report_a.display().to_string(),
-                &report_b.display().to_string(),
-            ))?;
-            Ok(0)
+            diff_matrices(&report_a, &report_b, ledger)
         }
-        Command::Show { report_dir, format } => {
-            let o = verify::verify_dir(&report_dir)?;
+        Command::Show {
+            report_dir, format, ..
+        } => {
+            let o = verdict::judge(&report_dir, &How::full(ledger))?;
             emit(&render::render(&o, format))?;
             Ok(0)
         }
         Command::Diff { report_a, report_b } => {
-            emit(&format!("{}\n", diff::diff_dirs(&report_a, &report_b)?))?;
+            emit(&format!(
+                "{}\n",
+                diff::diff_dirs(&report_a, &report_b, ledger)?
+            ))?;
             Ok(0)
         }
         Command::Matrix {
@@ -215,14 +228,17 @@ fn run(cmd: Command) -> Result<u8> {
                 command_line: std::env::args().collect(),
             })?;
             eprint!("{}", matrix::render::text(&m));
-            emit(&format!("{}\n", out.display()))?;
+            emit(&format!("{}\n", escape::line(&out.display().to_string())))?;
             Ok(exit_byte(m.exit_code))
         }
         Command::List { dir } => {
-            let entries = list::list(&dir)?;
+            let entries = list::list(&dir, ledger)?;
             let mut text = String::new();
             if entries.is_empty() {
-                text = format!("no reports under {}\n", dir.display());
+                text = format!(
+                    "no reports under {}\n",
+                    escape::line(&dir.display().to_string())
+                );
             }
             for e in entries {
                 text.push_str(&format!("{e}\n"));
@@ -230,6 +246,35 @@ fn run(cmd: Command) -> Result<u8> {
             emit(&text)?;
             Ok(0)
         }
+    }
+}
+
+fn diff_matrices(a: &Path, b: &Path, ledger: Option<&Ledger>) -> Result<u8> {
+    if !(matrix::is_matrix_dir(a) && matrix::is_matrix_dir(b)) {
+        anyhow::bail!(
+            "one of {} and {} is a matrix directory and the other is not: diff two matrices or two reports",
+            a.display(),
+            b.display()
+        );
+    }
+    let (ma, wa) = matrix::load(a, None, ledger)?;
+    let (mb, wb) = matrix::load(b, None, ledger)?;
+    warn(&wa);
+    warn(&wb);
+    emit(&matrix::render::diff(
+        &ma,
+        &mb,
+        &escape::line(&a.display().to_string()),
+        &escape::line(&b.display().to_string()),
+    ))?;
+    Ok(0)
+}
+
+/// Warnings on stderr, one escaped line each.
+fn warn(warnings: &[String]) {
+    let mut err = std::io::stderr().lock();
+    for w in warnings {
+        let _ = writeln!(err, "warning: {}", escape::line(w));
     }
 }
 
@@ -253,10 +298,7 @@ fn main() -> ExitCode {
     match run(cli.command) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
-            eprintln!("error: {e}");
-            for cause in e.chain().skip(1) {
-                eprintln!("  caused by: {cause}");
-            }
+            let _ = std::io::stderr().write_all(escape::error_chain(&e).as_bytes());
             ExitCode::from(2)
         }
     }

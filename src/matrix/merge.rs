@@ -5,25 +5,28 @@
 //! the same cells, the same exit code.
 //!
 //! The reports travelled (uploaded and downloaded as CI artifacts), so they are read as
-//! untrusted: report.json through the bounded, link-refusing reader verify uses, every file
-//! opened without following a link at any component, a size and entry cap on the whole copy,
-//! and anything but regular files and directories refused. The row comes from the report itself
+//! untrusted, through the one reader every judgement uses: no link followed at any component,
+//! no special file opened, no file with a second hard link (which would copy a file from
+//! outside the report into the matrix), a size and entry cap on the whole copy, and anything
+//! but regular files and directories refused. Each row is then judged on its copy by the one
+//! verdict. The row comes from the report itself
 //! (the image its vm-run recorded, and the variants its diagnose arguments stand for), never
 //! from the directory's name, and must be unique.
 
 use super::variant::{self, Row};
 use super::{assemble, create_matrix_dir, finished_cell, Matrix, RunInfo};
 use crate::image::definition;
-use crate::run::fetch::Limits;
-use crate::verify;
+use crate::judge::ledger::Ledger;
+use crate::judge::reader::{Kind, ReportDir};
+use crate::judge::verdict;
 use anyhow::{bail, Context, Result};
-use sharedos_report::{clock, digest};
-use std::io::{Read, Write};
+use sharedos_report::clock;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 /// Directory depth a report may have (a real one: `guest/criu/...`, three or four).
 const MAX_DEPTH: usize = 16;
+/// Entries a report may have: what vm-run's fetch lets a guest send.
+const MAX_ENTRIES: usize = 10_000;
 
 #[derive(Debug, Clone)]
 pub struct MergeOptions {
@@ -83,6 +86,8 @@ pub fn merge(o: &MergeOptions) -> Result<Matrix> {
         order = rows.iter().map(|(l, _)| l.clone()).collect();
     }
     create_matrix_dir(&o.out)?;
+    let matrix = ReportDir::open(&o.out).map_err(anyhow::Error::msg)?;
+    let ledger = Ledger::from_env();
     let mut cells = Vec::new();
     for label in &order {
         let Some((_, src)) = rows.iter().find(|(l, _)| l == label) else {
@@ -110,7 +115,7 @@ pub fn merge(o: &MergeOptions) -> Result<Matrix> {
                 src.display()
             )));
         }
-        cells.push(finished_cell(&o.out, label, None));
+        cells.push(finished_cell(&matrix, label, None, ledger.as_ref()));
     }
     assemble(
         &o.out,
@@ -131,7 +136,21 @@ pub fn merge(o: &MergeOptions) -> Result<Matrix> {
 /// The row a vm-run report belongs to: the image it recorded, and the variants its diagnose
 /// arguments (after `--` on its command line) stand for.
 pub fn row_label(dir: &Path) -> Result<String> {
-    let l = verify::read_report(dir)?;
+    let files = ReportDir::open(dir).map_err(anyhow::Error::msg)?;
+    if files
+        .kind(sharedos_report::report::REPORT_FILE)
+        .map_err(anyhow::Error::msg)?
+        .is_none()
+    {
+        bail!(
+            "{} holds no report.json: is it a report directory written by `cargo xtask vm-run \
+             --out DIR`?",
+            dir.display()
+        );
+    }
+    let l = verdict::read_report(&files)
+        .map_err(anyhow::Error::msg)
+        .with_context(|| format!("reading the report in {}", dir.display()))?;
     let Some(vm) = l.report.vm.as_ref() else {
         bail!(
             "{} holds a report of `sharedos-gate diagnose` alone, not of vm-run: merge takes the \
@@ -165,97 +184,67 @@ pub fn row_label(dir: &Path) -> Result<String> {
     .label())
 }
 
-struct Budget {
-    limits: Limits,
-    entries: usize,
-    bytes: u64,
-}
-
-/// Copies a report directory: regular files and directories only, nothing through a link.
+/// Copies a report directory: regular files and directories only, nothing through a link,
+/// each file read once through the one reader (its caps are the copy's).
 pub fn copy_report(src: &Path, dst: &Path) -> Result<()> {
-    let meta =
-        std::fs::symlink_metadata(src).with_context(|| format!("reading {}", src.display()))?;
-    if !meta.is_dir() {
-        bail!("{} is not a directory", src.display());
-    }
+    let from = ReportDir::open(src).map_err(anyhow::Error::msg)?;
     std::fs::create_dir(dst).with_context(|| format!("creating {}", dst.display()))?;
-    let mut budget = Budget {
-        limits: Limits::new(Duration::from_secs(3600)),
-        entries: 0,
-        bytes: 0,
-    };
-    copy_tree(src, dst, "", 0, &mut budget)
+    let mut entries = 0;
+    copy_tree(&from, dst, "", 0, &mut entries)
 }
 
-fn copy_tree(src: &Path, dst: &Path, rel: &str, depth: usize, b: &mut Budget) -> Result<()> {
+fn copy_tree(
+    from: &ReportDir,
+    dst: &Path,
+    rel: &str,
+    depth: usize,
+    entries: &mut usize,
+) -> Result<()> {
     if depth > MAX_DEPTH {
         bail!("{rel} is nested deeper than {MAX_DEPTH} directories");
     }
-    let here = if rel.is_empty() {
-        src.to_path_buf()
-    } else {
-        src.join(rel)
-    };
-    let mut names: Vec<String> = Vec::new();
-    for e in std::fs::read_dir(&here).with_context(|| format!("listing {}", here.display()))? {
-        let e = e.with_context(|| format!("listing {}", here.display()))?;
-        let Some(name) = e.file_name().to_str().map(str::to_string) else {
-            bail!("{} holds a name that is not UTF-8", here.display());
-        };
-        names.push(name);
-    }
-    names.sort();
-    for name in names {
+    for (name, kind) in from.entries(rel).map_err(anyhow::Error::msg)? {
         let r = if rel.is_empty() {
             name
         } else {
             format!("{rel}/{name}")
         };
-        b.entries += 1;
-        if b.entries > b.limits.entries {
-            bail!("the report holds more than {} entries", b.limits.entries);
+        *entries += 1;
+        if *entries > MAX_ENTRIES {
+            bail!("the report holds more than {MAX_ENTRIES} entries");
         }
-        let meta = std::fs::symlink_metadata(src.join(&r))
-            .with_context(|| format!("reading {}", src.join(&r).display()))?;
-        if meta.is_dir() {
-            std::fs::create_dir(dst.join(&r))
-                .with_context(|| format!("creating {}", dst.join(&r).display()))?;
-            copy_tree(src, dst, &r, depth + 1, b)?;
-        } else if meta.is_file() {
-            // Opened through no link at any component, whatever changed since the stat above.
-            let f = digest::open_in_report(src, &r)?;
-            let mut data = Vec::new();
-            f.take(b.limits.per_file + 1)
-                .read_to_end(&mut data)
-                .with_context(|| format!("reading {r}"))?;
-            if data.len() as u64 > b.limits.per_file {
-                bail!("{r} is larger than {} bytes", b.limits.per_file);
+        match kind {
+            Kind::Dir => {
+                std::fs::create_dir(dst.join(&r))
+                    .with_context(|| format!("creating {}", dst.join(&r).display()))?;
+                copy_tree(from, dst, &r, depth + 1, entries)?;
             }
-            b.bytes += data.len() as u64;
-            if b.bytes > b.limits.total {
-                bail!("the report is larger than {} bytes", b.limits.total);
+            Kind::File { .. } => {
+                let mut out = std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .open(dst.join(&r))
+                    .with_context(|| format!("creating {}", dst.join(&r).display()))?;
+                from.copy(&r, &mut out).map_err(|e| {
+                    anyhow::anyhow!(
+                        "{e}: vm-run never archives such a file, so the report was altered; it \
+                         is not merged"
+                    )
+                })?;
             }
-            let mut out = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(dst.join(&r))
-                .with_context(|| format!("creating {}", dst.join(&r).display()))?;
-            out.write_all(&data)
-                .with_context(|| format!("writing {}", dst.join(&r).display()))?;
-        } else {
-            let what = if meta.file_type().is_symlink() {
-                "a symbolic link"
-            } else {
-                "neither a file nor a directory"
-            };
-            bail!(
-                "{r} in {} is {what}: vm-run never archives one, so the report was altered; \
-                 it is not merged",
-                src.display()
-            );
+            k => bail!(
+                "{r} in {} is {}: vm-run never archives one, so the report was altered; it is \
+                 not merged",
+                src_name(from),
+                k.describe()
+            ),
         }
     }
     Ok(())
+}
+
+fn src_name(from: &ReportDir) -> String {
+    from.path().display().to_string()
 }
 
 #[cfg(test)]
@@ -263,6 +252,7 @@ pub(crate) mod tests {
     use super::*;
     use crate::matrix::tests::report;
     use crate::matrix::{CellOutcome, EXPECTATIONS_FILE};
+    use sharedos_report::digest;
     use sharedos_report::report::{GateName, Phase, Report, Status};
 
     fn scratch(name: &str) -> PathBuf {
@@ -360,7 +350,7 @@ pub(crate) mod tests {
             std::fs::read_to_string(out.join("bookworm+userns+copies4/guest/note.txt")).unwrap(),
             "from the guest"
         );
-        let (loaded, problems) = crate::matrix::load(&out).unwrap();
+        let (loaded, problems) = crate::matrix::load(&out, Some(&images), None).unwrap();
         assert!(problems.is_empty(), "{problems:?}");
         assert_eq!(loaded, m);
         std::fs::remove_dir_all(&root).unwrap();
@@ -388,7 +378,7 @@ pub(crate) mod tests {
                 "are both reports of row bookworm",
             ),
             (vec![empty], "a report directory written by"),
-            (vec![root.join("in/none")], "is not a directory"),
+            (vec![root.join("in/none")], "in/none does not exist"),
             (vec![alone], "not of vm-run"),
             (vec![odd], "are not a matrix variant's"),
             (vec![named], "not a plain image name"),
@@ -436,8 +426,18 @@ pub(crate) mod tests {
         std::fs::remove_file(a.join("guest/up")).unwrap();
         nix::unistd::mkfifo(&a.join("guest/fifo"), nix::sys::stat::Mode::S_IRWXU).unwrap();
         let _ = std::fs::remove_dir_all(root.join("matrix"));
+        let e = format!(
+            "{:#}",
+            merge(&opts(&root, vec![a.clone()], &images)).unwrap_err()
+        );
+        assert!(e.contains("guest/fifo") && e.contains("is a FIFO"), "{e}");
+        std::fs::remove_file(a.join("guest/fifo")).unwrap();
+        // A hard link to a host file passes as a regular file: it is refused, not copied.
+        std::fs::hard_link(&secret, a.join("guest/hard.log")).unwrap();
+        let _ = std::fs::remove_dir_all(root.join("matrix"));
         let e = format!("{:#}", merge(&opts(&root, vec![a], &images)).unwrap_err());
-        assert!(e.contains("neither a file nor a directory"), "{e}");
+        assert!(e.contains("guest/hard.log has 2 hard links"), "{e}");
+        assert!(!root.join("matrix").exists());
         std::fs::remove_dir_all(&root).unwrap();
     }
 

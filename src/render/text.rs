@@ -1,8 +1,9 @@
 //! Plain text for a terminal.
 
-use super::{density, dir_arg, duration, provenance, value_str};
-use crate::review::ReviewState;
-use crate::verify::{verdict_meaning, Outcome};
+use super::{density, dir_arg, duration, provenance, total_duration, value_str};
+use crate::escape::line as one_line;
+use crate::judge::review::ReviewState;
+use crate::judge::verdict::{verdict_meaning, Outcome};
 use sharedos_report::report::{Status, Verdict};
 use std::fmt::Write;
 
@@ -23,7 +24,7 @@ fn write_all(s: &mut String, o: &Outcome) -> std::fmt::Result {
         verdict_meaning(o)
     )?;
     if let Some(d) = &o.dir {
-        writeln!(s, "report:  {}", d.display())?;
+        writeln!(s, "report:  {}", one_line(&d.display().to_string()))?;
     }
     writeln!(s, "review:  {}", one_line(&o.review.describe()))?;
     if o.review == ReviewState::None && o.gates_verdict == Verdict::ReviewRequired {
@@ -79,13 +80,12 @@ fn write_all(s: &mut String, o: &Outcome) -> std::fmt::Result {
             )?;
         }
     }
-    let total: u64 = o.gates.iter().map(|g| g.duration_ms).sum();
     writeln!(
         s,
         "  {:<15} {:<width$}  {:>12}",
         "",
         "total",
-        duration(total)
+        total_duration(&o.gates)
     )?;
 
     if let Some(rows) = density(r) {
@@ -133,34 +133,12 @@ fn write_all(s: &mut String, o: &Outcome) -> std::fmt::Result {
     Ok(())
 }
 
-/// Every string the guest wrote goes through this: it stays on one line, so it cannot fake a
-/// line of its own (a "verdict: PASS"), and control and bidirectional-override characters are
-/// shown escaped, so it cannot drive the terminal (ANSI or OSC sequences) or reorder what is read.
-pub fn one_line(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for word in s.split_whitespace() {
-        if !out.is_empty() {
-            out.push(' ');
-        }
-        for ch in word.chars() {
-            if ch.is_control()
-                || matches!(ch, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
-            {
-                out.extend(ch.escape_unicode());
-            } else {
-                out.push(ch);
-            }
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::judge::review::tests::{fresh_report, review_for};
+    use crate::judge::verdict::evaluate_report;
     use crate::render::tests::rich_report;
-    use crate::review::tests::{fresh_report, review_for};
-    use crate::verify::evaluate_report;
     use sharedos_report::report::ReviewDecision;
 
     #[test]
