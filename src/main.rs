@@ -127,6 +127,7 @@ impl From<Decision> for ReviewDecision {
     }
 }
 
+/// The command, run; its exit code. Each command is a function of its own below.
 fn run(cmd: Command) -> Result<u8> {
     let ledger = Ledger::from_env();
     let ledger = ledger.as_ref();
@@ -152,47 +153,13 @@ fn run(cmd: Command) -> Result<u8> {
         Command::Verify {
             report_dir,
             allowed_signers,
-        } => {
-            let signers = allowed_signers
-                .as_deref()
-                .map(sign::read_allowed_signers)
-                .transpose()?;
-            let how = How {
-                rehash: true,
-                signers: signers.as_deref(),
-                ledger,
-            };
-            match verdict::judge(&report_dir, &how) {
-                Ok(o) => {
-                    emit(&format!("{o}\n"))?;
-                    Ok(exit_byte(o.exit_code))
-                }
-                Err(r) if r.unreadable_report => {
-                    emit(&format!("{r}\n"))?;
-                    Ok(exit_byte(r.exit_code()))
-                }
-                Err(r) => Err(r.into()),
-            }
-        }
+        } => verify(&report_dir, allowed_signers.as_deref(), ledger),
         Command::Show {
             report_dir,
             format,
             images_dir,
         } if matrix::is_matrix_dir(&report_dir) => {
-            let (m, warnings) = matrix::load(&report_dir, images_dir.as_deref(), ledger)?;
-            warn(&warnings);
-            emit(&match format {
-                render::Format::Text => matrix::render::text(&m),
-                render::Format::Md => matrix::render::md(&m),
-                render::Format::Html => matrix::render::html(&m),
-                render::Format::Junit => matrix::render::junit(&m),
-            })?;
-            Ok(0)
-        }
-        Command::Diff { report_a, report_b }
-            if matrix::is_matrix_dir(&report_a) || matrix::is_matrix_dir(&report_b) =>
-        {
-            diff_matrices(&report_a, &report_b, ledger)
+            show_matrix(&report_dir, format, images_dir.as_deref(), ledger)
         }
         Command::Show {
             report_dir, format, ..
@@ -201,11 +168,14 @@ fn run(cmd: Command) -> Result<u8> {
             emit(&render::render(&o, format))?;
             Ok(0)
         }
+        Command::Diff { report_a, report_b }
+            if matrix::is_matrix_dir(&report_a) || matrix::is_matrix_dir(&report_b) =>
+        {
+            diff_matrices(&report_a, &report_b, ledger)
+        }
         Command::Diff { report_a, report_b } => {
-            emit(&format!(
-                "{}\n",
-                diff::diff_dirs(&report_a, &report_b, ledger)?
-            ))?;
+            let d = diff::diff_dirs(&report_a, &report_b, ledger)?;
+            emit(&format!("{d}\n"))?;
             Ok(0)
         }
         Command::Matrix {
@@ -216,37 +186,90 @@ fn run(cmd: Command) -> Result<u8> {
                     images,
                     report_dirs,
                 },
-        } => {
-            let m = matrix::merge::merge(&matrix::merge::MergeOptions {
-                out: out.clone(),
-                reports: report_dirs,
-                images_dir,
-                images: images
-                    .as_deref()
-                    .map(matrix::parse_images_arg)
-                    .unwrap_or_default(),
-                command_line: std::env::args().collect(),
-            })?;
-            eprint!("{}", matrix::render::text(&m));
-            emit(&format!("{}\n", escape::line(&out.display().to_string())))?;
-            Ok(exit_byte(m.exit_code))
-        }
-        Command::List { dir } => {
-            let entries = list::list(&dir, ledger)?;
-            let mut text = String::new();
-            if entries.is_empty() {
-                text = format!(
-                    "no reports under {}\n",
-                    escape::line(&dir.display().to_string())
-                );
-            }
-            for e in entries {
-                text.push_str(&format!("{e}\n"));
-            }
-            emit(&text)?;
-            Ok(0)
-        }
+        } => merge(out, images_dir, images.as_deref(), report_dirs),
+        Command::List { dir } => list_reports(&dir, ledger),
     }
+}
+
+/// The one verdict on a report, printed; a report.json that cannot be read is a verdict too
+/// (FAIL, exit 1), a directory that is no report a usage error (exit 2).
+fn verify(
+    report_dir: &Path,
+    allowed_signers: Option<&Path>,
+    ledger: Option<&Ledger>,
+) -> Result<u8> {
+    let signers = allowed_signers
+        .map(sign::read_allowed_signers)
+        .transpose()?;
+    let how = How {
+        rehash: true,
+        signers: signers.as_deref(),
+        ledger,
+    };
+    match verdict::judge(report_dir, &how) {
+        Ok(o) => {
+            emit(&format!("{o}\n"))?;
+            Ok(exit_byte(o.exit_code))
+        }
+        Err(r) if r.unreadable_report => {
+            emit(&format!("{r}\n"))?;
+            Ok(exit_byte(r.exit_code()))
+        }
+        Err(r) => Err(r.into()),
+    }
+}
+
+/// A matrix directory as one table, every row judged again from its report.
+fn show_matrix(
+    dir: &Path,
+    format: render::Format,
+    images_dir: Option<&Path>,
+    ledger: Option<&Ledger>,
+) -> Result<u8> {
+    let (m, warnings) = matrix::load(dir, images_dir, ledger)?;
+    warn(&warnings);
+    emit(&match format {
+        render::Format::Text => matrix::render::text(&m),
+        render::Format::Md => matrix::render::md(&m),
+        render::Format::Html => matrix::render::html(&m),
+        render::Format::Junit => matrix::render::junit(&m),
+    })?;
+    Ok(0)
+}
+
+fn merge(
+    out: PathBuf,
+    images_dir: Option<PathBuf>,
+    images: Option<&str>,
+    reports: Vec<PathBuf>,
+) -> Result<u8> {
+    let m = matrix::merge::merge(&matrix::merge::MergeOptions {
+        out: out.clone(),
+        reports,
+        images_dir,
+        images: images.map(matrix::parse_images_arg).unwrap_or_default(),
+        command_line: std::env::args().collect(),
+    })?;
+    eprint!("{}", matrix::render::text(&m));
+    // The directory the workflow reads back: the caller's own argument, as given.
+    emit(&format!("{}\n", out.display()))?;
+    Ok(exit_byte(m.exit_code))
+}
+
+fn list_reports(dir: &Path, ledger: Option<&Ledger>) -> Result<u8> {
+    let entries = list::list(dir, ledger)?;
+    let mut text = String::new();
+    if entries.is_empty() {
+        text = format!(
+            "no reports under {}\n",
+            escape::line(&dir.display().to_string())
+        );
+    }
+    for e in entries {
+        text.push_str(&format!("{e}\n"));
+    }
+    emit(&text)?;
+    Ok(0)
 }
 
 fn diff_matrices(a: &Path, b: &Path, ledger: Option<&Ledger>) -> Result<u8> {

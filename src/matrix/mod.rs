@@ -774,6 +774,40 @@ pub(crate) mod tests {
         assert_eq!(exit_code(&[known, nr]), 2);
     }
 
+    /// A row whose report the verdict rejects is not "as expected", whatever its statuses: the
+    /// verdict's problems outrank the expectations, and the table and JUnit say so.
+    #[test]
+    fn a_rejected_report_fails_its_row_even_as_expected() {
+        let mut c = cell("bookworm", None, "k", "c");
+        c.expected = Some(c.gates.clone());
+        compare(&mut c);
+        assert!(c.as_expected());
+        assert_eq!(c.judgement(), 0);
+        c.problems = vec!["artifact serial.log: sha256 is 00, report says 11".into()];
+        assert!(!c.as_expected());
+        assert_eq!(c.judgement(), 1);
+        assert_eq!(exit_code(std::slice::from_ref(&c)), 1);
+        let m = Matrix {
+            schema_version: MATRIX_SCHEMA_VERSION,
+            started_at: "s".into(),
+            finished_at: "f".into(),
+            jobs: 1,
+            jobs_reason: "r".into(),
+            command_line: vec![],
+            exit_code: 1,
+            cells: vec![c],
+        };
+        let t = render::text(&m);
+        assert!(t.contains("REJECTED") && !t.contains("as expected"), "{t}");
+        assert!(t.contains("bookworm: report rejected: artifact serial.log"), "{t}");
+        let x = render::junit(&m);
+        assert!(x.contains("bookworm.verdict") && x.contains("failures=\"1\""), "{x}");
+        // A rig failure still outranks it.
+        let mut rig = m.cells[0].clone();
+        rig.outcome = CellOutcome::RigFailed;
+        assert_eq!(rig.judgement(), 2);
+    }
+
     #[test]
     fn vm_run_cmd_carries_the_shared_options() {
         let mut build = BuildOptions::new("x");

@@ -247,84 +247,80 @@ pub fn junit(m: &Matrix) -> String {
     let mut s = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
     let _ = writeln!(s, "<testsuites name=\"sharedos-rig-matrix\">");
     for c in &m.cells {
-        let rejected = c.outcome == CellOutcome::Ran && !c.problems.is_empty();
-        let failures = c.gates.iter().filter(|g| g.status == Status::Fail).count()
-            + usize::from(!c.differences.is_empty())
-            + usize::from(rejected);
-        let skipped = c
-            .gates
-            .iter()
-            .filter(|g| matches!(g.status, Status::NotRun | Status::ReviewRequired))
-            .count();
-        let errors = usize::from(c.outcome != CellOutcome::Ran);
-        let tests =
-            c.gates.len() + errors + usize::from(c.expected.is_some()) + usize::from(rejected);
-        let _ = writeln!(
-            s,
-            "  <testsuite name=\"{}\" tests=\"{tests}\" failures=\"{failures}\" errors=\"{errors}\" skipped=\"{skipped}\">",
-            xml_esc(&c.image)
-        );
-        let _ = writeln!(
-            s,
-            "    <properties><property name=\"kernel_release\" value=\"{}\"/><property name=\"criu_version\" value=\"{}\"/><property name=\"accelerator\" value=\"{}\"/></properties>",
-            xml_esc(&c.kernel_release),
-            xml_esc(&c.criu_version),
-            xml_esc(&c.accelerator)
-        );
-        for g in &c.gates {
-            let name = format!("{}.{}", c.image, g.name);
-            let _ = write!(
-                s,
-                "    <testcase classname=\"{}\" name=\"{}\"",
-                xml_esc(&c.image),
-                xml_esc(&name)
-            );
-            match g.status {
-                Status::Pass => s.push_str("/>\n"),
-                Status::Fail => {
-                    let _ = writeln!(s, "><failure message=\"{} FAIL\"/></testcase>", g.name);
-                }
-                Status::NotRun | Status::ReviewRequired => {
-                    let _ = writeln!(s, "><skipped message=\"{}\"/></testcase>", g.status);
-                }
-            }
-        }
-        if errors > 0 {
-            let _ = writeln!(
-                s,
-                "    <testcase classname=\"{0}\" name=\"{0}.run\"><error message=\"{1}\">{2}</error></testcase>",
-                xml_esc(&c.image),
-                if c.outcome == CellOutcome::NotRun { "NOT_RUN" } else { "rig failure" },
-                xml_esc(&format!("{} {}", one_line(&c.reason), one_line(&c.fix)))
-            );
-        }
-        if rejected {
-            let _ = writeln!(
-                s,
-                "    <testcase classname=\"{0}\" name=\"{0}.verdict\"><failure message=\"the report fails verify\">{1}</failure></testcase>",
-                xml_esc(&c.image),
-                xml_esc(&c.problems.join("\n"))
-            );
-        }
-        if c.expected.is_some() {
-            let _ = write!(
-                s,
-                "    <testcase classname=\"{0}\" name=\"{0}.expectations\"",
-                xml_esc(&c.image)
-            );
-            if c.differences.is_empty() {
-                s.push_str("/>\n");
-            } else {
-                let _ = writeln!(
-                    s,
-                    "><failure message=\"differs from expected-gates\">{}</failure></testcase>",
-                    xml_esc(&c.differences.join("; "))
-                );
-            }
-        }
-        s.push_str("  </testsuite>\n");
+        s.push_str(&junit_suite(c));
     }
     s.push_str("</testsuites>\n");
+    s
+}
+
+/// One cell's test suite: its gates, then its run, verdict and expectations cases.
+fn junit_suite(c: &Cell) -> String {
+    let mut s = String::new();
+    let rejected = c.outcome == CellOutcome::Ran && !c.problems.is_empty();
+    let failures = c.gates.iter().filter(|g| g.status == Status::Fail).count()
+        + usize::from(!c.differences.is_empty())
+        + usize::from(rejected);
+    let skipped = c
+        .gates
+        .iter()
+        .filter(|g| matches!(g.status, Status::NotRun | Status::ReviewRequired))
+        .count();
+    let errors = usize::from(c.outcome != CellOutcome::Ran);
+    let tests = c.gates.len() + errors + usize::from(c.expected.is_some()) + usize::from(rejected);
+    let image = xml_esc(&c.image);
+    let _ = writeln!(
+        s,
+        "  <testsuite name=\"{image}\" tests=\"{tests}\" failures=\"{failures}\" errors=\"{errors}\" skipped=\"{skipped}\">"
+    );
+    let _ = writeln!(
+        s,
+        "    <properties><property name=\"kernel_release\" value=\"{}\"/><property name=\"criu_version\" value=\"{}\"/><property name=\"accelerator\" value=\"{}\"/></properties>",
+        xml_esc(&c.kernel_release),
+        xml_esc(&c.criu_version),
+        xml_esc(&c.accelerator)
+    );
+    for g in &c.gates {
+        let name = xml_esc(&format!("{}.{}", c.image, g.name));
+        let _ = write!(s, "    <testcase classname=\"{image}\" name=\"{name}\"");
+        let _ = match g.status {
+            Status::Pass => writeln!(s, "/>"),
+            Status::Fail => writeln!(s, "><failure message=\"{} FAIL\"/></testcase>", g.name),
+            Status::NotRun | Status::ReviewRequired => {
+                writeln!(s, "><skipped message=\"{}\"/></testcase>", g.status)
+            }
+        };
+    }
+    if errors > 0 {
+        let _ = writeln!(
+            s,
+            "    <testcase classname=\"{image}\" name=\"{image}.run\"><error message=\"{}\">{}</error></testcase>",
+            if c.outcome == CellOutcome::NotRun { "NOT_RUN" } else { "rig failure" },
+            xml_esc(&format!("{} {}", one_line(&c.reason), one_line(&c.fix)))
+        );
+    }
+    if rejected {
+        let _ = writeln!(
+            s,
+            "    <testcase classname=\"{image}\" name=\"{image}.verdict\"><failure message=\"the report fails verify\">{}</failure></testcase>",
+            xml_esc(&c.problems.join("\n"))
+        );
+    }
+    if c.expected.is_some() {
+        let _ = write!(
+            s,
+            "    <testcase classname=\"{image}\" name=\"{image}.expectations\""
+        );
+        let _ = if c.differences.is_empty() {
+            writeln!(s, "/>")
+        } else {
+            writeln!(
+                s,
+                "><failure message=\"differs from expected-gates\">{}</failure></testcase>",
+                xml_esc(&c.differences.join("; "))
+            )
+        };
+    }
+    s.push_str("  </testsuite>\n");
     s
 }
 

@@ -146,7 +146,7 @@ pub fn vm_matrix_with(
             code
         }
         Err(e) => {
-            progress().error(&format!("{e:#}"));
+            progress().error(&escape::line(&format!("{e:#}")));
             RIG_FAILURE_EXIT
         }
     }
