@@ -14,7 +14,7 @@
 //! from the directory's name, and must be unique.
 
 use super::variant::{self, Row};
-use super::{assemble, create_matrix_dir, finished_cell, Matrix, RunInfo};
+use super::{assemble, create_matrix_dir, finished_cell, Cell, Matrix, RunInfo};
 use crate::image::definition;
 use crate::judge::ledger::Ledger;
 use crate::judge::reader::{Kind, ReportDir};
@@ -44,14 +44,37 @@ pub struct MergeOptions {
 }
 
 /// Builds the matrix directory; returns the matrix written (its exit code is the command's).
+/// Stages: every report named (nothing written for bad input), the rows ordered, each report
+/// copied and judged into its cell, matrix.json assembled.
 pub fn merge(o: &MergeOptions) -> Result<Matrix> {
     if o.reports.is_empty() {
         bail!("no report directory given: `sharedos-rig matrix merge --out DIR REPORT_DIR...`");
     }
     let started_at = clock::now_rfc3339();
-    // Every report is read and named before anything is written: bad input leaves nothing.
+    let rows = name_rows(&o.reports)?;
+    let order = order_rows(&rows, &o.images)?;
+    create_matrix_dir(&o.out)?;
+    let cells = copy_and_judge(o, &rows, &order)?;
+    assemble(
+        &o.out,
+        cells,
+        &|image| definition::find_images_dir(o.images_dir.as_deref(), image),
+        RunInfo {
+            started_at,
+            jobs: order.len(),
+            jobs_reason: format!(
+                "merged from {} vm-run report directories, each run on its own",
+                rows.len()
+            ),
+            command_line: o.command_line.clone(),
+        },
+    )
+}
+
+/// Each report's row, from the report itself; two reports of one row are refused.
+fn name_rows(reports: &[PathBuf]) -> Result<Vec<(String, &Path)>> {
     let mut rows: Vec<(String, &Path)> = Vec::new();
-    for src in &o.reports {
+    for src in reports {
         let label = row_label(src)?;
         if let Some((_, first)) = rows.iter().find(|(l, _)| *l == label) {
             bail!(
@@ -63,8 +86,13 @@ pub fn merge(o: &MergeOptions) -> Result<Matrix> {
         }
         rows.push((label, src.as_path()));
     }
+    Ok(rows)
+}
+
+/// The rows in `--images`' order (every report's row must be named there), else the reports'.
+fn order_rows(rows: &[(String, &Path)], images: &[String]) -> Result<Vec<String>> {
     let mut order: Vec<String> = Vec::new();
-    for name in &o.images {
+    for name in images {
         let label = Row::parse(name)?.label();
         if order.contains(&label) {
             bail!("--images names {label} twice");
@@ -85,25 +113,22 @@ pub fn merge(o: &MergeOptions) -> Result<Matrix> {
     if order.is_empty() {
         order = rows.iter().map(|(l, _)| l.clone()).collect();
     }
-    create_matrix_dir(&o.out)?;
+    Ok(order)
+}
+
+/// Each row's report copied into the matrix and judged there by the one verdict; a row without
+/// a report is a rig failure. A copy that fails removes the half matrix.
+fn copy_and_judge(
+    o: &MergeOptions,
+    rows: &[(String, &Path)],
+    order: &[String],
+) -> Result<Vec<Cell>> {
     let matrix = ReportDir::open(&o.out).map_err(anyhow::Error::msg)?;
     let ledger = Ledger::from_env();
     let mut cells = Vec::new();
-    for label in &order {
+    for label in order {
         let Some((_, src)) = rows.iter().find(|(l, _)| l == label) else {
-            let mut c = super::not_run_cell(
-                label,
-                "no vm-run report was given for this row: the run that should have made it \
-                 archived none",
-                "",
-            );
-            c.outcome = super::CellOutcome::RigFailed;
-            c.fix = format!(
-                "read the log of the job that ran {label} (in CI: its vm-run job), or run it \
-                 here: `cargo xtask vm-run --image {}`",
-                c.base_image()
-            );
-            cells.push(c);
+            cells.push(missing_row(label));
             continue;
         };
         if let Err(e) = copy_report(src, &o.out.join(label)) {
@@ -117,20 +142,23 @@ pub fn merge(o: &MergeOptions) -> Result<Matrix> {
         }
         cells.push(finished_cell(&matrix, label, None, ledger.as_ref()));
     }
-    assemble(
-        &o.out,
-        cells,
-        &|image| definition::find_images_dir(o.images_dir.as_deref(), image),
-        RunInfo {
-            started_at,
-            jobs: order.len(),
-            jobs_reason: format!(
-                "merged from {} vm-run report directories, each run on its own",
-                rows.len()
-            ),
-            command_line: o.command_line.clone(),
-        },
-    )
+    Ok(cells)
+}
+
+/// A row `--images` names that no report was given for.
+fn missing_row(label: &str) -> Cell {
+    let mut c = super::not_run_cell(
+        label,
+        "no vm-run report was given for this row: the run that should have made it archived none",
+        "",
+    );
+    c.outcome = super::CellOutcome::RigFailed;
+    c.fix = format!(
+        "read the log of the job that ran {label} (in CI: its vm-run job), or run it here: \
+         `cargo xtask vm-run --image {}`",
+        c.base_image()
+    );
+    c
 }
 
 /// The row a vm-run report belongs to: the image it recorded, and the variants its diagnose

@@ -799,9 +799,15 @@ pub(crate) mod tests {
         };
         let t = render::text(&m);
         assert!(t.contains("REJECTED") && !t.contains("as expected"), "{t}");
-        assert!(t.contains("bookworm: report rejected: artifact serial.log"), "{t}");
+        assert!(
+            t.contains("bookworm: report rejected: artifact serial.log"),
+            "{t}"
+        );
         let x = render::junit(&m);
-        assert!(x.contains("bookworm.verdict") && x.contains("failures=\"1\""), "{x}");
+        assert!(
+            x.contains("bookworm.verdict") && x.contains("failures=\"1\""),
+            "{x}"
+        );
         // A rig failure still outranks it.
         let mut rig = m.cells[0].clone();
         rig.outcome = CellOutcome::RigFailed;

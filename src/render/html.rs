@@ -11,7 +11,7 @@ use crate::judge::reader::ReportDir;
 use crate::judge::review::ReviewState;
 use crate::judge::verdict::{verdict_meaning, Outcome};
 use sharedos_report::digest;
-use sharedos_report::report::{Artifact, Gate, Status, Verdict};
+use sharedos_report::report::{Artifact, Gate, Report, Status, Verdict};
 use std::fmt::Write;
 
 /// A framebuffer PNG of a few MiB at most; a larger "PNG" is not embedded.
@@ -48,7 +48,21 @@ pub fn render(o: &Outcome) -> String {
 }
 
 fn write_all(s: &mut String, o: &Outcome) -> std::fmt::Result {
-    let r = &o.report;
+    write_head(s, o)?;
+    write_gate_table(s, o)?;
+    // After the gate table, so the page opens on the verdict and the images follow it.
+    let pngs: Vec<&Artifact> = o.report.png_artifacts().collect();
+    write_images(s, o.files.as_deref(), &pngs)?;
+    writeln!(s, "<h2>Checks per gate</h2>")?;
+    for g in &o.gates {
+        write_gate_detail(s, g)?;
+    }
+    write_where(s, &o.report)?;
+    write_tail(s, &o.report)
+}
+
+/// The page's head, the verdict, the review and what to do next, and the problems.
+fn write_head(s: &mut String, o: &Outcome) -> std::fmt::Result {
     let v = o.verdict.as_str();
     writeln!(s, "<!DOCTYPE html>")?;
     writeln!(s, "<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">")?;
@@ -92,7 +106,10 @@ fn write_all(s: &mut String, o: &Outcome) -> std::fmt::Result {
         }
         writeln!(s, "</ul>")?;
     }
+    Ok(())
+}
 
+fn write_gate_table(s: &mut String, o: &Outcome) -> std::fmt::Result {
     writeln!(s, "<h2>Gates</h2>\n<table>")?;
     writeln!(
         s,
@@ -114,19 +131,11 @@ fn write_all(s: &mut String, o: &Outcome) -> std::fmt::Result {
         "<tr><th>total</th><td></td><td class=\"num\">{}</td><td></td></tr>\n</table>",
         total_duration(&o.gates)
     )?;
+    Ok(())
+}
 
-    // After the gate table, so the page opens on the verdict and the images follow it.
-    write_images(
-        s,
-        o.files.as_deref(),
-        &r.png_artifacts().collect::<Vec<_>>(),
-    )?;
-
-    writeln!(s, "<h2>Checks per gate</h2>")?;
-    for g in &o.gates {
-        write_gate_detail(s, g)?;
-    }
-
+/// The density figures, when there are any, where it ran, and the phase timings.
+fn write_where(s: &mut String, r: &Report) -> std::fmt::Result {
     if let Some(rows) = density(r) {
         writeln!(s, "<h2>Density</h2>\n<table>")?;
         for (k, val) in rows {
@@ -161,7 +170,11 @@ fn write_all(s: &mut String, o: &Outcome) -> std::fmt::Result {
             )?;
         }
     }
+    Ok(())
+}
 
+/// The fidelity differences, every artifact, and the end of the page.
+fn write_tail(s: &mut String, r: &Report) -> std::fmt::Result {
     if !r.fidelity_differences.is_empty() {
         writeln!(s, "<h2>Fidelity differences</h2>\n<ul>")?;
         for f in &r.fidelity_differences {

@@ -4,7 +4,7 @@ use super::{density, dir_arg, duration, provenance, total_duration, value_str};
 use crate::escape::markdown as esc;
 use crate::judge::review::ReviewState;
 use crate::judge::verdict::{verdict_meaning, Outcome};
-use sharedos_report::report::{Status, Verdict};
+use sharedos_report::report::{Report, Status, Verdict};
 use std::fmt::Write;
 
 pub fn render(o: &Outcome) -> String {
@@ -24,7 +24,14 @@ fn icon(s: Status) -> &'static str {
 }
 
 fn write_all(s: &mut String, o: &Outcome) -> std::fmt::Result {
-    let r = &o.report;
+    write_head(s, o)?;
+    write_gates(s, o)?;
+    write_where(s, &o.report)?;
+    write_tail(s, &o.report)
+}
+
+/// The verdict, the review and what to do next, and the problems.
+fn write_head(s: &mut String, o: &Outcome) -> std::fmt::Result {
     writeln!(s, "# sharedos-rig report: {}\n", o.verdict)?;
     writeln!(
         s,
@@ -50,7 +57,11 @@ fn write_all(s: &mut String, o: &Outcome) -> std::fmt::Result {
         }
         writeln!(s)?;
     }
+    Ok(())
+}
 
+/// The gate table and each gate's checks.
+fn write_gates(s: &mut String, o: &Outcome) -> std::fmt::Result {
     writeln!(s, "## Gates\n")?;
     writeln!(s, "| gate | status | duration | reason |")?;
     writeln!(s, "| --- | --- | ---: | --- |")?;
@@ -93,7 +104,11 @@ fn write_all(s: &mut String, o: &Outcome) -> std::fmt::Result {
             writeln!(s, "\n</details>\n")?;
         }
     }
+    Ok(())
+}
 
+/// The density figures, when there are any, and where it ran.
+fn write_where(s: &mut String, r: &Report) -> std::fmt::Result {
     if let Some(rows) = density(r) {
         writeln!(s, "## Density\n")?;
         writeln!(s, "| | |")?;
@@ -111,7 +126,11 @@ fn write_all(s: &mut String, o: &Outcome) -> std::fmt::Result {
         writeln!(s, "| {} | {} |", esc(k), esc(&v))?;
     }
     writeln!(s)?;
+    Ok(())
+}
 
+/// Phase timings, the images' hashes and the fidelity differences.
+fn write_tail(s: &mut String, r: &Report) -> std::fmt::Result {
     if let Some(vm) = &r.vm {
         writeln!(s, "## Phase timings\n")?;
         writeln!(s, "| phase | duration |")?;

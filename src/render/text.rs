@@ -4,7 +4,7 @@ use super::{density, dir_arg, duration, provenance, total_duration, value_str};
 use crate::escape::line as one_line;
 use crate::judge::review::ReviewState;
 use crate::judge::verdict::{verdict_meaning, Outcome};
-use sharedos_report::report::{Status, Verdict};
+use sharedos_report::report::{Report, Status, Verdict};
 use std::fmt::Write;
 
 pub fn render(o: &Outcome) -> String {
@@ -15,7 +15,15 @@ pub fn render(o: &Outcome) -> String {
 }
 
 fn write_all(s: &mut String, o: &Outcome) -> std::fmt::Result {
-    let r = &o.report;
+    write_head(s, o)?;
+    write_gates(s, o)?;
+    write_density(s, &o.report)?;
+    write_where(s, &o.report)?;
+    write_tail(s, &o.report)
+}
+
+/// The verdict, the review and what to do next, and the problems.
+fn write_head(s: &mut String, o: &Outcome) -> std::fmt::Result {
     writeln!(
         s,
         "verdict: {} (exit {}): {}",
@@ -42,7 +50,11 @@ fn write_all(s: &mut String, o: &Outcome) -> std::fmt::Result {
             writeln!(s, "  - {}", one_line(p))?;
         }
     }
+    Ok(())
+}
 
+/// Each gate with its duration and reason, the checks that did not pass, and the total.
+fn write_gates(s: &mut String, o: &Outcome) -> std::fmt::Result {
     writeln!(s, "\ngates:")?;
     let width = o
         .gates
@@ -87,7 +99,10 @@ fn write_all(s: &mut String, o: &Outcome) -> std::fmt::Result {
         "total",
         total_duration(&o.gates)
     )?;
+    Ok(())
+}
 
+fn write_density(s: &mut String, r: &Report) -> std::fmt::Result {
     if let Some(rows) = density(r) {
         writeln!(s, "\ndensity:")?;
         let kw = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
@@ -95,14 +110,21 @@ fn write_all(s: &mut String, o: &Outcome) -> std::fmt::Result {
             writeln!(s, "  {:<kw$}  {}", one_line(&k), one_line(&v))?;
         }
     }
+    Ok(())
+}
 
+fn write_where(s: &mut String, r: &Report) -> std::fmt::Result {
     writeln!(s, "\nwhere it ran:")?;
     let rows = provenance(r);
     let kw = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
     for (k, v) in rows {
         writeln!(s, "  {k:<kw$}  {}", one_line(&v))?;
     }
+    Ok(())
+}
 
+/// Phase timings, fidelity differences and the images' hashes.
+fn write_tail(s: &mut String, r: &Report) -> std::fmt::Result {
     if let Some(vm) = &r.vm {
         writeln!(s, "\nphase timings:")?;
         let pw = vm.phases.iter().map(|p| p.name.len()).max().unwrap_or(0);
