@@ -1261,3 +1261,18 @@ fn own_the_crafted_pngs_decode() {
     }
     assert!(png_claiming(4000, 1 << 31).len() < 80);
 }
+
+/// A PNG of plausible size whose pixel data goes on inflating far past its last row: the
+/// decode stops at the image's end instead of inflating the rest, within a small address space.
+#[test]
+fn own_pixel_data_past_the_last_row_is_not_inflated() {
+    let s = Scratch::new("own-trailing");
+    let r = s.path("r");
+    archive(&r);
+    let bomb = png_inflating(640, 480, (390 << 20) / (1 + 3 * 640));
+    assert!(bomb.len() < 400_000, "{}", bomb.len());
+    plant_reset_png(&r, &bomb);
+    let o = rig_bounded(256, &[&"verify", &r]);
+    exits(&o, 1);
+    assert!(out(&o).contains("reset.png"), "{}", both(&o));
+}

@@ -691,6 +691,32 @@ mod tests {
             .contains("does not exist"));
     }
 
+    /// The component walk, which runs where openat2 is missing, reaches what openat2 reaches
+    /// and refuses what it refuses, naming the component.
+    #[test]
+    fn the_walk_without_openat2_reaches_and_refuses_the_same() {
+        let s = Scratch::new("walk");
+        std::fs::create_dir_all(s.0.join("guest/png")).unwrap();
+        std::fs::write(s.0.join("guest/png/a.png"), b"a").unwrap();
+        symlink(s.0.join("guest"), s.0.join("link")).unwrap();
+        std::fs::write(s.0.join("file"), b"x").unwrap();
+        let d = ReportDir::open(&s.0).unwrap();
+        let fd = d.walk(&["guest", "png"]).unwrap();
+        assert!(fstatat(&fd, "a.png", AtFlags::AT_SYMLINK_NOFOLLOW).is_ok());
+        assert!(d
+            .walk(&["link", "png"])
+            .unwrap_err()
+            .contains("link is a symbolic link"));
+        assert!(d
+            .walk(&["guest", "none"])
+            .unwrap_err()
+            .contains("guest/none does not exist"));
+        assert!(d
+            .walk(&["file"])
+            .unwrap_err()
+            .contains("file is a regular file, not a directory"));
+    }
+
     #[test]
     fn the_hook_runs_after_the_one_read() {
         let s = Scratch::new("hook");
