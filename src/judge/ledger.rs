@@ -142,7 +142,7 @@ pub fn problems(recorded: &[Recorded], carried: Option<Carried<'_>>) -> Vec<Stri
     }
     let r = &newest.review;
     let now = match carried {
-        None => format!("the report directory has no {REVIEW_FILE}"),
+        None => format!("the report directory carries no valid {REVIEW_FILE}"),
         Some(c) if !c.signed => format!("its {REVIEW_FILE} is not signed by an allowed key"),
         Some(c) => format!(
             "its {REVIEW_FILE} is an older one ({} by {} at {})",
@@ -232,7 +232,7 @@ mod tests {
             p[0].contains("(fail by alice at 2026-12-02T10:00:00.000Z)"),
             "{p:?}"
         );
-        assert!(p[0].contains("has no review.json"), "{p:?}");
+        assert!(p[0].contains("carries no valid review.json"), "{p:?}");
         assert!(p[0].contains(&kept.display().to_string()), "{p:?}");
         assert!(problems(&rec, carried(&fail, &fail_sha, false))[0].contains("not signed"));
         let old = at(ReviewDecision::Pass, "2026-12-02T09:00:00.000Z");
