@@ -191,10 +191,10 @@ fn read(dir: &Path) -> Report {
     serde_json::from_slice(&std::fs::read(dir.join(REPORT_FILE)).unwrap()).unwrap()
 }
 
-/// The state directory every run of the binary here uses, so no test writes to the home of
-/// whoever runs it.
+/// The review ledger every run of the binary here reads: none is there, and only the signing
+/// cases (which bring a ledger of their own, in their scratch directory) write one.
 fn state_dir() -> PathBuf {
-    std::env::temp_dir().join(format!("sharedos-rig-adv-{}-state", std::process::id()))
+    std::env::temp_dir().join(format!("sharedos-rig-adv-{}-no-ledger", std::process::id()))
 }
 
 fn rig(args: &[&dyn AsRef<std::ffi::OsStr>]) -> Output {
@@ -995,18 +995,31 @@ fn sign_report(dir: &Path, key: &Path) {
     sharedos_rig::judge::sign::sign(dir, REPORT_FILE, key).unwrap();
 }
 
-fn review(dir: &Path, decision: &str, reviewer: &str, key: &Path) -> Output {
-    rig(&[
-        &"review",
-        &dir,
-        &"--decision",
-        &decision,
-        &"--reviewer",
-        &reviewer,
-        &"--sign-key",
-        &key,
-        &"--force",
-    ])
+/// The binary with the scratch directory's own review ledger, removed with it.
+fn rig_in(s: &Scratch, args: &[&dyn AsRef<std::ffi::OsStr>]) -> Output {
+    let mut c = Command::new(BIN);
+    for a in args {
+        c.arg(a);
+    }
+    c.env("SHAREDOS_RIG_STATE_DIR", s.path("state"));
+    c.output().unwrap()
+}
+
+fn review(s: &Scratch, dir: &Path, decision: &str, reviewer: &str, key: &Path) -> Output {
+    rig_in(
+        s,
+        &[
+            &"review",
+            &dir,
+            &"--decision",
+            &decision,
+            &"--reviewer",
+            &reviewer,
+            &"--sign-key",
+            &key,
+            &"--force",
+        ],
+    )
 }
 
 /// A signed FAIL review, deleted with its signature, does not turn the report back into one
@@ -1015,12 +1028,18 @@ fn review(dir: &Path, decision: &str, reviewer: &str, key: &Path) -> Output {
 fn c7_a_deleted_signed_fail_review_is_noticed() {
     let s = Scratch::new("c7-deleted");
     let (r, allowed, _, alice) = signed(&s);
-    exits(&rig(&[&"verify", &r, &"--allowed-signers", &allowed]), 3);
-    exits(&review(&r, "fail", "alice@example", &alice), 0);
-    exits(&rig(&[&"verify", &r, &"--allowed-signers", &allowed]), 1);
+    exits(
+        &rig_in(&s, &[&"verify", &r, &"--allowed-signers", &allowed]),
+        3,
+    );
+    exits(&review(&s, &r, "fail", "alice@example", &alice), 0);
+    exits(
+        &rig_in(&s, &[&"verify", &r, &"--allowed-signers", &allowed]),
+        1,
+    );
     std::fs::remove_file(r.join(REVIEW_FILE)).unwrap();
     std::fs::remove_file(r.join("review.json.sig")).unwrap();
-    let o = rig(&[&"verify", &r, &"--allowed-signers", &allowed]);
+    let o = rig_in(&s, &[&"verify", &r, &"--allowed-signers", &allowed]);
     exits(&o, 1);
     assert!(out(&o).contains("review"), "{}", both(&o));
 }
@@ -1031,12 +1050,15 @@ fn c7_a_deleted_signed_fail_review_is_noticed() {
 fn c7_a_review_by_a_principal_its_key_is_not_allowed_for_is_refused() {
     let s = Scratch::new("c7-principal");
     let (r, allowed, ci, alice) = signed(&s);
-    exits(&review(&r, "pass", "alice@example", &ci), 0);
-    let o = rig(&[&"verify", &r, &"--allowed-signers", &allowed]);
+    exits(&review(&s, &r, "pass", "alice@example", &ci), 0);
+    let o = rig_in(&s, &[&"verify", &r, &"--allowed-signers", &allowed]);
     exits(&o, 1);
     assert!(out(&o).contains("alice@example"), "{}", both(&o));
-    exits(&review(&r, "pass", "alice@example", &alice), 0);
-    exits(&rig(&[&"verify", &r, &"--allowed-signers", &allowed]), 0);
+    exits(&review(&s, &r, "pass", "alice@example", &alice), 0);
+    exits(
+        &rig_in(&s, &[&"verify", &r, &"--allowed-signers", &allowed]),
+        0,
+    );
 }
 
 // ---- 8. Numbers near overflow. -----------------------------------------------------------
