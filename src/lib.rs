@@ -2,17 +2,13 @@
 //! binary over SSH and archives, renders, reviews and verifies the reports it brings back.
 
 pub mod cmd;
-pub mod diff;
+pub mod escape;
 pub mod gate_binary;
 pub mod image;
-pub mod list;
+pub mod judge;
 pub mod matrix;
 pub mod progress;
-pub mod recheck;
 pub mod render;
-pub mod review;
 pub mod run;
-pub mod sign;
 pub mod ssh;
-pub mod verify;
 pub mod vm;

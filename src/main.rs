@@ -5,10 +5,15 @@
 
 use anyhow::Result;
 use clap::{Parser, Subcommand, ValueEnum};
-use sharedos_report::report::{self, ReviewDecision};
-use sharedos_rig::{diff, list, matrix, render, review, sign, verify};
+use sharedos_report::report::ReviewDecision;
+use sharedos_rig::escape;
+use sharedos_rig::judge::ledger::Ledger;
+use sharedos_rig::judge::verdict::{self, How};
+use sharedos_rig::judge::{review, sign};
+use sharedos_rig::render::{diff, list};
+use sharedos_rig::{matrix, render};
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 #[derive(Parser, Debug)]
@@ -52,11 +57,16 @@ enum Command {
         allowed_signers: Option<PathBuf>,
     },
     /// Render a report (taking review.json into account), or a matrix directory (from
-    /// `cargo xtask vm-matrix`) as one table: a row per image, a column per gate.
+    /// `cargo xtask vm-matrix`) as one table: a row per image, a column per gate, each row
+    /// judged again from its report, with a warning wherever matrix.json says otherwise.
     Show {
         report_dir: PathBuf,
         #[arg(long, value_enum, default_value_t = render::Format::Text)]
         format: render::Format,
+        /// For a matrix: where images/ is, for each image's expected-gates [default:
+        /// $SHAREDOS_RIG_IMAGES, ./images, then the source tree].
+        #[arg(long)]
+        images_dir: Option<PathBuf>,
     },
     /// What changed from report A to report B (or, for two matrix directories, cell by cell).
     Diff {
@@ -117,7 +127,10 @@ impl From<Decision> for ReviewDecision {
     }
 }
 
+/// The command, run; its exit code. Each command is a function of its own below.
 fn run(cmd: Command) -> Result<u8> {
+    let ledger = Ledger::from_env();
+    let ledger = ledger.as_ref();
     match cmd {
         Command::Review {
             report_dir,
@@ -132,67 +145,37 @@ fn run(cmd: Command) -> Result<u8> {
                 reviewer,
                 note,
                 force,
+                sign_key,
             };
-            review::record(&report_dir, &req, &mut std::io::stdout().lock())?;
-            if let Some(key) = sign_key {
-                let fp = sign::sign(&report_dir, report::REVIEW_FILE, &key)?;
-                emit(&format!("signed review.json.sig with {fp}\n"))?;
-            }
+            review::record(&report_dir, &req, ledger, &mut std::io::stdout().lock())?;
             Ok(0)
         }
         Command::Verify {
             report_dir,
             allowed_signers,
-        } => {
-            let o = match allowed_signers {
-                Some(f) => {
-                    verify::verify_dir_signed(&report_dir, &sign::read_allowed_signers(&f)?)?
-                }
-                None => verify::verify_dir(&report_dir)?,
-            };
-            emit(&format!("{o}\n"))?;
-            Ok(exit_byte(o.exit_code))
+        } => verify(&report_dir, allowed_signers.as_deref(), ledger),
+        Command::Show {
+            report_dir,
+            format,
+            images_dir,
+        } if matrix::is_matrix_dir(&report_dir) => {
+            show_matrix(&report_dir, format, images_dir.as_deref(), ledger)
         }
-        Command::Show { report_dir, format } if matrix::is_matrix_dir(&report_dir) => {
-            let (m, problems) = matrix::load(&report_dir)?;
-            for p in &problems {
-                eprintln!("warning: {p}");
-            }
-            emit(&match format {
-                render::Format::Text => matrix::render::text(&m),
-                render::Format::Md => matrix::render::md(&m),
-                render::Format::Html => matrix::render::html(&m),
-                render::Format::Junit => matrix::render::junit(&m),
-            })?;
+        Command::Show {
+            report_dir, format, ..
+        } => {
+            let o = verdict::judge(&report_dir, &How::full(ledger))?;
+            emit(&render::render(&o, format))?;
             Ok(0)
         }
         Command::Diff { report_a, report_b }
             if matrix::is_matrix_dir(&report_a) || matrix::is_matrix_dir(&report_b) =>
         {
-            if !(matrix::is_matrix_dir(&report_a) && matrix::is_matrix_dir(&report_b)) {
-                anyhow::bail!(
-                    "one of {} and {} is a matrix directory and the other is not: diff two matrices or two reports",
-                    report_a.display(),
-                    report_b.display()
-                );
-            }
-            let (a, _) = matrix::load(&report_a)?;
-            let (b, _) = matrix::load(&report_b)?;
-            emit(&matrix::render::diff(
-                &a,
-                &b,
-                &report_a.display().to_string(),
-                &report_b.display().to_string(),
-            ))?;
-            Ok(0)
-        }
-        Command::Show { report_dir, format } => {
-            let o = verify::verify_dir(&report_dir)?;
-            emit(&render::render(&o, format))?;
-            Ok(0)
+            diff_matrices(&report_a, &report_b, ledger)
         }
         Command::Diff { report_a, report_b } => {
-            emit(&format!("{}\n", diff::diff_dirs(&report_a, &report_b)?))?;
+            let d = diff::diff_dirs(&report_a, &report_b, ledger)?;
+            emit(&format!("{d}\n"))?;
             Ok(0)
         }
         Command::Matrix {
@@ -203,33 +186,118 @@ fn run(cmd: Command) -> Result<u8> {
                     images,
                     report_dirs,
                 },
-        } => {
-            let m = matrix::merge::merge(&matrix::merge::MergeOptions {
-                out: out.clone(),
-                reports: report_dirs,
-                images_dir,
-                images: images
-                    .as_deref()
-                    .map(matrix::parse_images_arg)
-                    .unwrap_or_default(),
-                command_line: std::env::args().collect(),
-            })?;
-            eprint!("{}", matrix::render::text(&m));
-            emit(&format!("{}\n", out.display()))?;
-            Ok(exit_byte(m.exit_code))
+        } => merge(out, images_dir, images.as_deref(), report_dirs),
+        Command::List { dir } => list_reports(&dir, ledger),
+    }
+}
+
+/// The one verdict on a report, printed; a report.json that cannot be read is a verdict too
+/// (FAIL, exit 1), a directory that is no report a usage error (exit 2).
+fn verify(
+    report_dir: &Path,
+    allowed_signers: Option<&Path>,
+    ledger: Option<&Ledger>,
+) -> Result<u8> {
+    let signers = allowed_signers
+        .map(sign::read_allowed_signers)
+        .transpose()?;
+    let how = How {
+        rehash: true,
+        signers: signers.as_deref(),
+        ledger,
+    };
+    match verdict::judge(report_dir, &how) {
+        Ok(o) => {
+            emit(&format!("{o}\n"))?;
+            Ok(exit_byte(o.exit_code))
         }
-        Command::List { dir } => {
-            let entries = list::list(&dir)?;
-            let mut text = String::new();
-            if entries.is_empty() {
-                text = format!("no reports under {}\n", dir.display());
-            }
-            for e in entries {
-                text.push_str(&format!("{e}\n"));
-            }
-            emit(&text)?;
-            Ok(0)
+        Err(r) if r.unreadable_report => {
+            emit(&format!("{r}\n"))?;
+            Ok(exit_byte(r.exit_code()))
         }
+        Err(r) => Err(r.into()),
+    }
+}
+
+/// A matrix directory as one table, every row judged again from its report.
+fn show_matrix(
+    dir: &Path,
+    format: render::Format,
+    images_dir: Option<&Path>,
+    ledger: Option<&Ledger>,
+) -> Result<u8> {
+    let (m, warnings) = matrix::load(dir, images_dir, ledger)?;
+    warn(&warnings);
+    emit(&match format {
+        render::Format::Text => matrix::render::text(&m),
+        render::Format::Md => matrix::render::md(&m),
+        render::Format::Html => matrix::render::html(&m),
+        render::Format::Junit => matrix::render::junit(&m),
+    })?;
+    Ok(0)
+}
+
+fn merge(
+    out: PathBuf,
+    images_dir: Option<PathBuf>,
+    images: Option<&str>,
+    reports: Vec<PathBuf>,
+) -> Result<u8> {
+    let m = matrix::merge::merge(&matrix::merge::MergeOptions {
+        out: out.clone(),
+        reports,
+        images_dir,
+        images: images.map(matrix::parse_images_arg).unwrap_or_default(),
+        command_line: std::env::args().collect(),
+    })?;
+    eprint!("{}", matrix::render::text(&m));
+    // The directory the workflow reads back: the caller's own argument, as given.
+    emit(&format!("{}\n", out.display()))?;
+    Ok(exit_byte(m.exit_code))
+}
+
+fn list_reports(dir: &Path, ledger: Option<&Ledger>) -> Result<u8> {
+    let entries = list::list(dir, ledger)?;
+    let mut text = String::new();
+    if entries.is_empty() {
+        text = format!(
+            "no reports under {}\n",
+            escape::line(&dir.display().to_string())
+        );
+    }
+    for e in entries {
+        text.push_str(&format!("{e}\n"));
+    }
+    emit(&text)?;
+    Ok(0)
+}
+
+fn diff_matrices(a: &Path, b: &Path, ledger: Option<&Ledger>) -> Result<u8> {
+    if !(matrix::is_matrix_dir(a) && matrix::is_matrix_dir(b)) {
+        anyhow::bail!(
+            "one of {} and {} is a matrix directory and the other is not: diff two matrices or two reports",
+            a.display(),
+            b.display()
+        );
+    }
+    let (ma, wa) = matrix::load(a, None, ledger)?;
+    let (mb, wb) = matrix::load(b, None, ledger)?;
+    warn(&wa);
+    warn(&wb);
+    emit(&matrix::render::diff(
+        &ma,
+        &mb,
+        &escape::line(&a.display().to_string()),
+        &escape::line(&b.display().to_string()),
+    ))?;
+    Ok(0)
+}
+
+/// Warnings on stderr, one escaped line each.
+fn warn(warnings: &[String]) {
+    let mut err = std::io::stderr().lock();
+    for w in warnings {
+        let _ = writeln!(err, "warning: {}", escape::line(w));
     }
 }
 
@@ -253,10 +321,7 @@ fn main() -> ExitCode {
     match run(cli.command) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
-            eprintln!("error: {e}");
-            for cause in e.chain().skip(1) {
-                eprintln!("  caused by: {cause}");
-            }
+            let _ = std::io::stderr().write_all(escape::error_chain(&e).as_bytes());
             ExitCode::from(2)
         }
     }

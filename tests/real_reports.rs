@@ -143,6 +143,8 @@ fn rig(args: &[&dyn AsRef<std::ffi::OsStr>]) -> Output {
     for a in args {
         c.arg(a);
     }
+    // A review ledger of this run's own, under its root.
+    c.env("SHAREDOS_RIG_STATE_DIR", runs().root.join("state"));
     let o = c.output().expect("running sharedos-rig");
     assert_not_timed_out(&o, "sharedos-rig");
     o

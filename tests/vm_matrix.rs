@@ -161,7 +161,7 @@ fn vm_matrix_over_bookworm_and_trixie_merges_what_each_report_says() {
         serde_json::from_str(&std::fs::read_to_string(dir.join(matrix::MATRIX_FILE)).unwrap())
             .unwrap();
     assert_eq!(m.exit_code, code);
-    let (loaded, problems) = matrix::load(&dir).unwrap();
+    let (loaded, problems) = matrix::load(&dir, Some(&sb.images), None).unwrap();
     assert!(problems.is_empty(), "{problems:?}");
     assert_eq!(loaded, m, "matrix.json agrees with the per-image reports");
     let names: Vec<&str> = m.cells.iter().map(|c| c.image.as_str()).collect();
@@ -232,7 +232,8 @@ fn vm_matrix_over_bookworm_and_trixie_merges_what_each_report_says() {
             "{junit}"
         );
         // vm-run's own verdict of the archived report, as the cell records it.
-        let v = sharedos_rig::verify::verify_dir(&dir.join(label)).unwrap();
+        let v = sharedos_rig::judge::judge(&dir.join(label), &sharedos_rig::judge::How::full(None))
+            .unwrap();
         assert_eq!(cell.exit_code, Some(v.exit_code), "{label}");
     }
     // criu 3.x in one row, 4.x in the other: the point of the matrix.
@@ -285,7 +286,7 @@ fn vm_matrix_over_bookworm_and_trixie_merges_what_each_report_says() {
     );
     assert_eq!(last_line(&mo), merged.display().to_string());
     assert_eq!(md_body(&show(&merged, "md")), md_body(&md));
-    let (mm, problems) = matrix::load(&merged).unwrap();
+    let (mm, problems) = matrix::load(&merged, Some(&sb.images), None).unwrap();
     assert!(problems.is_empty(), "{problems:?}");
     for (a, b) in mm.cells.iter().zip(&m.cells) {
         assert_eq!(

@@ -3,9 +3,9 @@
 use crate::gates::{self, prerequisites::TREE_CHECKS, Config, Ctx};
 use crate::{criu, tree};
 use anyhow::{Context, Result};
+use sharedos_report::fidelity::{self, Difference};
 use sharedos_report::report::{
-    still_differs, Artifact, Gate, GateName, Report, RunOptions, Status, CLOSABLE, REPORT_FILE,
-    REVIEW_FILE, SCHEMA_VERSION,
+    Artifact, Gate, GateName, Report, RunOptions, Status, REPORT_FILE, REVIEW_FILE, SCHEMA_VERSION,
 };
 use sharedos_report::text::{artifact_kind, shell_words};
 use sharedos_report::{digest, environment, signals};
@@ -70,24 +70,12 @@ fn run_gate(name: GateName, ctx: &mut Ctx) -> Gate {
     }
 }
 
-/// The differences from the runtime the diagnostic stands in for, as they applied to this run.
-/// One an option can close leaves the list only when the option was requested and its checks
-/// passed in the restored copies; otherwise it stays, saying why.
-pub fn fidelity_differences(kernel: &str, options: &RunOptions, gates: &[Gate]) -> Vec<String> {
-    let mut v = vec![
-        format!("the tree shares the kernel of the machine it ran on ({kernel})"),
-        "Xvfb software framebuffer, no GPU".into(),
-    ];
-    for c in &CLOSABLE {
-        if let Some(why) = still_differs(c, options, gates) {
-            v.push(format!("{} ({why})", c.difference));
-        }
-    }
-    v.extend([
-        "CRIU restore needs root and the same kernel and CRIU build that dumped".into(),
-        "the GUI state gate compares framebuffer pixels and asks a human; it is not proof of application state".into(),
-    ]);
-    v
+/// The differences from the runtime the diagnostic stands in for, as they applied to this run,
+/// by their keys (defined once in sharedos-report's `fidelity`, which the host holds a report
+/// to). One an option can close leaves the list only when the option was requested and its
+/// checks passed in the restored copies; otherwise it stays, saying why.
+pub fn fidelity_differences(kernel: &str, options: &RunOptions, gates: &[Gate]) -> Vec<Difference> {
+    fidelity::differences(kernel, options, gates)
 }
 
 /// Whether the process may set up namespaces and mounts; only root may.
@@ -599,8 +587,11 @@ mod tests {
 
     #[test]
     fn a_difference_leaves_only_with_the_option_and_its_passing_checks() {
-        let cgroup = "no cgroup CPU or memory limits";
-        let has = |v: &[String]| v.iter().find(|f| f.starts_with(cgroup)).cloned();
+        let has = |v: &[Difference]| {
+            v.iter()
+                .find(|f| f.key == fidelity::Key::NoCgroupLimits)
+                .map(|f| f.detail.clone())
+        };
         let passing = vec![
             gate_with(
                 GateName::Isolation,

@@ -5,25 +5,28 @@
 //! the same cells, the same exit code.
 //!
 //! The reports travelled (uploaded and downloaded as CI artifacts), so they are read as
-//! untrusted: report.json through the bounded, link-refusing reader verify uses, every file
-//! opened without following a link at any component, a size and entry cap on the whole copy,
-//! and anything but regular files and directories refused. The row comes from the report itself
+//! untrusted, through the one reader every judgement uses: no link followed at any component,
+//! no special file opened, no file with a second hard link (which would copy a file from
+//! outside the report into the matrix), a size and entry cap on the whole copy, and anything
+//! but regular files and directories refused. Each row is then judged on its copy by the one
+//! verdict. The row comes from the report itself
 //! (the image its vm-run recorded, and the variants its diagnose arguments stand for), never
 //! from the directory's name, and must be unique.
 
 use super::variant::{self, Row};
-use super::{assemble, create_matrix_dir, finished_cell, Matrix, RunInfo};
+use super::{assemble, create_matrix_dir, finished_cell, Cell, Matrix, RunInfo};
 use crate::image::definition;
-use crate::run::fetch::Limits;
-use crate::verify;
+use crate::judge::ledger::Ledger;
+use crate::judge::reader::{Kind, ReportDir};
+use crate::judge::verdict;
 use anyhow::{bail, Context, Result};
-use sharedos_report::{clock, digest};
-use std::io::{Read, Write};
+use sharedos_report::clock;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 /// Directory depth a report may have (a real one: `guest/criu/...`, three or four).
 const MAX_DEPTH: usize = 16;
+/// Entries a report may have: what vm-run's fetch lets a guest send.
+const MAX_ENTRIES: usize = 10_000;
 
 #[derive(Debug, Clone)]
 pub struct MergeOptions {
@@ -41,14 +44,37 @@ pub struct MergeOptions {
 }
 
 /// Builds the matrix directory; returns the matrix written (its exit code is the command's).
+/// Stages: every report named (nothing written for bad input), the rows ordered, each report
+/// copied and judged into its cell, matrix.json assembled.
 pub fn merge(o: &MergeOptions) -> Result<Matrix> {
     if o.reports.is_empty() {
         bail!("no report directory given: `sharedos-rig matrix merge --out DIR REPORT_DIR...`");
     }
     let started_at = clock::now_rfc3339();
-    // Every report is read and named before anything is written: bad input leaves nothing.
+    let rows = name_rows(&o.reports)?;
+    let order = order_rows(&rows, &o.images)?;
+    create_matrix_dir(&o.out)?;
+    let cells = copy_and_judge(o, &rows, &order)?;
+    assemble(
+        &o.out,
+        cells,
+        &|image| definition::find_images_dir(o.images_dir.as_deref(), image),
+        RunInfo {
+            started_at,
+            jobs: order.len(),
+            jobs_reason: format!(
+                "merged from {} vm-run report directories, each run on its own",
+                rows.len()
+            ),
+            command_line: o.command_line.clone(),
+        },
+    )
+}
+
+/// Each report's row, from the report itself; two reports of one row are refused.
+fn name_rows(reports: &[PathBuf]) -> Result<Vec<(String, &Path)>> {
     let mut rows: Vec<(String, &Path)> = Vec::new();
-    for src in &o.reports {
+    for src in reports {
         let label = row_label(src)?;
         if let Some((_, first)) = rows.iter().find(|(l, _)| *l == label) {
             bail!(
@@ -60,8 +86,13 @@ pub fn merge(o: &MergeOptions) -> Result<Matrix> {
         }
         rows.push((label, src.as_path()));
     }
+    Ok(rows)
+}
+
+/// The rows in `--images`' order (every report's row must be named there), else the reports'.
+fn order_rows(rows: &[(String, &Path)], images: &[String]) -> Result<Vec<String>> {
     let mut order: Vec<String> = Vec::new();
-    for name in &o.images {
+    for name in images {
         let label = Row::parse(name)?.label();
         if order.contains(&label) {
             bail!("--images names {label} twice");
@@ -82,23 +113,22 @@ pub fn merge(o: &MergeOptions) -> Result<Matrix> {
     if order.is_empty() {
         order = rows.iter().map(|(l, _)| l.clone()).collect();
     }
-    create_matrix_dir(&o.out)?;
+    Ok(order)
+}
+
+/// Each row's report copied into the matrix and judged there by the one verdict; a row without
+/// a report is a rig failure. A copy that fails removes the half matrix.
+fn copy_and_judge(
+    o: &MergeOptions,
+    rows: &[(String, &Path)],
+    order: &[String],
+) -> Result<Vec<Cell>> {
+    let matrix = ReportDir::open(&o.out).map_err(anyhow::Error::msg)?;
+    let ledger = Ledger::from_env();
     let mut cells = Vec::new();
-    for label in &order {
+    for label in order {
         let Some((_, src)) = rows.iter().find(|(l, _)| l == label) else {
-            let mut c = super::not_run_cell(
-                label,
-                "no vm-run report was given for this row: the run that should have made it \
-                 archived none",
-                "",
-            );
-            c.outcome = super::CellOutcome::RigFailed;
-            c.fix = format!(
-                "read the log of the job that ran {label} (in CI: its vm-run job), or run it \
-                 here: `cargo xtask vm-run --image {}`",
-                c.base_image()
-            );
-            cells.push(c);
+            cells.push(missing_row(label));
             continue;
         };
         if let Err(e) = copy_report(src, &o.out.join(label)) {
@@ -110,28 +140,45 @@ pub fn merge(o: &MergeOptions) -> Result<Matrix> {
                 src.display()
             )));
         }
-        cells.push(finished_cell(&o.out, label, None));
+        cells.push(finished_cell(&matrix, label, None, ledger.as_ref()));
     }
-    assemble(
-        &o.out,
-        cells,
-        &|image| definition::find_images_dir(o.images_dir.as_deref(), image),
-        RunInfo {
-            started_at,
-            jobs: order.len(),
-            jobs_reason: format!(
-                "merged from {} vm-run report directories, each run on its own",
-                rows.len()
-            ),
-            command_line: o.command_line.clone(),
-        },
-    )
+    Ok(cells)
+}
+
+/// A row `--images` names that no report was given for.
+fn missing_row(label: &str) -> Cell {
+    let mut c = super::not_run_cell(
+        label,
+        "no vm-run report was given for this row: the run that should have made it archived none",
+        "",
+    );
+    c.outcome = super::CellOutcome::RigFailed;
+    c.fix = format!(
+        "read the log of the job that ran {label} (in CI: its vm-run job), or run it here: \
+         `cargo xtask vm-run --image {}`",
+        c.base_image()
+    );
+    c
 }
 
 /// The row a vm-run report belongs to: the image it recorded, and the variants its diagnose
 /// arguments (after `--` on its command line) stand for.
 pub fn row_label(dir: &Path) -> Result<String> {
-    let l = verify::read_report(dir)?;
+    let files = ReportDir::open(dir).map_err(anyhow::Error::msg)?;
+    if files
+        .kind(sharedos_report::report::REPORT_FILE)
+        .map_err(anyhow::Error::msg)?
+        .is_none()
+    {
+        bail!(
+            "{} holds no report.json: is it a report directory written by `cargo xtask vm-run \
+             --out DIR`?",
+            dir.display()
+        );
+    }
+    let l = verdict::read_report(&files)
+        .map_err(anyhow::Error::msg)
+        .with_context(|| format!("reading the report in {}", dir.display()))?;
     let Some(vm) = l.report.vm.as_ref() else {
         bail!(
             "{} holds a report of `sharedos-gate diagnose` alone, not of vm-run: merge takes the \
@@ -165,97 +212,67 @@ pub fn row_label(dir: &Path) -> Result<String> {
     .label())
 }
 
-struct Budget {
-    limits: Limits,
-    entries: usize,
-    bytes: u64,
-}
-
-/// Copies a report directory: regular files and directories only, nothing through a link.
+/// Copies a report directory: regular files and directories only, nothing through a link,
+/// each file read once through the one reader (its caps are the copy's).
 pub fn copy_report(src: &Path, dst: &Path) -> Result<()> {
-    let meta =
-        std::fs::symlink_metadata(src).with_context(|| format!("reading {}", src.display()))?;
-    if !meta.is_dir() {
-        bail!("{} is not a directory", src.display());
-    }
+    let from = ReportDir::open(src).map_err(anyhow::Error::msg)?;
     std::fs::create_dir(dst).with_context(|| format!("creating {}", dst.display()))?;
-    let mut budget = Budget {
-        limits: Limits::new(Duration::from_secs(3600)),
-        entries: 0,
-        bytes: 0,
-    };
-    copy_tree(src, dst, "", 0, &mut budget)
+    let mut entries = 0;
+    copy_tree(&from, dst, "", 0, &mut entries)
 }
 
-fn copy_tree(src: &Path, dst: &Path, rel: &str, depth: usize, b: &mut Budget) -> Result<()> {
+fn copy_tree(
+    from: &ReportDir,
+    dst: &Path,
+    rel: &str,
+    depth: usize,
+    entries: &mut usize,
+) -> Result<()> {
     if depth > MAX_DEPTH {
         bail!("{rel} is nested deeper than {MAX_DEPTH} directories");
     }
-    let here = if rel.is_empty() {
-        src.to_path_buf()
-    } else {
-        src.join(rel)
-    };
-    let mut names: Vec<String> = Vec::new();
-    for e in std::fs::read_dir(&here).with_context(|| format!("listing {}", here.display()))? {
-        let e = e.with_context(|| format!("listing {}", here.display()))?;
-        let Some(name) = e.file_name().to_str().map(str::to_string) else {
-            bail!("{} holds a name that is not UTF-8", here.display());
-        };
-        names.push(name);
-    }
-    names.sort();
-    for name in names {
+    for (name, kind) in from.entries(rel).map_err(anyhow::Error::msg)? {
         let r = if rel.is_empty() {
             name
         } else {
             format!("{rel}/{name}")
         };
-        b.entries += 1;
-        if b.entries > b.limits.entries {
-            bail!("the report holds more than {} entries", b.limits.entries);
+        *entries += 1;
+        if *entries > MAX_ENTRIES {
+            bail!("the report holds more than {MAX_ENTRIES} entries");
         }
-        let meta = std::fs::symlink_metadata(src.join(&r))
-            .with_context(|| format!("reading {}", src.join(&r).display()))?;
-        if meta.is_dir() {
-            std::fs::create_dir(dst.join(&r))
-                .with_context(|| format!("creating {}", dst.join(&r).display()))?;
-            copy_tree(src, dst, &r, depth + 1, b)?;
-        } else if meta.is_file() {
-            // Opened through no link at any component, whatever changed since the stat above.
-            let f = digest::open_in_report(src, &r)?;
-            let mut data = Vec::new();
-            f.take(b.limits.per_file + 1)
-                .read_to_end(&mut data)
-                .with_context(|| format!("reading {r}"))?;
-            if data.len() as u64 > b.limits.per_file {
-                bail!("{r} is larger than {} bytes", b.limits.per_file);
+        match kind {
+            Kind::Dir => {
+                std::fs::create_dir(dst.join(&r))
+                    .with_context(|| format!("creating {}", dst.join(&r).display()))?;
+                copy_tree(from, dst, &r, depth + 1, entries)?;
             }
-            b.bytes += data.len() as u64;
-            if b.bytes > b.limits.total {
-                bail!("the report is larger than {} bytes", b.limits.total);
+            Kind::File { .. } => {
+                let mut out = std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .open(dst.join(&r))
+                    .with_context(|| format!("creating {}", dst.join(&r).display()))?;
+                from.copy(&r, &mut out).map_err(|e| {
+                    anyhow::anyhow!(
+                        "{e}: vm-run never archives such a file, so the report was altered; it \
+                         is not merged"
+                    )
+                })?;
             }
-            let mut out = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(dst.join(&r))
-                .with_context(|| format!("creating {}", dst.join(&r).display()))?;
-            out.write_all(&data)
-                .with_context(|| format!("writing {}", dst.join(&r).display()))?;
-        } else {
-            let what = if meta.file_type().is_symlink() {
-                "a symbolic link"
-            } else {
-                "neither a file nor a directory"
-            };
-            bail!(
-                "{r} in {} is {what}: vm-run never archives one, so the report was altered; \
-                 it is not merged",
-                src.display()
-            );
+            k => bail!(
+                "{r} in {} is {}: vm-run never archives one, so the report was altered; it is \
+                 not merged",
+                src_name(from),
+                k.describe()
+            ),
         }
     }
     Ok(())
+}
+
+fn src_name(from: &ReportDir) -> String {
+    from.path().display().to_string()
 }
 
 #[cfg(test)]
@@ -263,6 +280,7 @@ pub(crate) mod tests {
     use super::*;
     use crate::matrix::tests::report;
     use crate::matrix::{CellOutcome, EXPECTATIONS_FILE};
+    use sharedos_report::digest;
     use sharedos_report::report::{GateName, Phase, Report, Status};
 
     fn scratch(name: &str) -> PathBuf {
@@ -360,7 +378,7 @@ pub(crate) mod tests {
             std::fs::read_to_string(out.join("bookworm+userns+copies4/guest/note.txt")).unwrap(),
             "from the guest"
         );
-        let (loaded, problems) = crate::matrix::load(&out).unwrap();
+        let (loaded, problems) = crate::matrix::load(&out, Some(&images), None).unwrap();
         assert!(problems.is_empty(), "{problems:?}");
         assert_eq!(loaded, m);
         std::fs::remove_dir_all(&root).unwrap();
@@ -388,7 +406,7 @@ pub(crate) mod tests {
                 "are both reports of row bookworm",
             ),
             (vec![empty], "a report directory written by"),
-            (vec![root.join("in/none")], "is not a directory"),
+            (vec![root.join("in/none")], "in/none does not exist"),
             (vec![alone], "not of vm-run"),
             (vec![odd], "are not a matrix variant's"),
             (vec![named], "not a plain image name"),
@@ -436,8 +454,18 @@ pub(crate) mod tests {
         std::fs::remove_file(a.join("guest/up")).unwrap();
         nix::unistd::mkfifo(&a.join("guest/fifo"), nix::sys::stat::Mode::S_IRWXU).unwrap();
         let _ = std::fs::remove_dir_all(root.join("matrix"));
+        let e = format!(
+            "{:#}",
+            merge(&opts(&root, vec![a.clone()], &images)).unwrap_err()
+        );
+        assert!(e.contains("guest/fifo") && e.contains("is a FIFO"), "{e}");
+        std::fs::remove_file(a.join("guest/fifo")).unwrap();
+        // A hard link to a host file passes as a regular file: it is refused, not copied.
+        std::fs::hard_link(&secret, a.join("guest/hard.log")).unwrap();
+        let _ = std::fs::remove_dir_all(root.join("matrix"));
         let e = format!("{:#}", merge(&opts(&root, vec![a], &images)).unwrap_err());
-        assert!(e.contains("neither a file nor a directory"), "{e}");
+        assert!(e.contains("guest/hard.log has 2 hard links"), "{e}");
+        assert!(!root.join("matrix").exists());
         std::fs::remove_dir_all(&root).unwrap();
     }
 

@@ -8,36 +8,48 @@
 //! vm-run reports made elsewhere (one CI job per image); both write matrix.json through
 //! [`assemble`], so the two tables follow the same rules.
 //!
+//! Every cell is judged by the one verdict (`judge::verdict`) on its archived report, whoever
+//! made it: vm-matrix after each vm-run, `matrix merge` after each copy, and `show MATRIX`
+//! again from the reports ([`show`]), which warns where matrix.json says otherwise.
+//!
 //! Exit code: 2 when the rig failed for any cell (an image that would not build, a vm-run that
-//! exited 2); else 1 when any cell differs from its image's `expected-gates` (plain rows only:
-//! a variant row is judged by its own verdict), or, for a row without one, when its own verdict
-//! is FAIL; else 3 when a row without expectations only awaits the human review, as vm-run
-//! exits; else 0.
+//! exited 2); else 1 when the verdict found anything wrong with a cell's report (a changed
+//! artifact, forged pixels, a rejected review...), or a cell differs from its image's
+//! `expected-gates` (plain rows only: a variant row is judged by its own verdict), or, for a row
+//! without one, its own verdict is FAIL; else 3 when a row without expectations only awaits the
+//! human review, as vm-run exits; else 0. A cell is "as expected" only when the verdict found
+//! nothing wrong and its statuses match the expectations.
 
 pub mod merge;
 pub mod render;
+pub mod run;
+pub mod show;
 pub mod variant;
 
+pub use run::{
+    parse_images_arg, resolve_images, vm_matrix, vm_matrix_with, vm_run_cmd, MatrixOptions,
+};
+pub use show::{is_matrix_dir, load};
 pub use variant::Row;
 
-use crate::cmd::Cmd;
-use crate::image::{self, definition, BuildOptions};
-use crate::progress::Progress;
+use crate::image::{self, definition};
+use crate::judge::ledger::Ledger;
+use crate::judge::reader::ReportDir;
+use crate::judge::verdict::{self, How, Outcome};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
-use sharedos_report::report::{GateName, Report, Status, REPORT_FILE, RIG_FAILURE_EXIT};
-use sharedos_report::{clock, signals};
+use sharedos_report::clock;
+use sharedos_report::report::{GateName, Report, Status, RIG_FAILURE_EXIT};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Child;
-use std::time::{Duration, Instant};
 
 /// File name of the matrix summary inside a matrix directory.
 pub const MATRIX_FILE: &str = "matrix.json";
 /// An image's committed expectations, beside its image.conf.
 pub const EXPECTATIONS_FILE: &str = "expected-gates";
-/// Bumped whenever a field changes meaning or disappears.
-pub const MATRIX_SCHEMA_VERSION: u32 = 1;
+/// Bumped whenever a field changes meaning or disappears. Version 2: `exit_code` is the
+/// verdict's on the archived report, and `problems` what the verdict found wrong with it.
+pub const MATRIX_SCHEMA_VERSION: u32 = 2;
 /// The vCPUs each guest gets unless told otherwise (vm-run's `--cpus` default).
 pub const DEFAULT_GUEST_CPUS: u32 = 2;
 
@@ -68,8 +80,13 @@ pub struct Cell {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub variants: Vec<String>,
     pub outcome: CellOutcome,
-    /// vm-run's exit code; None when it never ran.
+    /// The one verdict's exit code on the row's archived report (vm-run's own exit code, 2 when
+    /// the rig failed); None when it never ran.
     pub exit_code: Option<i32>,
+    /// What the verdict found wrong with the row's report (a changed artifact, forged pixels,
+    /// a rejected review, ...): any of them fails the row, expectations or not.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub problems: Vec<String>,
     /// The image's report, relative to the matrix directory; None when nothing was archived.
     pub report_dir: Option<String>,
     /// vm-run's output (stdout and stderr), relative to the matrix directory.
@@ -110,13 +127,23 @@ impl Cell {
             .unwrap_or(Status::NotRun)
     }
 
-    /// This cell's exit code as the matrix weighs it (0, 1, 2 or 3).
+    /// This cell's exit code as the matrix weighs it (0, 1, 2 or 3): a report the verdict
+    /// finds anything wrong with is 1 whatever its statuses.
     pub fn judgement(&self) -> i32 {
         match (self.outcome, &self.expected) {
             (CellOutcome::NotRun | CellOutcome::RigFailed, _) => RIG_FAILURE_EXIT,
+            (CellOutcome::Ran, _) if !self.problems.is_empty() => 1,
             (CellOutcome::Ran, Some(_)) => i32::from(!self.differences.is_empty()),
             (CellOutcome::Ran, None) => self.exit_code.unwrap_or(RIG_FAILURE_EXIT),
         }
+    }
+
+    /// As expected: the verdict found nothing wrong and the statuses match the expectations.
+    pub fn as_expected(&self) -> bool {
+        self.outcome == CellOutcome::Ran
+            && self.expected.is_some()
+            && self.problems.is_empty()
+            && self.differences.is_empty()
     }
 }
 
@@ -273,6 +300,7 @@ pub fn cell_from_report(image: &str, r: &Report, exit_code: i32) -> Cell {
             CellOutcome::Ran
         },
         exit_code: Some(exit_code),
+        problems: Vec::new(),
         report_dir: Some(image.to_string()),
         log: Some(format!("{image}.log")),
         reason: rig_error.unwrap_or_default(),
@@ -355,6 +383,7 @@ pub fn not_run_cell(image: &str, reason: &str, kernel_pinned: &str) -> Cell {
         variants: label_variants(image),
         outcome: CellOutcome::NotRun,
         exit_code: None,
+        problems: Vec::new(),
         report_dir: None,
         log: None,
         reason: reason.to_string(),
@@ -372,135 +401,6 @@ pub fn not_run_cell(image: &str, reason: &str, kernel_pinned: &str) -> Cell {
         image_mb: None,
         expected: None,
         differences: Vec::new(),
-    }
-}
-
-/// What `cargo xtask vm-matrix` was asked for.
-#[derive(Debug, Clone)]
-pub struct MatrixOptions {
-    /// Rows in order (`image` or `image+variant+...`); empty for every image under images/.
-    pub images: Vec<String>,
-    /// None: [`default_jobs`].
-    pub jobs: Option<usize>,
-    /// The build options every image shares (`image` is replaced per cell).
-    pub build: BuildOptions,
-    /// Where `matrix-<UTC>/` goes.
-    pub reports_root: PathBuf,
-    /// The program and leading arguments that run one vm-run (e.g. `[xtask, "vm-run"]`); the
-    /// matrix appends `--image`, `--out`, the shared image options and `extra_args`.
-    pub vm_run: Vec<String>,
-    /// Options every vm-run gets (`--accel`, `--gate-binary`, ...).
-    pub extra_args: Vec<String>,
-    pub guest_cpus: u32,
-    pub command_line: Vec<String>,
-}
-
-impl MatrixOptions {
-    fn images_dir(&self, image: &str) -> PathBuf {
-        definition::find_images_dir(self.build.images_dir.as_deref(), image)
-    }
-}
-
-/// The rows to run: the ones asked for, each image and variant checked, or every image there is.
-pub fn resolve_images(opts: &MatrixOptions) -> Result<Vec<Row>> {
-    if opts.images.is_empty() {
-        let dir = opts.images_dir(image::DEFAULT_IMAGE);
-        let all = definition::list_images(&dir);
-        if all.is_empty() {
-            bail!(
-                "no image under {}: run from a checkout, or pass --images-dir",
-                dir.display()
-            );
-        }
-        return Ok(all.iter().map(|n| Row::plain(n)).collect());
-    }
-    let mut out: Vec<Row> = Vec::new();
-    for label in &opts.images {
-        let row = Row::parse(label)?;
-        definition::require_image(&opts.images_dir(&row.image), &row.image)?;
-        if out.iter().any(|r| r.label() == row.label()) {
-            bail!("--images names {} twice", row.label());
-        }
-        out.push(row);
-    }
-    Ok(out)
-}
-
-/// Splits `a,b,c` into names.
-pub fn parse_images_arg(s: &str) -> Vec<String> {
-    s.split(',')
-        .map(str::trim)
-        .filter(|x| !x.is_empty())
-        .map(str::to_string)
-        .collect()
-}
-
-/// The vm-run command of one cell; a variant row's diagnose arguments go last, after `--`.
-pub fn vm_run_cmd(opts: &MatrixOptions, row: &Row, out: &Path) -> Cmd {
-    let mut a = opts.vm_run.clone();
-    a.extend(["--image".into(), row.image.clone()]);
-    let b = &opts.build;
-    if let Some(d) = &b.images_dir {
-        a.extend(["--images-dir".into(), d.display().to_string()]);
-    }
-    if let Some(d) = &b.cache_dir {
-        a.extend(["--cache-dir".into(), d.display().to_string()]);
-    }
-    if let Some(m) = &b.mirror {
-        a.extend(["--mirror".into(), m.clone()]);
-    }
-    if let Some(m) = b.mode {
-        a.extend(["--mode".into(), m.as_str().into()]);
-    }
-    a.extend(opts.extra_args.iter().cloned());
-    a.extend(["--out".into(), out.display().to_string()]);
-    let diagnose = row.diagnose_args();
-    if !diagnose.is_empty() {
-        a.push("--".into());
-        a.extend(diagnose);
-    }
-    Cmd::new(a)
-}
-
-/// Every line the matrix tells the person waiting goes through this one progress.
-fn progress() -> Progress {
-    Progress::new("vm-matrix")
-}
-
-struct Running {
-    index: usize,
-    child: Child,
-    started: Instant,
-}
-
-/// Runs the matrix; returns its exit code. Prints the matrix directory on the last line of
-/// stdout whenever one was created.
-pub fn vm_matrix(opts: &MatrixOptions) -> i32 {
-    vm_matrix_with(opts, &|b: &BuildOptions| {
-        image::ensure_image(b).map(|entry| {
-            format!(
-                "kernel {}, {}",
-                entry.manifest.kernel_release,
-                if entry.built { "built" } else { "cached" }
-            )
-        })
-    })
-}
-
-/// [`vm_matrix`] with the image step given: it builds or finds one image, and says what it got.
-pub fn vm_matrix_with(
-    opts: &MatrixOptions,
-    build: &dyn Fn(&BuildOptions) -> Result<String>,
-) -> i32 {
-    match run(opts, build) {
-        Ok((dir, code)) => {
-            println!("{}", dir.display());
-            code
-        }
-        Err(e) => {
-            progress().error(&format!("{e:#}"));
-            RIG_FAILURE_EXIT
-        }
     }
 }
 
@@ -524,17 +424,7 @@ pub fn assemble(
     info: RunInfo,
 ) -> Result<Matrix> {
     for c in &mut cells {
-        let base = c.base_image().to_string();
-        let idir = images_dir(&base);
-        c.expected = if c.variants.is_empty() {
-            load_expectations(&idir, &base)?
-        } else {
-            None
-        };
-        compare(c);
-        if c.outcome == CellOutcome::NotRun && c.kernel_release.is_empty() {
-            c.kernel_release = pinned_kernel(&idir, &base);
-        }
+        expect(c, images_dir)?;
     }
     let m = Matrix {
         schema_version: MATRIX_SCHEMA_VERSION,
@@ -550,6 +440,23 @@ pub fn assemble(
     Ok(m)
 }
 
+/// A cell's committed expectations applied (a variant row is judged by its own verdict), and a
+/// row that never booted given the kernel its lock pins.
+pub fn expect(c: &mut Cell, images_dir: &dyn Fn(&str) -> PathBuf) -> Result<()> {
+    let base = c.base_image().to_string();
+    let idir = images_dir(&base);
+    c.expected = if c.variants.is_empty() {
+        load_expectations(&idir, &base)?
+    } else {
+        None
+    };
+    compare(c);
+    if c.outcome == CellOutcome::NotRun && c.kernel_release.is_empty() {
+        c.kernel_release = pinned_kernel(&idir, &base);
+    }
+    Ok(())
+}
+
 /// A new matrix directory, refused when it already holds something: two matrices never mix.
 pub fn create_matrix_dir(dir: &Path) -> Result<()> {
     if std::fs::read_dir(dir).is_ok_and(|mut d| d.next().is_some()) {
@@ -562,177 +469,6 @@ pub fn create_matrix_dir(dir: &Path) -> Result<()> {
         .with_context(|| format!("creating the matrix directory {}", dir.display()))
 }
 
-fn run(
-    opts: &MatrixOptions,
-    build: &dyn Fn(&BuildOptions) -> Result<String>,
-) -> Result<(PathBuf, i32)> {
-    signals::install().context("installing signal handlers")?;
-    let rows = resolve_images(opts)?;
-    let labels: Vec<String> = rows.iter().map(Row::label).collect();
-    let cores = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1);
-    let (jobs, jobs_reason) = match opts.jobs {
-        Some(j) => (j.max(1), "chosen with --jobs".to_string()),
-        None => default_jobs(cores, opts.guest_cpus),
-    };
-    let started_at = clock::now_rfc3339();
-    let dir = opts
-        .reports_root
-        .join(format!("matrix-{}", clock::compact_utc_now()));
-    if dir.exists() {
-        bail!(
-            "{} already exists: start the matrix again in a second",
-            dir.display()
-        );
-    }
-    create_matrix_dir(&dir).with_context(|| {
-        format!(
-            "is {} writable? (pass --reports-root)",
-            opts.reports_root.display()
-        )
-    })?;
-    progress().note(&format!(
-        "{} row(s): {}; {jobs} at a time ({jobs_reason}); into {}",
-        rows.len(),
-        labels.join(", "),
-        dir.display()
-    ));
-
-    // Builds first, one image at a time however many rows share it: they share the network,
-    // the package index and the cores.
-    let mut cells: Vec<Option<Cell>> = vec![None; rows.len()];
-    let mut built: BTreeMap<String, Option<String>> = BTreeMap::new();
-    let mut to_run = Vec::new();
-    for (i, row) in rows.iter().enumerate() {
-        if signals::interrupted().is_some() {
-            cells[i] = Some(not_run_cell(&labels[i], "the matrix was interrupted", ""));
-            continue;
-        }
-        let failure = match built.get(&row.image) {
-            Some(f) => f.clone(),
-            None => {
-                let mut b = opts.build.clone();
-                b.image = row.image.clone();
-                b.plan = false;
-                b.update_lock = false;
-                progress().note(&format!("image {} ...", row.image));
-                let f = match build(&b) {
-                    Ok(what) => {
-                        progress().note(&format!("image {}: {what}", row.image));
-                        None
-                    }
-                    Err(e) => Some(not_built_reason(&format!("{e:#}"))),
-                };
-                built.insert(row.image.clone(), f.clone());
-                f
-            }
-        };
-        match failure {
-            None => to_run.push(i),
-            Some(reason) => {
-                progress().note(&format!("{}: NOT_RUN: {}", labels[i], one_line(&reason)));
-                cells[i] = Some(not_run_cell(&labels[i], &reason, ""));
-            }
-        }
-    }
-
-    let mut queue = to_run.into_iter();
-    let mut running: Vec<Running> = Vec::new();
-    let mut forwarded = false;
-    loop {
-        while running.len() < jobs && signals::interrupted().is_none() {
-            let Some(i) = queue.next() else { break };
-            match spawn_cell(opts, &dir, &rows[i]) {
-                Ok(child) => running.push(Running {
-                    index: i,
-                    child,
-                    started: Instant::now(),
-                }),
-                Err(e) => {
-                    let mut c = not_run_cell(&labels[i], &format!("{e:#}"), "");
-                    c.outcome = CellOutcome::RigFailed;
-                    c.fix = "see the error: the rig could not start vm-run".into();
-                    cells[i] = Some(c);
-                }
-            }
-        }
-        if running.is_empty() {
-            break;
-        }
-        if let (Some(sig), false) = (signals::interrupted(), forwarded) {
-            // Ctrl-C at a terminal reaches the children too; a SIGTERM sent to the matrix alone
-            // is passed on, so that every vm-run archives what it has and ends its QEMU.
-            for r in &running {
-                let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(r.child.id() as i32),
-                    nix::sys::signal::Signal::SIGTERM,
-                );
-            }
-            progress().note(&format!(
-                "interrupted by {sig}: waiting for the running vm-runs to end"
-            ));
-            forwarded = true;
-        }
-        let mut still = Vec::new();
-        for mut r in running {
-            match r.child.try_wait() {
-                Ok(Some(status)) => {
-                    let name = &labels[r.index];
-                    let code = status.code().unwrap_or(RIG_FAILURE_EXIT);
-                    let cell = finished_cell(&dir, name, Some(code));
-                    progress().note(&format!(
-                        "{name}: vm-run exit {code} after {:.0} s: {}",
-                        r.started.elapsed().as_secs_f64(),
-                        gates_line(&cell)
-                    ));
-                    cells[r.index] = Some(cell);
-                }
-                Ok(None) => still.push(r),
-                Err(e) => {
-                    let name = &labels[r.index];
-                    let mut c = not_run_cell(name, &format!("waiting for vm-run: {e}"), "");
-                    c.outcome = CellOutcome::RigFailed;
-                    cells[r.index] = Some(c);
-                }
-            }
-        }
-        running = still;
-        std::thread::sleep(Duration::from_millis(200));
-    }
-
-    let cells: Vec<Cell> = cells
-        .into_iter()
-        .zip(&labels)
-        .map(|(c, name)| c.unwrap_or_else(|| not_run_cell(name, "the matrix was interrupted", "")))
-        .collect();
-    let m = assemble(
-        &dir,
-        cells,
-        &|image| opts.images_dir(image),
-        RunInfo {
-            started_at,
-            jobs,
-            jobs_reason,
-            command_line: opts.command_line.clone(),
-        },
-    )?;
-    eprint!("{}", render::text(&m));
-    Ok((dir, m.exit_code))
-}
-
-fn one_line(s: &str) -> String {
-    s.split_whitespace().collect::<Vec<_>>().join(" ")
-}
-
-fn gates_line(c: &Cell) -> String {
-    c.gates
-        .iter()
-        .map(|g| format!("{} {}", g.name, g.status))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
 /// The kernel release the image's lock pins, for a row that never booted.
 fn pinned_kernel(images_dir: &Path, image: &str) -> String {
     let dir = images_dir.join(image);
@@ -743,66 +479,68 @@ fn pinned_kernel(images_dir: &Path, image: &str) -> String {
         .unwrap_or_default()
 }
 
-fn spawn_cell(opts: &MatrixOptions, dir: &Path, row: &Row) -> Result<Child> {
-    let label = row.label();
-    let out = dir.join(&label);
-    let vm_run = vm_run_cmd(opts, row, &out);
-    let log_path = dir.join(format!("{label}.log"));
-    let log = std::fs::File::create(&log_path)
-        .with_context(|| format!("creating {}", log_path.display()))?;
-    let err = log.try_clone().context("duplicating the log handle")?;
-    progress().note(&format!(
-        "{label}: {} (log: {})",
-        vm_run.display(),
-        log_path.display()
-    ));
-    let mut cmd = vm_run.command();
-    cmd.stdout(log).stderr(err);
-    // SAFETY: prctl is async-signal-safe. A matrix that dies, even by SIGKILL, ends its
-    // vm-runs with SIGTERM, which they turn into an archived partial report and a stopped QEMU.
-    unsafe {
-        use std::os::unix::process::CommandExt;
-        cmd.pre_exec(|| {
-            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGTERM)
-                .map_err(std::io::Error::from)
-        });
+/// A cell from the one verdict on a row's report: the gates as judged (a valid review
+/// applied), where it ran, the CRIU figures, the verdict's exit code and what it found wrong.
+pub fn cell_from_outcome(label: &str, o: &Outcome) -> Cell {
+    let mut judged = o.report.clone();
+    judged.gates = o.gates.clone();
+    let mut c = cell_from_report(label, &judged, o.exit_code);
+    if c.outcome == CellOutcome::RigFailed {
+        c.exit_code = Some(RIG_FAILURE_EXIT);
     }
-    cmd.spawn()
-        .with_context(|| format!("starting {}", vm_run.display()))
+    c.problems = o.found();
+    c
 }
 
-/// The cell of the report in `dir/<label>/`. `code` is vm-run's exit code when the matrix saw
-/// it end; a report made elsewhere (`matrix merge`) is judged here instead, exactly as vm-run
-/// judges what it archived: 2 for a rig error, else verify's exit code (artifacts re-hashed,
-/// since such a report travelled).
-pub fn finished_cell(dir: &Path, label: &str, code: Option<i32>) -> Cell {
-    let report_dir = dir.join(label);
-    let read = crate::verify::read_report(&report_dir).and_then(|l| {
-        let code = match code {
-            Some(c) => c,
-            None if l.report.vm.as_ref().is_some_and(|v| v.rig_error.is_some()) => RIG_FAILURE_EXIT,
-            None => crate::verify::verify_dir(&report_dir)?.exit_code,
-        };
-        Ok((l.report, code))
-    });
-    match read {
-        Ok((r, code)) => cell_from_report(label, &r, code),
-        Err(e) => {
-            let code = code.unwrap_or(RIG_FAILURE_EXIT);
-            let mut c = not_run_cell(
-                label,
-                &format!(
-                    "vm-run exited {code} and archived no readable report ({e:#}); see {label}.log"
-                ),
-                "",
-            );
-            c.outcome = CellOutcome::RigFailed;
-            c.exit_code = Some(code);
-            c.log = Some(format!("{label}.log"));
-            c.fix = format!("read {label}.log in the matrix directory");
+/// The cell of the report in the matrix directory's `<label>/`, judged by the one verdict
+/// (every artifact re-hashed). `vm_run_exit` is vm-run's exit code when the matrix saw it end:
+/// 2 makes the row a rig failure, and any other code the verdict does not give is a problem
+/// (the report changed after vm-run judged it).
+pub fn finished_cell(
+    matrix: &ReportDir,
+    label: &str,
+    vm_run_exit: Option<i32>,
+    ledger: Option<&Ledger>,
+) -> Cell {
+    let judged = matrix
+        .open_beneath(label)
+        .and_then(|d| verdict::judge_dir(d, &How::full(ledger)).map_err(|r| r.problem));
+    match judged {
+        Ok(o) => {
+            let mut c = cell_from_outcome(label, &o);
+            match vm_run_exit {
+                Some(RIG_FAILURE_EXIT) if c.outcome == CellOutcome::Ran => {
+                    c.outcome = CellOutcome::RigFailed;
+                    c.exit_code = Some(RIG_FAILURE_EXIT);
+                    c.reason = format!("vm-run exited {RIG_FAILURE_EXIT}; see {label}.log");
+                }
+                Some(code) if c.outcome == CellOutcome::Ran && Some(code) != c.exit_code => {
+                    c.problems.push(format!(
+                        "vm-run exited {code}, but its archived report judges exit {}",
+                        c.exit_code.unwrap_or(RIG_FAILURE_EXIT)
+                    ));
+                }
+                _ => {}
+            }
             c
         }
+        Err(e) => unreadable_cell(label, vm_run_exit, &e),
     }
+}
+
+/// A row whose report cannot be judged: the rig's failure, with its log to read.
+pub fn unreadable_cell(label: &str, vm_run_exit: Option<i32>, why: &str) -> Cell {
+    let said = vm_run_exit.map_or_else(String::new, |c| format!("vm-run exited {c} and "));
+    let mut c = not_run_cell(
+        label,
+        &format!("{said}its report cannot be judged ({why}); see {label}.log"),
+        "",
+    );
+    c.outcome = CellOutcome::RigFailed;
+    c.exit_code = Some(vm_run_exit.unwrap_or(RIG_FAILURE_EXIT));
+    c.log = Some(format!("{label}.log"));
+    c.fix = format!("read {label}.log in the matrix directory");
+    c
 }
 
 pub fn write_matrix(dir: &Path, m: &Matrix) -> Result<()> {
@@ -811,107 +549,15 @@ pub fn write_matrix(dir: &Path, m: &Matrix) -> Result<()> {
         .with_context(|| format!("writing {}", dir.join(MATRIX_FILE).display()))
 }
 
-/// Whether `dir` is a matrix directory rather than one report.
-pub fn is_matrix_dir(dir: &Path) -> bool {
-    dir.join(MATRIX_FILE).is_file() && !dir.join(REPORT_FILE).exists()
-}
-
-/// Reads a matrix directory. Each cell that archived a report is read again from that report,
-/// so what is shown is what the per-image reports say; a matrix.json that disagrees with them
-/// is named in the returned problems.
-pub fn load(dir: &Path) -> Result<(Matrix, Vec<String>)> {
-    let path = dir.join(MATRIX_FILE);
-    let bytes = read_regular(&path)?;
-    let mut m: Matrix = serde_json::from_slice(&bytes)
-        .with_context(|| format!("{} is not a matrix.json", path.display()))?;
-    if m.schema_version != MATRIX_SCHEMA_VERSION {
-        bail!(
-            "{} has schema version {}, this rig reads {MATRIX_SCHEMA_VERSION}",
-            path.display(),
-            m.schema_version
-        );
-    }
-    let mut problems = Vec::new();
-    for c in &mut m.cells {
-        let Some(rel) = c.report_dir.clone() else {
-            continue;
-        };
-        if rel.contains('/') || rel.starts_with('.') {
-            problems.push(format!(
-                "{}: report_dir {rel:?} is not a plain name",
-                c.image
-            ));
-            continue;
-        }
-        let read = read_regular(&dir.join(&rel).join(REPORT_FILE))
-            .and_then(|b| crate::verify::parse_report(&b));
-        match read {
-            Ok(r) => {
-                let mut fresh =
-                    cell_from_report(&c.image, &r, c.exit_code.unwrap_or(RIG_FAILURE_EXIT));
-                fresh.expected = c.expected.clone();
-                compare(&mut fresh);
-                fresh.log = c.log.clone();
-                if fresh.outcome == CellOutcome::RigFailed && fresh.reason.is_empty() {
-                    fresh.reason = c.reason.clone();
-                }
-                // A row that never booted reports no kernel; the one its lock pins was recorded
-                // when the matrix was assembled.
-                if fresh.outcome == CellOutcome::NotRun && fresh.kernel_release.is_empty() {
-                    fresh.kernel_release = c.kernel_release.clone();
-                }
-                if fresh.gates != c.gates {
-                    problems.push(format!(
-                        "{}: matrix.json's gate statuses differ from {rel}/report.json; showing the report's",
-                        c.image
-                    ));
-                }
-                *c = fresh;
-            }
-            Err(e) => problems.push(format!("{}: {rel}/report.json: {e:#}", c.image)),
-        }
-    }
-    let code = exit_code(&m.cells);
-    if code != m.exit_code {
-        problems.push(format!(
-            "matrix.json says exit {}, its cells give {code}",
-            m.exit_code
-        ));
-        m.exit_code = code;
-    }
-    Ok((m, problems))
-}
-
-/// A regular file, never through a link, with a size cap: a matrix directory is read with the
-/// same suspicion as a report.
-fn read_regular(path: &Path) -> Result<Vec<u8>> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    const CAP: u64 = 64 << 20;
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
-        .open(path)
-        .with_context(|| format!("opening {}", path.display()))?;
-    let meta = f.metadata()?;
-    if !meta.is_file() {
-        bail!("{} is not a regular file", path.display());
-    }
-    if meta.len() > CAP {
-        bail!("{} is larger than {CAP} bytes", path.display());
-    }
-    let mut v = Vec::new();
-    f.take(CAP).read_to_end(&mut v)?;
-    Ok(v)
-}
-
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::image::BuildOptions;
+    use sharedos_report::report::REPORT_FILE;
     use sharedos_report::report::{Environment, Gate, VmProvenance};
 
     pub(crate) fn report(statuses: &[(GateName, Status)], kernel: &str, criu: &str) -> Report {
-        let mut r: Report = crate::review::tests::fresh_report();
+        let mut r: Report = crate::judge::review::tests::fresh_report();
         for (n, s) in statuses {
             if let Some(g) = r.gate_mut(*n) {
                 g.status = *s;
@@ -947,7 +593,7 @@ pub(crate) mod tests {
     pub(crate) fn cell(image: &str, fail: Option<GateName>, kernel: &str, criu: &str) -> Cell {
         let st: Vec<(GateName, Status)> = fail.map(|g| vec![(g, Status::Fail)]).unwrap_or_default();
         let r = report(&st, kernel, criu);
-        let code = crate::verify::evaluate_report(&r, None).exit_code;
+        let code = crate::judge::verdict::evaluate_report(&r, None).exit_code;
         cell_from_report(image, &r, code)
     }
 
@@ -1128,6 +774,46 @@ pub(crate) mod tests {
         assert_eq!(exit_code(&[known, nr]), 2);
     }
 
+    /// A row whose report the verdict rejects is not "as expected", whatever its statuses: the
+    /// verdict's problems outrank the expectations, and the table and JUnit say so.
+    #[test]
+    fn a_rejected_report_fails_its_row_even_as_expected() {
+        let mut c = cell("bookworm", None, "k", "c");
+        c.expected = Some(c.gates.clone());
+        compare(&mut c);
+        assert!(c.as_expected());
+        assert_eq!(c.judgement(), 0);
+        c.problems = vec!["artifact serial.log: sha256 is 00, report says 11".into()];
+        assert!(!c.as_expected());
+        assert_eq!(c.judgement(), 1);
+        assert_eq!(exit_code(std::slice::from_ref(&c)), 1);
+        let m = Matrix {
+            schema_version: MATRIX_SCHEMA_VERSION,
+            started_at: "s".into(),
+            finished_at: "f".into(),
+            jobs: 1,
+            jobs_reason: "r".into(),
+            command_line: vec![],
+            exit_code: 1,
+            cells: vec![c],
+        };
+        let t = render::text(&m);
+        assert!(t.contains("REJECTED") && !t.contains("as expected"), "{t}");
+        assert!(
+            t.contains("bookworm: report rejected: artifact serial.log"),
+            "{t}"
+        );
+        let x = render::junit(&m);
+        assert!(
+            x.contains("bookworm.verdict") && x.contains("failures=\"1\""),
+            "{x}"
+        );
+        // A rig failure still outranks it.
+        let mut rig = m.cells[0].clone();
+        rig.outcome = CellOutcome::RigFailed;
+        assert_eq!(rig.judgement(), 2);
+    }
+
     #[test]
     fn vm_run_cmd_carries_the_shared_options() {
         let mut build = BuildOptions::new("x");
@@ -1251,12 +937,12 @@ pub(crate) mod tests {
             }
             Ok("cached".into())
         };
-        let (dir, code) = run(&opts, &stale_build).unwrap();
+        let (dir, code) = run::run(&opts, &stale_build).unwrap();
         assert_eq!(
             code, 2,
             "an image that would not build is the rig's failure"
         );
-        let (m, problems) = load(&dir).unwrap();
+        let (m, problems) = load(&dir, Some(&images), None).unwrap();
         assert!(problems.is_empty(), "{problems:?}");
         assert_eq!(m.exit_code, 2);
         let names: Vec<&str> = m.cells.iter().map(|c| c.image.as_str()).collect();
@@ -1320,7 +1006,7 @@ pub(crate) mod tests {
         let mut o2 = opts.clone();
         o2.images = vec!["good".into(), "failing".into()];
         o2.reports_root = root.join("reports2");
-        let (_, code) = run(&o2, &stale_build).unwrap();
+        let (_, code) = run::run(&o2, &stale_build).unwrap();
         assert_eq!(code, 3);
         std::fs::remove_dir_all(&root).unwrap();
     }
@@ -1330,7 +1016,9 @@ pub(crate) mod tests {
         let dir = std::env::temp_dir().join(format!("matrix-load-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("bookworm")).unwrap();
-        let r = report(&[], "6.1.0-50-cloud-amd64", "3.17.1");
+        let mut r = report(&[], "6.1.0-50-cloud-amd64", "3.17.1");
+        r.artifacts.clear();
+        hostile_gate::honest::add_to(&mut r, &dir.join("bookworm")).unwrap();
         std::fs::write(
             dir.join("bookworm/report.json"),
             serde_json::to_string(&r).unwrap(),
@@ -1350,17 +1038,17 @@ pub(crate) mod tests {
         };
         write_matrix(&dir, &m).unwrap();
         assert!(is_matrix_dir(&dir));
-        let (got, problems) = load(&dir).unwrap();
+        let (got, problems) = load(&dir, Some(&dir), None).unwrap();
         assert!(problems.is_empty(), "{problems:?}");
         assert_eq!(got, m);
 
         // A matrix.json that claims more than its report: the report wins, and it is said.
         m.cells[0].gates[3].status = Status::Fail;
         write_matrix(&dir, &m).unwrap();
-        let (got, problems) = load(&dir).unwrap();
+        let (got, problems) = load(&dir, Some(&dir), None).unwrap();
         assert_eq!(got.cells[0].status(GateName::Dump), Status::Pass);
         assert!(
-            problems[0].contains("differ from bookworm/report.json"),
+            problems[0].contains("matrix.json and bookworm/report.json disagree on gate statuses"),
             "{problems:?}"
         );
         std::fs::remove_dir_all(&dir).unwrap();

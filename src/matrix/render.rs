@@ -4,9 +4,7 @@
 //! cell-by-cell difference of two matrices. Pure functions of the [`Matrix`].
 
 use super::{Cell, CellOutcome, Matrix};
-use crate::render::{
-    html::esc as html_esc, junit::esc as xml_esc, md::esc as md_esc, text::one_line,
-};
+use crate::escape::{html as html_esc, line as one_line, markdown as md_esc, xml as xml_esc};
 use sharedos_report::report::{GateName, Status};
 use std::fmt::Write;
 
@@ -52,7 +50,7 @@ fn or_dash(s: &str) -> String {
 fn verdict_word(code: i32) -> &'static str {
     match code {
         0 => "every cell as expected (or passed)",
-        1 => "a cell differs from its expectation, or failed",
+        1 => "a cell's report was rejected, differs from its expectation, or failed",
         3 => "every gate passed; the GUI review is outstanding",
         _ => "the rig failed for a cell",
     }
@@ -61,7 +59,7 @@ fn verdict_word(code: i32) -> &'static str {
 /// Cells of one row, as strings, in column order.
 fn row(c: &Cell) -> Vec<String> {
     let mut r = vec![
-        c.image.clone(),
+        one_line(&c.image),
         or_dash(&c.kernel_release),
         or_dash(&c.criu_version),
         or_dash(&c.accelerator),
@@ -74,6 +72,8 @@ fn row(c: &Cell) -> Vec<String> {
         match (c.outcome, &c.expected) {
             (CellOutcome::NotRun, _) => "NOT_RUN".into(),
             (CellOutcome::RigFailed, _) => "RIG FAILURE".into(),
+            // The verdict found something wrong with the report: whatever its statuses say.
+            (CellOutcome::Ran, _) if !c.problems.is_empty() => "REJECTED".into(),
             (CellOutcome::Ran, Some(_)) if c.differences.is_empty() => "as expected".into(),
             (CellOutcome::Ran, Some(_)) => "DIFFERS".into(),
             (CellOutcome::Ran, None) => format!("exit {}", c.exit_code.unwrap_or(2)),
@@ -96,18 +96,23 @@ fn headings() -> Vec<String> {
     h
 }
 
-/// Notes under the table: why a cell did not run, how to fix it, and what differs.
+/// Notes under the table: why a cell did not run, how to fix it, what the verdict found wrong
+/// with its report, and what differs from its expectations; every note escaped.
 fn notes(m: &Matrix) -> Vec<String> {
     let mut out = Vec::new();
     for c in &m.cells {
+        let image = one_line(&c.image);
         if !c.reason.is_empty() {
-            out.push(format!("{}: {}", c.image, one_line(&c.reason)));
+            out.push(format!("{image}: {}", one_line(&c.reason)));
         }
         if !c.fix.is_empty() {
-            out.push(format!("{}: to fix: {}", c.image, one_line(&c.fix)));
+            out.push(format!("{image}: to fix: {}", one_line(&c.fix)));
+        }
+        for p in &c.problems {
+            out.push(format!("{image}: report rejected: {}", one_line(p)));
         }
         for d in &c.differences {
-            out.push(format!("{}: {d}", c.image));
+            out.push(format!("{image}: {}", one_line(d)));
         }
     }
     out
@@ -177,7 +182,7 @@ pub fn md(m: &Matrix) -> String {
 fn colour(s: &str) -> &'static str {
     match s {
         "PASS" | "as expected" => "#1a7f37",
-        "FAIL" | "DIFFERS" | "RIG FAILURE" => "#cf222e",
+        "FAIL" | "DIFFERS" | "REJECTED" | "RIG FAILURE" => "#cf222e",
         "REVIEW" => "#9a6700",
         "NOT_RUN" => "#6e7781",
         _ => "inherit",
@@ -236,78 +241,86 @@ pub fn html(m: &Matrix) -> String {
 
 /// One test suite per image, one test case per gate: FAIL is a failure, NOT_RUN and
 /// REVIEW_REQUIRED are skipped; a cell that did not run or whose rig failed also carries an
-/// error case, and a cell that differs from its expectation a failing `expectations` case.
+/// error case, a cell whose report the verdict rejects a failing `verdict` case, and a cell that
+/// differs from its expectation a failing `expectations` case.
 pub fn junit(m: &Matrix) -> String {
     let mut s = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
     let _ = writeln!(s, "<testsuites name=\"sharedos-rig-matrix\">");
     for c in &m.cells {
-        let failures = c.gates.iter().filter(|g| g.status == Status::Fail).count()
-            + usize::from(!c.differences.is_empty());
-        let skipped = c
-            .gates
-            .iter()
-            .filter(|g| matches!(g.status, Status::NotRun | Status::ReviewRequired))
-            .count();
-        let errors = usize::from(c.outcome != CellOutcome::Ran);
-        let tests = c.gates.len() + errors + usize::from(c.expected.is_some());
-        let _ = writeln!(
-            s,
-            "  <testsuite name=\"{}\" tests=\"{tests}\" failures=\"{failures}\" errors=\"{errors}\" skipped=\"{skipped}\">",
-            xml_esc(&c.image)
-        );
-        let _ = writeln!(
-            s,
-            "    <properties><property name=\"kernel_release\" value=\"{}\"/><property name=\"criu_version\" value=\"{}\"/><property name=\"accelerator\" value=\"{}\"/></properties>",
-            xml_esc(&c.kernel_release),
-            xml_esc(&c.criu_version),
-            xml_esc(&c.accelerator)
-        );
-        for g in &c.gates {
-            let name = format!("{}.{}", c.image, g.name);
-            let _ = write!(
-                s,
-                "    <testcase classname=\"{}\" name=\"{}\"",
-                xml_esc(&c.image),
-                xml_esc(&name)
-            );
-            match g.status {
-                Status::Pass => s.push_str("/>\n"),
-                Status::Fail => {
-                    let _ = writeln!(s, "><failure message=\"{} FAIL\"/></testcase>", g.name);
-                }
-                Status::NotRun | Status::ReviewRequired => {
-                    let _ = writeln!(s, "><skipped message=\"{}\"/></testcase>", g.status);
-                }
-            }
-        }
-        if errors > 0 {
-            let _ = writeln!(
-                s,
-                "    <testcase classname=\"{0}\" name=\"{0}.run\"><error message=\"{1}\">{2}</error></testcase>",
-                xml_esc(&c.image),
-                if c.outcome == CellOutcome::NotRun { "NOT_RUN" } else { "rig failure" },
-                xml_esc(&format!("{} {}", one_line(&c.reason), one_line(&c.fix)))
-            );
-        }
-        if c.expected.is_some() {
-            let _ = write!(
-                s,
-                "    <testcase classname=\"{0}\" name=\"{0}.expectations\"",
-                xml_esc(&c.image)
-            );
-            if c.differences.is_empty() {
-                s.push_str("/>\n");
-            } else {
-                let _ = writeln!(
-                    s,
-                    "><failure message=\"differs from expected-gates\">{}</failure></testcase>",
-                    xml_esc(&c.differences.join("; "))
-                );
-            }
-        }
-        s.push_str("  </testsuite>\n");
+        s.push_str(&junit_suite(c));
     }
     s.push_str("</testsuites>\n");
+    s
+}
+
+/// One cell's test suite: its gates, then its run, verdict and expectations cases.
+fn junit_suite(c: &Cell) -> String {
+    let mut s = String::new();
+    let rejected = c.outcome == CellOutcome::Ran && !c.problems.is_empty();
+    let failures = c.gates.iter().filter(|g| g.status == Status::Fail).count()
+        + usize::from(!c.differences.is_empty())
+        + usize::from(rejected);
+    let skipped = c
+        .gates
+        .iter()
+        .filter(|g| matches!(g.status, Status::NotRun | Status::ReviewRequired))
+        .count();
+    let errors = usize::from(c.outcome != CellOutcome::Ran);
+    let tests = c.gates.len() + errors + usize::from(c.expected.is_some()) + usize::from(rejected);
+    let image = xml_esc(&c.image);
+    let _ = writeln!(
+        s,
+        "  <testsuite name=\"{image}\" tests=\"{tests}\" failures=\"{failures}\" errors=\"{errors}\" skipped=\"{skipped}\">"
+    );
+    let _ = writeln!(
+        s,
+        "    <properties><property name=\"kernel_release\" value=\"{}\"/><property name=\"criu_version\" value=\"{}\"/><property name=\"accelerator\" value=\"{}\"/></properties>",
+        xml_esc(&c.kernel_release),
+        xml_esc(&c.criu_version),
+        xml_esc(&c.accelerator)
+    );
+    for g in &c.gates {
+        let name = xml_esc(&format!("{}.{}", c.image, g.name));
+        let _ = write!(s, "    <testcase classname=\"{image}\" name=\"{name}\"");
+        let _ = match g.status {
+            Status::Pass => writeln!(s, "/>"),
+            Status::Fail => writeln!(s, "><failure message=\"{} FAIL\"/></testcase>", g.name),
+            Status::NotRun | Status::ReviewRequired => {
+                writeln!(s, "><skipped message=\"{}\"/></testcase>", g.status)
+            }
+        };
+    }
+    if errors > 0 {
+        let _ = writeln!(
+            s,
+            "    <testcase classname=\"{image}\" name=\"{image}.run\"><error message=\"{}\">{}</error></testcase>",
+            if c.outcome == CellOutcome::NotRun { "NOT_RUN" } else { "rig failure" },
+            xml_esc(&format!("{} {}", one_line(&c.reason), one_line(&c.fix)))
+        );
+    }
+    if rejected {
+        let _ = writeln!(
+            s,
+            "    <testcase classname=\"{image}\" name=\"{image}.verdict\"><failure message=\"the report fails verify\">{}</failure></testcase>",
+            xml_esc(&c.problems.join("\n"))
+        );
+    }
+    if c.expected.is_some() {
+        let _ = write!(
+            s,
+            "    <testcase classname=\"{image}\" name=\"{image}.expectations\""
+        );
+        let _ = if c.differences.is_empty() {
+            writeln!(s, "/>")
+        } else {
+            writeln!(
+                s,
+                "><failure message=\"differs from expected-gates\">{}</failure></testcase>",
+                xml_esc(&c.differences.join("; "))
+            )
+        };
+    }
+    s.push_str("  </testsuite>\n");
     s
 }
 
@@ -317,8 +330,9 @@ pub fn diff(a: &Matrix, b: &Matrix, a_label: &str, b_label: &str) -> String {
     let mut s = format!("A: {a_label}\nB: {b_label}\n");
     let mut changes = 0;
     for ca in &a.cells {
+        let name = one_line(&ca.image);
         let Some(cb) = b.cells.iter().find(|c| c.image == ca.image) else {
-            let _ = writeln!(s, "{}: only in A", ca.image);
+            let _ = writeln!(s, "{name}: only in A");
             changes += 1;
             continue;
         };
@@ -341,11 +355,18 @@ pub fn diff(a: &Matrix, b: &Matrix, a_label: &str, b_label: &str) -> String {
                 lines.push(format!("{g}: {x} -> {y}"));
             }
         }
+        if ca.problems != cb.problems {
+            lines.push(format!(
+                "report problems: {} -> {}",
+                ca.problems.len(),
+                cb.problems.len()
+            ));
+        }
         if lines.is_empty() {
-            let _ = writeln!(s, "{}: same gate statuses", ca.image);
+            let _ = writeln!(s, "{name}: same gate statuses");
         } else {
             changes += lines.len();
-            let _ = writeln!(s, "{}:", ca.image);
+            let _ = writeln!(s, "{name}:");
             for l in lines {
                 let _ = writeln!(s, "  {l}");
             }
@@ -353,7 +374,7 @@ pub fn diff(a: &Matrix, b: &Matrix, a_label: &str, b_label: &str) -> String {
     }
     for cb in &b.cells {
         if !a.cells.iter().any(|c| c.image == cb.image) {
-            let _ = writeln!(s, "{}: only in B", cb.image);
+            let _ = writeln!(s, "{}: only in B", one_line(&cb.image));
             changes += 1;
         }
     }

@@ -4,16 +4,21 @@
 //! provenance. No script, no external resource, and no clock, so a headless browser screenshots
 //! the same page every time.
 
-use super::{density, duration, pixels, provenance, value_str};
-use crate::review::ReviewState;
-use crate::verify::{verdict_meaning, Outcome};
+use super::{density, duration, provenance, total_duration, value_str};
+use crate::escape::html as esc;
+use crate::judge::pixels;
+use crate::judge::reader::ReportDir;
+use crate::judge::review::ReviewState;
+use crate::judge::verdict::{verdict_meaning, Outcome};
 use sharedos_report::digest;
-use sharedos_report::report::{Artifact, Gate, Status, Verdict};
+use sharedos_report::report::{Artifact, Gate, Report, Status, Verdict};
 use std::fmt::Write;
-use std::path::Path;
 
 /// A framebuffer PNG of a few MiB at most; a larger "PNG" is not embedded.
 const MAX_EMBEDDED_PNG_BYTES: u64 = 32 << 20;
+/// The PNG bytes one page embeds in all (a real report: six PNGs of about 1 MiB): the images
+/// past it are named, not embedded.
+const MAX_EMBEDDED_TOTAL_BYTES: u64 = 64 << 20;
 
 const STYLE: &str = "\
 body{font-family:system-ui,sans-serif;margin:2em auto;max-width:72em;padding:0 1em;color:#1b1b1b;background:#fff}
@@ -43,7 +48,21 @@ pub fn render(o: &Outcome) -> String {
 }
 
 fn write_all(s: &mut String, o: &Outcome) -> std::fmt::Result {
-    let r = &o.report;
+    write_head(s, o)?;
+    write_gate_table(s, o)?;
+    // After the gate table, so the page opens on the verdict and the images follow it.
+    let pngs: Vec<&Artifact> = o.report.png_artifacts().collect();
+    write_images(s, o.files.as_deref(), &pngs)?;
+    writeln!(s, "<h2>Checks per gate</h2>")?;
+    for g in &o.gates {
+        write_gate_detail(s, g)?;
+    }
+    write_where(s, &o.report)?;
+    write_tail(s, &o.report)
+}
+
+/// The page's head, the verdict, the review and what to do next, and the problems.
+fn write_head(s: &mut String, o: &Outcome) -> std::fmt::Result {
     let v = o.verdict.as_str();
     writeln!(s, "<!DOCTYPE html>")?;
     writeln!(s, "<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">")?;
@@ -87,7 +106,10 @@ fn write_all(s: &mut String, o: &Outcome) -> std::fmt::Result {
         }
         writeln!(s, "</ul>")?;
     }
+    Ok(())
+}
 
+fn write_gate_table(s: &mut String, o: &Outcome) -> std::fmt::Result {
     writeln!(s, "<h2>Gates</h2>\n<table>")?;
     writeln!(
         s,
@@ -104,21 +126,16 @@ fn write_all(s: &mut String, o: &Outcome) -> std::fmt::Result {
             n = g.name
         )?;
     }
-    let total: u64 = o.gates.iter().map(|g| g.duration_ms).sum();
     writeln!(
         s,
         "<tr><th>total</th><td></td><td class=\"num\">{}</td><td></td></tr>\n</table>",
-        duration(total)
+        total_duration(&o.gates)
     )?;
+    Ok(())
+}
 
-    // After the gate table, so the page opens on the verdict and the images follow it.
-    write_images(s, o.dir.as_deref(), &r.png_artifacts().collect::<Vec<_>>())?;
-
-    writeln!(s, "<h2>Checks per gate</h2>")?;
-    for g in &o.gates {
-        write_gate_detail(s, g)?;
-    }
-
+/// The density figures, when there are any, where it ran, and the phase timings.
+fn write_where(s: &mut String, r: &Report) -> std::fmt::Result {
     if let Some(rows) = density(r) {
         writeln!(s, "<h2>Density</h2>\n<table>")?;
         for (k, val) in rows {
@@ -153,11 +170,20 @@ fn write_all(s: &mut String, o: &Outcome) -> std::fmt::Result {
             )?;
         }
     }
+    Ok(())
+}
 
+/// The fidelity differences, every artifact, and the end of the page.
+fn write_tail(s: &mut String, r: &Report) -> std::fmt::Result {
     if !r.fidelity_differences.is_empty() {
         writeln!(s, "<h2>Fidelity differences</h2>\n<ul>")?;
         for f in &r.fidelity_differences {
-            writeln!(s, "<li>{}</li>", esc(f))?;
+            writeln!(
+                s,
+                "<li><code>{}</code>: {}</li>",
+                f.key,
+                esc(&f.to_string())
+            )?;
         }
         writeln!(s, "</ul>")?;
     }
@@ -205,32 +231,51 @@ fn expectation(path: &str) -> &'static str {
     }
 }
 
+/// How many PNG bytes the page may still embed.
+struct Budget(u64);
+
+impl Budget {
+    /// Takes `n` bytes from the budget; false when they do not fit.
+    fn take(&mut self, n: u64) -> bool {
+        match self.0.checked_sub(n) {
+            Some(left) => {
+                self.0 = left;
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+type Read = Result<std::rc::Rc<crate::judge::reader::FileRead>, String>;
+
 /// Each image beside the dump-time reference and a diff of the two, labelled with what it
-/// should show, so that "differs by the mark and nothing else" is seen at a glance.
-fn write_images(s: &mut String, dir: Option<&Path>, pngs: &[&Artifact]) -> std::fmt::Result {
+/// should show, so that "differs by the mark and nothing else" is seen at a glance. The bytes
+/// are the judgement's own read of each file; images are decoded one at a time (the reference
+/// once), and the page embeds at most [`MAX_EMBEDDED_TOTAL_BYTES`].
+fn write_images(s: &mut String, files: Option<&ReportDir>, pngs: &[&Artifact]) -> std::fmt::Result {
     writeln!(s, "<h2>Images, each against the dump-time image</h2>")?;
     if pngs.is_empty() {
         return writeln!(s, "<p>The report lists no PNG.</p>");
     }
-    // Each file is read once, however many rows show it.
-    let read: Vec<(&Artifact, Result<Vec<u8>, String>)> = pngs
+    let mut unique: Vec<&Artifact> = Vec::new();
+    for a in pngs {
+        if !unique.iter().any(|u| u.path == a.path) {
+            unique.push(a);
+        }
+    }
+    let reference = unique
         .iter()
-        .map(|a| (*a, read_artifact(dir, &a.path)))
-        .collect();
-    let reference = read
-        .iter()
-        .find(|(a, _)| a.path.rsplit('/').next() == Some(REFERENCE));
-    let ref_pixels = reference.map(|(_, bytes)| {
-        bytes
-            .clone()
-            .and_then(|b| pixels::decode(&b).map_err(|e| format!("{e:#}")))
+        .find(|a| a.path.rsplit('/').next() == Some(REFERENCE))
+        .copied();
+    let ref_read = reference.map(|r| read_artifact(files, &r.path));
+    let ref_pixels = ref_read.as_ref().map(|read| {
+        read.clone().and_then(|f| {
+            pixels::decode(f.bytes().unwrap_or_default()).map_err(|e| format!("{e:#}"))
+        })
     });
-    let ref_figure = reference.map(|(r, bytes)| {
-        let mut f = String::new();
-        let _ = write_image(&mut f, r, bytes);
-        f
-    });
-    for (a, bytes) in &read {
+    let mut budget = Budget(MAX_EMBEDDED_TOTAL_BYTES);
+    for a in unique {
         writeln!(
             s,
             "<div class=\"pair\">\n<p><code>{}</code>: {}</p>",
@@ -238,8 +283,10 @@ fn write_images(s: &mut String, dir: Option<&Path>, pngs: &[&Artifact]) -> std::
             esc(expectation(&a.path))
         )?;
         writeln!(s, "<div class=\"row\">")?;
-        write_image(s, a, bytes)?;
-        let (Some((r, _)), Some(ref_figure)) = (reference, &ref_figure) else {
+        let read = read_artifact(files, &a.path);
+        write_image(s, a, &read, &mut budget)?;
+        let (Some(r), Some(ref_read), Some(ref_pixels)) = (reference, &ref_read, &ref_pixels)
+        else {
             writeln!(
                 s,
                 "</div>\n<p>The report has no {REFERENCE} to compare with.</p></div>"
@@ -251,57 +298,81 @@ fn write_images(s: &mut String, dir: Option<&Path>, pngs: &[&Artifact]) -> std::
             continue;
         }
         // The image and its diff first, so that both fit a screen unscaled; the reference follows.
-        let d = match (&ref_pixels, bytes) {
-            (Some(Ok(rp)), Ok(bytes)) => pixels::decode(bytes)
-                .and_then(|ap| pixels::diff(rp, &ap))
-                .map_err(|e| format!("{e:#}")),
-            (Some(Err(why)), _) => Err(format!("the reference: {why}")),
-            (_, Err(why)) => Err(why.clone()),
-            (None, _) => Err("no reference".into()),
-        };
-        writeln!(s, "<figure>")?;
-        match d.and_then(|d| {
-            pixels::encode(&d.image)
-                .map(|png| (png, d.describe()))
-                .map_err(|e| format!("{e:#}"))
-        }) {
-            Ok((png, words)) => writeln!(
-                s,
-                "<img src=\"data:image/png;base64,{}\" alt=\"diff\">\n<figcaption>diff against {REFERENCE}: {}</figcaption>",
-                digest::base64(&png, true),
-                esc(&words)
-            )?,
-            Err(why) => writeln!(
-                s,
-                "<figcaption class=\"problem\">no diff: {}</figcaption>",
-                esc(&why)
-            )?,
-        }
-        writeln!(s, "</figure>")?;
-        s.push_str(ref_figure);
+        write_diff(s, ref_pixels, &read, &mut budget)?;
+        write_image(s, r, ref_read, &mut budget)?;
         writeln!(s, "</div>\n</div>")?;
     }
     Ok(())
 }
 
+/// The diff of one image against the decoded reference, this image decoded for it alone.
+fn write_diff(
+    s: &mut String,
+    reference: &Result<pixels::Rgb, String>,
+    read: &Read,
+    budget: &mut Budget,
+) -> std::fmt::Result {
+    let d = match (reference, read) {
+        (Ok(rp), Ok(f)) => pixels::decode(f.bytes().unwrap_or_default())
+            .and_then(|ap| pixels::diff(rp, &ap))
+            .and_then(|d| pixels::encode(&d.image).map(|png| (png, d.describe())))
+            .map_err(|e| format!("{e:#}")),
+        (Err(why), _) => Err(format!("the reference: {why}")),
+        (_, Err(why)) => Err(why.clone()),
+    };
+    writeln!(s, "<figure>")?;
+    match d {
+        Ok((png, words)) if budget.take(png.len() as u64) => writeln!(
+            s,
+            "<img src=\"data:image/png;base64,{}\" alt=\"diff\">\n<figcaption>diff against {REFERENCE}: {}</figcaption>",
+            digest::base64(&png, true),
+            esc(&words)
+        )?,
+        Ok((_, words)) => writeln!(
+            s,
+            "<figcaption>diff against {REFERENCE}: {} (not embedded: {})</figcaption>",
+            esc(&words),
+            over_budget()
+        )?,
+        Err(why) => writeln!(
+            s,
+            "<figcaption class=\"problem\">no diff: {}</figcaption>",
+            esc(&why)
+        )?,
+    }
+    writeln!(s, "</figure>")
+}
+
+fn over_budget() -> String {
+    format!(
+        "this page embeds at most {} MiB of images, and the images above used that",
+        MAX_EMBEDDED_TOTAL_BYTES >> 20
+    )
+}
+
 /// One PNG as read from the report, with its sha256 and whatever keeps it from being shown.
-fn write_image(s: &mut String, a: &Artifact, read: &Result<Vec<u8>, String>) -> std::fmt::Result {
+fn write_image(s: &mut String, a: &Artifact, read: &Read, budget: &mut Budget) -> std::fmt::Result {
     writeln!(s, "<figure>")?;
     let mut note = String::new();
     match read {
-        Ok(bytes) => {
-            let on_disk = digest::sha256_hex(bytes);
-            if on_disk != a.sha256 {
+        Ok(f) => {
+            if f.sha256 != a.sha256 {
                 note = format!(
-                    "MISMATCH: the file on disk has sha256 {on_disk}, not the one the report lists"
+                    "MISMATCH: the file on disk has sha256 {}, not the one the report lists",
+                    f.sha256
                 );
             }
-            writeln!(
-                s,
-                "<img src=\"data:image/png;base64,{}\" alt=\"{}\">",
-                digest::base64(bytes, true),
-                esc(&a.path)
-            )?;
+            let bytes = f.bytes().unwrap_or_default();
+            if budget.take(bytes.len() as u64) {
+                writeln!(
+                    s,
+                    "<img src=\"data:image/png;base64,{}\" alt=\"{}\">",
+                    digest::base64(bytes, true),
+                    esc(&a.path)
+                )?;
+            } else {
+                note = format!("not embedded: {}. {note}", over_budget());
+            }
         }
         Err(why) => note = format!("not embedded: {why}"),
     }
@@ -312,19 +383,16 @@ fn write_image(s: &mut String, a: &Artifact, read: &Result<Vec<u8>, String>) -> 
         esc(&a.sha256)
     )?;
     if !note.is_empty() {
-        writeln!(s, "<br><span class=\"problem\">{}</span>", esc(&note))?;
+        writeln!(s, "<br><span class=\"problem\">{}</span>", esc(note.trim()))?;
     }
     writeln!(s, "</figcaption>\n</figure>")
 }
 
-/// Reads an artifact for embedding; refuses paths that leave the report directory, as
-/// digest::verify_artifacts does.
-fn read_artifact(dir: Option<&Path>, rel: &str) -> Result<Vec<u8>, String> {
-    let dir = dir.ok_or_else(|| "the report was not read from a directory".to_string())?;
-    if !digest::relative_name_ok(rel) {
-        return Err("its path leaves the report directory".to_string());
-    }
-    digest::read_in_report(dir, rel, MAX_EMBEDDED_PNG_BYTES).map_err(|e| format!("{e:#}"))
+/// An artifact for embedding, the judgement's own read of it (no link followed, no special
+/// file opened, within the caps).
+fn read_artifact(files: Option<&ReportDir>, rel: &str) -> Read {
+    let files = files.ok_or_else(|| "the report was not read from a directory".to_string())?;
+    files.bytes(rel, MAX_EMBEDDED_PNG_BYTES)
 }
 
 fn write_gate_detail(s: &mut String, g: &Gate) -> std::fmt::Result {
@@ -402,36 +470,11 @@ fn write_gate_detail(s: &mut String, g: &Gate) -> std::fmt::Result {
     Ok(())
 }
 
-/// Escapes text for both element content and quoted attributes.
-pub fn esc(t: &str) -> String {
-    let mut out = String::with_capacity(t.len());
-    for ch in t.chars() {
-        match ch {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c if c.is_control() && c != '\n' && c != '\t' => out.push('\u{fffd}'),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::judge::verdict::evaluate_report;
     use crate::render::tests::rich_report;
-    use crate::verify::evaluate_report;
-
-    #[test]
-    fn escapes_markup() {
-        assert_eq!(
-            esc("<a href=\"x\">'&'</a>"),
-            "&lt;a href=&quot;x&quot;&gt;&#39;&amp;&#39;&lt;/a&gt;"
-        );
-    }
 
     #[test]
     fn page_carries_hashes_gates_provenance_and_no_raw_report_text() {
@@ -457,6 +500,7 @@ mod tests {
         std::fs::write(dir.join("png/live.png"), b"foo").unwrap();
         let mut o = evaluate_report(&rich_report(), None);
         o.dir = Some(dir.clone());
+        o.files = Some(std::rc::Rc::new(ReportDir::open(&dir).unwrap()));
         let h = render(&o);
         assert!(h.contains("data:image/png;base64,Zm9v"));
         // The listed hash is "aaa…", the bytes are "foo": the page must say so.

@@ -6,7 +6,8 @@
 //! gates) one more testcase, `report_integrity`, carries an <error>, so CI does not show such a
 //! report as green or merely skipped.
 
-use crate::verify::Outcome;
+use crate::escape::xml as esc;
+use crate::judge::verdict::Outcome;
 use sharedos_report::report::{Gate, GateName, Status};
 use std::fmt::Write;
 
@@ -47,7 +48,9 @@ fn write_all(s: &mut String, o: &Outcome) -> std::fmt::Result {
         })
         .count();
     let errors = usize::from(!problems.is_empty());
-    let total_ms: u64 = o.gates.iter().map(|g| g.duration_ms).sum();
+    // A total the guest's durations overflow is shown as the most a u64 holds: JUnit's time
+    // is a number, and the report's verify names the problem.
+    let total_ms = crate::judge::consistency::total_ms(&o.gates).unwrap_or(u64::MAX);
 
     writeln!(s, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>")?;
     writeln!(
@@ -167,34 +170,12 @@ fn gate_details(g: &Gate) -> String {
     out
 }
 
-/// Escapes text for XML 1.0 content and attributes. Characters XML 1.0 forbids outright (most
-/// C0 controls) become U+FFFD, since no escape can carry them.
-pub fn esc(t: &str) -> String {
-    let mut out = String::with_capacity(t.len());
-    for ch in t.chars() {
-        match ch {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&apos;"),
-            // Kept as references so attribute-value normalisation does not turn them into spaces.
-            '\n' => out.push_str("&#10;"),
-            '\r' => out.push_str("&#13;"),
-            '\t' => out.push_str("&#9;"),
-            c if (c as u32) < 0x20 || c == '\u{fffe}' || c == '\u{ffff}' => out.push('\u{fffd}'),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::judge::review::tests::{fresh_report, review_for};
+    use crate::judge::verdict::evaluate_report;
     use crate::render::tests::rich_report;
-    use crate::review::tests::{fresh_report, review_for};
-    use crate::verify::evaluate_report;
     use sharedos_report::report::{ReviewDecision, Status};
 
     #[test]
@@ -262,7 +243,7 @@ mod tests {
 
     #[test]
     fn escapes_control_characters() {
-        assert_eq!(esc("a\u{1}b\nc"), "a\u{fffd}b&#10;c");
+        assert_eq!(esc("a\u{1}b\nc"), "a\\u{1}b&#10;c");
         let mut r = fresh_report();
         r.gates[0].status = Status::Fail;
         r.gates[0].reason = "bad\u{7}bell".into();

@@ -1,9 +1,10 @@
 //! GitHub-flavoured Markdown, fit to paste into a pull request.
 
-use super::{density, dir_arg, duration, provenance, value_str};
-use crate::review::ReviewState;
-use crate::verify::{verdict_meaning, Outcome};
-use sharedos_report::report::{Status, Verdict};
+use super::{density, dir_arg, duration, provenance, total_duration, value_str};
+use crate::escape::markdown as esc;
+use crate::judge::review::ReviewState;
+use crate::judge::verdict::{verdict_meaning, Outcome};
+use sharedos_report::report::{Report, Status, Verdict};
 use std::fmt::Write;
 
 pub fn render(o: &Outcome) -> String {
@@ -23,7 +24,14 @@ fn icon(s: Status) -> &'static str {
 }
 
 fn write_all(s: &mut String, o: &Outcome) -> std::fmt::Result {
-    let r = &o.report;
+    write_head(s, o)?;
+    write_gates(s, o)?;
+    write_where(s, &o.report)?;
+    write_tail(s, &o.report)
+}
+
+/// The verdict, the review and what to do next, and the problems.
+fn write_head(s: &mut String, o: &Outcome) -> std::fmt::Result {
     writeln!(s, "# sharedos-rig report: {}\n", o.verdict)?;
     writeln!(
         s,
@@ -49,7 +57,11 @@ fn write_all(s: &mut String, o: &Outcome) -> std::fmt::Result {
         }
         writeln!(s)?;
     }
+    Ok(())
+}
 
+/// The gate table and each gate's checks.
+fn write_gates(s: &mut String, o: &Outcome) -> std::fmt::Result {
     writeln!(s, "## Gates\n")?;
     writeln!(s, "| gate | status | duration | reason |")?;
     writeln!(s, "| --- | --- | ---: | --- |")?;
@@ -64,8 +76,7 @@ fn write_all(s: &mut String, o: &Outcome) -> std::fmt::Result {
             esc(&g.reason)
         )?;
     }
-    let total: u64 = o.gates.iter().map(|g| g.duration_ms).sum();
-    writeln!(s, "| **total** | | {} | |\n", duration(total))?;
+    writeln!(s, "| **total** | | {} | |\n", total_duration(&o.gates))?;
 
     if o.gates.iter().any(|g| !g.checks.is_empty()) {
         writeln!(s, "## Checks\n")?;
@@ -93,7 +104,11 @@ fn write_all(s: &mut String, o: &Outcome) -> std::fmt::Result {
             writeln!(s, "\n</details>\n")?;
         }
     }
+    Ok(())
+}
 
+/// The density figures, when there are any, and where it ran.
+fn write_where(s: &mut String, r: &Report) -> std::fmt::Result {
     if let Some(rows) = density(r) {
         writeln!(s, "## Density\n")?;
         writeln!(s, "| | |")?;
@@ -111,7 +126,11 @@ fn write_all(s: &mut String, o: &Outcome) -> std::fmt::Result {
         writeln!(s, "| {} | {} |", esc(k), esc(&v))?;
     }
     writeln!(s)?;
+    Ok(())
+}
 
+/// Phase timings, the images' hashes and the fidelity differences.
+fn write_tail(s: &mut String, r: &Report) -> std::fmt::Result {
     if let Some(vm) = &r.vm {
         writeln!(s, "## Phase timings\n")?;
         writeln!(s, "| phase | duration |")?;
@@ -136,77 +155,18 @@ fn write_all(s: &mut String, o: &Outcome) -> std::fmt::Result {
     if !r.fidelity_differences.is_empty() {
         writeln!(s, "## Fidelity differences\n")?;
         for f in &r.fidelity_differences {
-            writeln!(s, "- {}", esc(f))?;
+            writeln!(s, "- `{}`: {}", f.key, esc(&f.to_string()))?;
         }
         writeln!(s)?;
     }
     Ok(())
 }
 
-/// Makes report text inert in Markdown: it must not open tags, links, emphasis or table cells,
-/// and a newline must not end a table row.
-pub fn esc(t: &str) -> String {
-    // A zero-width space, as an entity so that it is visible in the Markdown source, keeps a
-    // pull-request comment from pinging `@someone` or linking a bare URL the guest wrote.
-    const ZWSP: &str = "&#8203;";
-    let mut out = String::with_capacity(t.len());
-    for (i, ch) in t.char_indices() {
-        let rest = &t[i + ch.len_utf8()..];
-        match ch {
-            '@' => {
-                out.push('@');
-                out.push_str(ZWSP);
-            }
-            ':' if rest.starts_with("//") => {
-                out.push(':');
-                out.push_str(ZWSP);
-            }
-            '.' if out
-                .get(out.len().saturating_sub(3)..)
-                .is_some_and(|w| w.eq_ignore_ascii_case("www")) =>
-            {
-                out.push_str(ZWSP);
-                out.push('.');
-            }
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '|' => out.push_str("\\|"),
-            '\\' | '`' | '*' | '_' | '[' | ']' | '#' | '~' | '!' => {
-                out.push('\\');
-                out.push(ch);
-            }
-            '\n' | '\r' | '\t' => out.push(' '),
-            c if c.is_control() => {}
-            c => out.push(c),
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::judge::verdict::evaluate_report;
     use crate::render::tests::rich_report;
-    use crate::verify::evaluate_report;
-
-    #[test]
-    fn escapes_table_breaking_text() {
-        assert_eq!(esc("a|b\nc<d>&"), "a\\|b c&lt;d&gt;&amp;");
-        assert_eq!(esc("*x* [l](u)"), "\\*x\\* \\[l\\](u)");
-    }
-
-    #[test]
-    fn mentions_and_bare_links_are_neutralised() {
-        assert_eq!(esc("cc @octocat"), "cc @&#8203;octocat");
-        assert_eq!(esc("me@example.com"), "me@&#8203;example.com");
-        assert_eq!(
-            esc("see https://evil.example/x"),
-            "see https:&#8203;//evil.example/x"
-        );
-        assert_eq!(esc("WWW.evil.example"), "WWW&#8203;.evil.example");
-        assert_eq!(esc("a: b. c"), "a: b. c");
-    }
 
     #[test]
     fn page_has_gates_checks_provenance_and_phases() {

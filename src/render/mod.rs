@@ -1,15 +1,18 @@
-//! Turning a judged report into text for a terminal, Markdown for a pull request, one
-//! self-contained HTML page, or JUnit XML for CI. Every format is a pure function of the
-//! `Outcome` (html also reads the PNGs it embeds), with no clock and no randomness, so the same
-//! report renders to the same bytes.
+//! Presentation only (layer L5): a judged report as text for a terminal, Markdown for a pull
+//! request, one self-contained HTML page, or JUnit XML for CI; what changed between two
+//! reports (`diff`); the reports of a directory (`list`). Every format is a pure function of
+//! the judge's `Outcome` (html also embeds the PNGs the judgement read), with no clock and no
+//! randomness, so the same report renders to the same bytes. Nothing here judges: the verdict
+//! is `judge::verdict`'s, and every string a guest wrote is escaped by `crate::escape`.
 
-use crate::verify::{self, Outcome};
-use sharedos_report::report::{GateName, Report, Review};
+use crate::judge::verdict::{self, Outcome};
+use sharedos_report::report::{Gate, GateName, Report, Review};
 
+pub mod diff;
 pub mod html;
 pub mod junit;
+pub mod list;
 pub mod md;
-pub mod pixels;
 pub mod text;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -20,7 +23,7 @@ pub enum Format {
     Junit,
 }
 
-/// Renders a judged report (from `verify::verify_dir` or `verify::load_dir`).
+/// Renders a judged report (from `judge::judge`).
 pub fn render(o: &Outcome, format: Format) -> String {
     match format {
         Format::Text => text::render(o),
@@ -33,7 +36,16 @@ pub fn render(o: &Outcome, format: Format) -> String {
 /// Renders a report held in memory with an optional review; nothing is re-hashed and html shows
 /// no images, since there is no directory to read them from.
 pub fn render_report(report: &Report, review: Option<&Review>, format: Format) -> String {
-    render(&verify::evaluate_report(report, review), format)
+    render(&verdict::evaluate_report(report, review), format)
+}
+
+/// The gates' total duration in the unit a reader expects; a sum that overflows (the guest
+/// wrote the durations) is said, not wrapped.
+pub fn total_duration(gates: &[Gate]) -> String {
+    match crate::judge::consistency::total_ms(gates) {
+        Some(ms) => duration(ms),
+        None => "more than a u64 of milliseconds: not a real total".to_string(),
+    }
 }
 
 /// Milliseconds in the unit a reader expects.
@@ -253,7 +265,7 @@ pub fn dir_arg(o: &Outcome) -> String {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::review::tests::{fresh_report, review_for};
+    use crate::judge::review::tests::{fresh_report, review_for};
     use sharedos_report::report::{Check, Phase, ReviewDecision, Status, VmProvenance};
 
     /// A report with every kind of content the renderers must carry, hostile text included.

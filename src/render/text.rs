@@ -1,9 +1,10 @@
 //! Plain text for a terminal.
 
-use super::{density, dir_arg, duration, provenance, value_str};
-use crate::review::ReviewState;
-use crate::verify::{verdict_meaning, Outcome};
-use sharedos_report::report::{Status, Verdict};
+use super::{density, dir_arg, duration, provenance, total_duration, value_str};
+use crate::escape::line as one_line;
+use crate::judge::review::ReviewState;
+use crate::judge::verdict::{verdict_meaning, Outcome};
+use sharedos_report::report::{Report, Status, Verdict};
 use std::fmt::Write;
 
 pub fn render(o: &Outcome) -> String {
@@ -14,7 +15,15 @@ pub fn render(o: &Outcome) -> String {
 }
 
 fn write_all(s: &mut String, o: &Outcome) -> std::fmt::Result {
-    let r = &o.report;
+    write_head(s, o)?;
+    write_gates(s, o)?;
+    write_density(s, &o.report)?;
+    write_where(s, &o.report)?;
+    write_tail(s, &o.report)
+}
+
+/// The verdict, the review and what to do next, and the problems.
+fn write_head(s: &mut String, o: &Outcome) -> std::fmt::Result {
     writeln!(
         s,
         "verdict: {} (exit {}): {}",
@@ -23,7 +32,7 @@ fn write_all(s: &mut String, o: &Outcome) -> std::fmt::Result {
         verdict_meaning(o)
     )?;
     if let Some(d) = &o.dir {
-        writeln!(s, "report:  {}", d.display())?;
+        writeln!(s, "report:  {}", one_line(&d.display().to_string()))?;
     }
     writeln!(s, "review:  {}", one_line(&o.review.describe()))?;
     if o.review == ReviewState::None && o.gates_verdict == Verdict::ReviewRequired {
@@ -41,7 +50,11 @@ fn write_all(s: &mut String, o: &Outcome) -> std::fmt::Result {
             writeln!(s, "  - {}", one_line(p))?;
         }
     }
+    Ok(())
+}
 
+/// Each gate with its duration and reason, the checks that did not pass, and the total.
+fn write_gates(s: &mut String, o: &Outcome) -> std::fmt::Result {
     writeln!(s, "\ngates:")?;
     let width = o
         .gates
@@ -79,15 +92,17 @@ fn write_all(s: &mut String, o: &Outcome) -> std::fmt::Result {
             )?;
         }
     }
-    let total: u64 = o.gates.iter().map(|g| g.duration_ms).sum();
     writeln!(
         s,
         "  {:<15} {:<width$}  {:>12}",
         "",
         "total",
-        duration(total)
+        total_duration(&o.gates)
     )?;
+    Ok(())
+}
 
+fn write_density(s: &mut String, r: &Report) -> std::fmt::Result {
     if let Some(rows) = density(r) {
         writeln!(s, "\ndensity:")?;
         let kw = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
@@ -95,14 +110,21 @@ fn write_all(s: &mut String, o: &Outcome) -> std::fmt::Result {
             writeln!(s, "  {:<kw$}  {}", one_line(&k), one_line(&v))?;
         }
     }
+    Ok(())
+}
 
+fn write_where(s: &mut String, r: &Report) -> std::fmt::Result {
     writeln!(s, "\nwhere it ran:")?;
     let rows = provenance(r);
     let kw = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
     for (k, v) in rows {
         writeln!(s, "  {k:<kw$}  {}", one_line(&v))?;
     }
+    Ok(())
+}
 
+/// Phase timings, fidelity differences and the images' hashes.
+fn write_tail(s: &mut String, r: &Report) -> std::fmt::Result {
     if let Some(vm) = &r.vm {
         writeln!(s, "\nphase timings:")?;
         let pw = vm.phases.iter().map(|p| p.name.len()).max().unwrap_or(0);
@@ -119,7 +141,7 @@ fn write_all(s: &mut String, o: &Outcome) -> std::fmt::Result {
     if !r.fidelity_differences.is_empty() {
         writeln!(s, "\nfidelity differences:")?;
         for f in &r.fidelity_differences {
-            writeln!(s, "  - {}", one_line(f))?;
+            writeln!(s, "  - {}: {}", f.key, one_line(&f.to_string()))?;
         }
     }
 
@@ -133,34 +155,12 @@ fn write_all(s: &mut String, o: &Outcome) -> std::fmt::Result {
     Ok(())
 }
 
-/// Every string the guest wrote goes through this: it stays on one line, so it cannot fake a
-/// line of its own (a "verdict: PASS"), and control and bidirectional-override characters are
-/// shown escaped, so it cannot drive the terminal (ANSI or OSC sequences) or reorder what is read.
-pub fn one_line(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for word in s.split_whitespace() {
-        if !out.is_empty() {
-            out.push(' ');
-        }
-        for ch in word.chars() {
-            if ch.is_control()
-                || matches!(ch, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
-            {
-                out.extend(ch.escape_unicode());
-            } else {
-                out.push(ch);
-            }
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::judge::review::tests::{fresh_report, review_for};
+    use crate::judge::verdict::evaluate_report;
     use crate::render::tests::rich_report;
-    use crate::review::tests::{fresh_report, review_for};
-    use crate::verify::evaluate_report;
     use sharedos_report::report::ReviewDecision;
 
     #[test]
@@ -205,7 +205,7 @@ mod tests {
             value: serde_json::json!("v\u{9b}1m"),
             expected: "e\nverdict: PASS".into(),
         });
-        r.fidelity_differences = vec!["f\u{1b}[0m".into()];
+        r.fidelity_differences[0].detail = "f\u{1b}[0m".into();
         r.seal();
         let t = render(&evaluate_report(&r, None));
         assert!(

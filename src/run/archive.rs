@@ -4,8 +4,9 @@
 
 use super::fetch::GUEST_DIR;
 use super::{boot, Observed, VmRunOptions};
-use crate::render::text::one_line;
-use crate::verify;
+use crate::escape::line as one_line;
+use crate::judge::ledger::Ledger;
+use crate::judge::verdict::{self, How};
 use anyhow::{bail, Result};
 use sharedos_report::report::{
     Artifact, Environment, Gate, GateName, Report, Status, REPORT_FILE, REVIEW_FILE,
@@ -92,7 +93,7 @@ pub fn finish(mut obs: Observed, result: Result<Report>, sign_key: Option<&Path>
         return RIG_FAILURE_EXIT;
     }
     if let Some(key) = sign_key {
-        match crate::sign::sign(&obs.report_dir, REPORT_FILE, key) {
+        match crate::judge::sign::sign(&obs.report_dir, REPORT_FILE, key) {
             Ok(fp) => super::progress().note(&format!("signed report.json.sig with {fp}")),
             Err(e) => {
                 super::progress().error(&format!("signing the report: {e:#}"));
@@ -111,10 +112,11 @@ pub fn finish(mut obs: Observed, result: Result<Report>, sign_key: Option<&Path>
     code
 }
 
-/// verify's exit code for the archived report, its problems printed. Its artifacts were hashed
-/// from disk a moment ago, so they are not hashed again; `sharedos-rig verify` does that.
+/// The one verdict on the archived report (what `sharedos-rig verify` says of it), its problems
+/// printed.
 fn judge(dir: &Path) -> i32 {
-    match verify::load_dir(dir) {
+    let ledger = Ledger::from_env();
+    match verdict::judge(dir, &How::full(ledger.as_ref())) {
         Ok(o) => {
             for p in o.problems() {
                 super::progress().note(&format!("problem: {}", one_line(&p)));

@@ -6,10 +6,9 @@
 //! error.
 
 use super::{Bounds, Observed, GUEST_REPORT_DIR};
+use crate::judge::{artifacts, reader::ReportDir, verdict};
 use crate::ssh::Guest;
-use crate::verify;
 use anyhow::{bail, Context, Result};
-use sharedos_report::digest;
 use sharedos_report::report::{Report, REPORT_FILE};
 use sharedos_report::text::shell_words;
 use std::io::Read;
@@ -69,11 +68,15 @@ pub fn fetch(guest: &Guest, b: Bounds, obs: &mut Observed) -> Result<Report> {
     if status != 0 {
         bail!("`{command}` in the guest exited {status}");
     }
-    let bytes = digest::read_in_report(&dest, REPORT_FILE, verify::MAX_REPORT_BYTES)
+    let files = ReportDir::open(&dest).map_err(anyhow::Error::msg)?;
+    let bytes = files
+        .bytes(REPORT_FILE, verdict::MAX_REPORT_BYTES)
+        .map_err(anyhow::Error::msg)
         .context("the guest sent no readable report.json")?;
-    let report = verify::parse_report(&bytes).context("reading the guest's report.json")?;
+    let report = verdict::parse_report(bytes.bytes().unwrap_or_default())
+        .context("reading the guest's report.json")?;
     obs.guest_report = Some(report.clone());
-    let bad = digest::verify_artifacts(&dest, &report.artifacts);
+    let bad = artifacts::check(&files, &report.artifacts, true);
     if !bad.is_empty() {
         let list: Vec<String> = bad
             .iter()

@@ -136,7 +136,7 @@ fn start(opts: &VmRunOptions) -> Result<Option<Observed>> {
         );
     }
     if let Some(key) = &opts.sign_key {
-        crate::sign::load_key(key).context("--sign-key")?;
+        crate::judge::sign::load_key(key).context("--sign-key")?;
     }
     let report_dir = archive::create_report_dir(opts)?;
     let started_at = clock::now_rfc3339();

@@ -4,7 +4,7 @@
 
 use super::boot::Vm;
 use super::{provenance, Bounds, Observed, VmRunOptions, GUEST_GATE, GUEST_REPORT_DIR, GUEST_WORK};
-use crate::render::text::one_line;
+use crate::escape::line as one_line;
 use crate::ssh::Guest;
 use anyhow::{bail, Context, Result};
 use sharedos_report::digest;

@@ -266,7 +266,8 @@ pub const ALL_FIDELITY_OPTIONS: [&str; 4] =
 /// the original and in the restored copies and passed, and its fidelity list names only the
 /// four differences no option closes.
 pub fn assert_all_fidelity_options_held(r: &sharedos_report::report::Report) {
-    use sharedos_report::report::{CgroupLimits, GateName, RunOptions, CLOSABLE};
+    use sharedos_report::fidelity::CLOSABLE;
+    use sharedos_report::report::{CgroupLimits, GateName, RunOptions};
     assert_eq!(
         r.options,
         RunOptions {
@@ -297,7 +298,7 @@ pub fn assert_all_fidelity_options_held(r: &sharedos_report::report::Report) {
             assert!(check.is_some_and(|k| k.passed), "{gate}.{name}: {check:?}");
         }
         assert!(
-            !r.fidelity_differences.iter().any(|f| f.contains(c.key)),
+            !r.fidelity_differences.iter().any(|f| f.key == c.key),
             "{} still listed: {:?}",
             c.flag,
             r.fidelity_differences

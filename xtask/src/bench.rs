@@ -8,9 +8,9 @@ use anyhow::{bail, Context, Result};
 use sharedos_report::{clock, environment, signals};
 use sharedos_rig::cmd::Cmd;
 use sharedos_rig::image::{self, BuildOptions};
+use sharedos_rig::judge::{reader::ReportDir, verdict};
 use sharedos_rig::progress::Progress;
 use sharedos_rig::run::{self, VmRunOptions, RIG_FAILURE_EXIT};
-use sharedos_rig::verify;
 use sharedos_rig::vm::{self, floor};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -277,7 +277,10 @@ pub fn bench(opts: &VmRunOptions, n: Counts) -> Result<String> {
                 ));
                 continue;
             }
-            let r = verify::read_report(&dir)?.report;
+            let r = ReportDir::open(&dir)
+                .and_then(|d| verdict::read_report(&d))
+                .map_err(anyhow::Error::msg)?
+                .report;
             let Some(vmp) = r.vm else {
                 bail!(
                     "warm run {}'s report has no vm section: see {}",

@@ -27,10 +27,19 @@ pub const COUNTER_SLACK: u64 = 50;
 
 /// The range a restored counter may hold: never below the dump-time value (a restart would
 /// reset it), never above the ticks that fit in the wall time since the dump-time query was
-/// sent (a mutate jumps it by a million).
-pub fn counter_range(dump_counter: u64, since_dump_query: Duration) -> (u64, u64) {
-    let ticks = since_dump_query.as_millis() as u64 / TICK_MS;
-    (dump_counter, dump_counter + ticks + COUNTER_SLACK)
+/// sent (a mutate jumps it by a million). None when the top of the range does not fit in a
+/// u64: the values came from a guest, and a counter that close to the end is no real one.
+pub fn counter_range(dump_counter: u64, since_dump_query: Duration) -> Option<(u64, u64)> {
+    let ticks = u64::try_from(since_dump_query.as_millis() / u128::from(TICK_MS)).ok()?;
+    let max = dump_counter
+        .checked_add(ticks)?
+        .checked_add(COUNTER_SLACK)?;
+    Some((dump_counter, max))
+}
+
+/// Milliseconds as a u64, the largest one for a duration too long to count in them.
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 pub fn token_is_32_hex(token: &str) -> Check {
@@ -58,12 +67,20 @@ pub fn counter_continues(
     since_dump_query: Duration,
     seen: u64,
 ) -> Check {
-    let (min, max) = counter_range(dump_counter, since_dump_query);
+    let Some((min, max)) = counter_range(dump_counter, since_dump_query) else {
+        return check(
+            name,
+            false,
+            json!({"dump_time": dump_counter, "seen": seen,
+                   "ms_since_dump_query": ms(since_dump_query)}),
+            "a dump-time counter and elapsed time whose range fits in 64 bits",
+        );
+    };
     check(
         name,
         (min..=max).contains(&seen),
         json!({"dump_time": dump_counter, "seen": seen, "min": min, "max": max,
-               "ms_since_dump_query": since_dump_query.as_millis() as u64}),
+               "ms_since_dump_query": ms(since_dump_query)}),
         &format!("between {min} (the dump-time value) and {max} (plus the ticks since the dump-time query)"),
     )
 }
@@ -160,10 +177,11 @@ pub fn copy_changed(
     seen: &Observation,
     dump: &Observation,
 ) -> Check {
-    let jumped = dump.app.counter + MUTATE_JUMP;
+    // A dump-time counter with no room for the jump cannot be followed by a jumped one.
+    let jumped = dump.app.counter.checked_add(MUTATE_JUMP);
     let passed = mutate_reply.is_some_and(|m| m.token == seen.app.token)
         && seen.app.token != dump.app.token
-        && seen.app.counter >= jumped
+        && jumped.is_some_and(|j| seen.app.counter >= j)
         && seen.mark_drawn
         && seen.frame_sha256 != dump.frame_sha256;
     check(
@@ -173,8 +191,9 @@ pub fn copy_changed(
                "mark_drawn": seen.mark_drawn, "framebuffer_sha256": seen.frame_sha256, "png": seen.png,
                "dump_time_token": dump.app.token, "dump_time_framebuffer_sha256": dump.frame_sha256}),
         &format!(
-            "the token the mutate returned (not the dump-time {}), a counter of at least {jumped}, and the red mark drawn",
-            dump.app.token
+            "the token the mutate returned (not the dump-time {}), a counter of at least {}, and the red mark drawn",
+            dump.app.token,
+            jumped.map_or("(more than 64 bits hold)".to_string(), |j| j.to_string())
         ),
     )
 }
@@ -356,6 +375,28 @@ mod tests {
         assert!(!jumped.passed);
         assert_eq!(jumped.value["max"], 180);
         assert!(!counter_continues("c", 100, since, 181).passed);
+    }
+
+    /// The values are the guest's: a counter at the end of u64 fails the check instead of
+    /// overflowing (a panic in a debug build, a wrapped range in a release one).
+    #[test]
+    fn counters_near_u64_max_fail_instead_of_overflowing() {
+        let since = Duration::from_secs(2);
+        assert_eq!(counter_range(u64::MAX - 5, since), None);
+        assert_eq!(
+            counter_range(u64::MAX - 70, since),
+            Some((u64::MAX - 70, u64::MAX))
+        );
+        assert_eq!(counter_range(0, Duration::MAX), None);
+        let c = counter_continues("c", u64::MAX - 5, since, u64::MAX - 3);
+        assert!(!c.passed);
+        assert!(c.expected.contains("64 bits"), "{}", c.expected);
+        let at_end = obs(T, u64::MAX - 1, "aa", false);
+        let changed = obs("f123456789abcdef0123456789abcdef", u64::MAX, "bb", true);
+        let reply = app("f123456789abcdef0123456789abcdef", u64::MAX);
+        let c = copy_changed("c", Some(&reply), &changed, &at_end);
+        assert!(!c.passed);
+        assert!(c.expected.contains("more than 64 bits"), "{}", c.expected);
     }
 
     #[test]

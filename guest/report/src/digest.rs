@@ -1,4 +1,6 @@
-//! sha256 of bytes and files, and the artifact listing both sides verify against.
+//! sha256 of bytes and files, the names a report may hold, and writing a report's files: what
+//! the writers on both sides share. Reading a report directory back is the host's one reader
+//! (sharedos-rig's `judge::reader`).
 
 use crate::report::Artifact;
 use anyhow::{Context, Result};
@@ -52,65 +54,6 @@ pub fn relative_name_ok(rel: &str) -> bool {
         && rel
             .split('/')
             .all(|c| !c.is_empty() && c != "." && c != "..")
-}
-
-/// Opens `dir/rel` for reading without following a link at any component below `dir`, and only
-/// if it is a regular file. Everything in a report came from the guest, which could have put a
-/// symlink to a host file (a key, ~/.bashrc) or a FIFO (which would block a plain open) there.
-pub fn open_in_report(dir: &Path, rel: &str) -> Result<File> {
-    use nix::fcntl::{open, openat, OFlag};
-    use nix::sys::stat::{fstat, Mode, SFlag};
-    if !relative_name_ok(rel) {
-        anyhow::bail!("{rel:?} is not a plain relative path inside the report directory");
-    }
-    let dir_flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
-    let mut at = open(dir, dir_flags, Mode::empty())
-        .with_context(|| format!("opening the report directory {}", dir.display()))?;
-    let parts: Vec<&str> = rel.split('/').collect();
-    let (last, parents) = parts.split_last().context("an empty artifact path")?;
-    for p in parents {
-        at = openat(&at, *p, dir_flags | OFlag::O_NOFOLLOW, Mode::empty()).with_context(|| {
-            format!("{rel}: {p} is not a directory inside the report (a link is never followed)")
-        })?;
-    }
-    // O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused just below.
-    let fd = openat(
-        &at,
-        *last,
-        OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(|e| match e {
-        nix::errno::Errno::ELOOP => anyhow::anyhow!("{rel} is a symbolic link, not a file"),
-        e => anyhow::anyhow!("opening {rel} in {}: {e}", dir.display()),
-    })?;
-    let st = fstat(&fd).with_context(|| format!("stat of {rel}"))?;
-    let kind = SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT;
-    if kind != SFlag::S_IFREG {
-        let what = match kind {
-            SFlag::S_IFIFO => "a FIFO",
-            SFlag::S_IFCHR => "a character device",
-            SFlag::S_IFBLK => "a block device",
-            SFlag::S_IFSOCK => "a socket",
-            SFlag::S_IFDIR => "a directory",
-            _ => "not a regular file",
-        };
-        anyhow::bail!("{rel} is {what}, not a regular file");
-    }
-    Ok(File::from(fd))
-}
-
-/// Reads a whole file of the report (see `open_in_report`), refusing one over `cap` bytes.
-pub fn read_in_report(dir: &Path, rel: &str, cap: u64) -> Result<Vec<u8>> {
-    let f = open_in_report(dir, rel)?;
-    let mut out = Vec::new();
-    f.take(cap + 1)
-        .read_to_end(&mut out)
-        .with_context(|| format!("reading {rel} in {}", dir.display()))?;
-    if out.len() as u64 > cap {
-        anyhow::bail!("{rel} is larger than the {cap} bytes this rig reads of it");
-    }
-    Ok(out)
 }
 
 /// Writes `dir/name` whole or not at all: a temporary file created fresh (never through a link
@@ -169,41 +112,6 @@ pub fn artifact(dir: &Path, rel: &str, kind: &str) -> Result<Artifact> {
     })
 }
 
-/// One artifact whose bytes on disk no longer match the report.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Mismatch {
-    pub path: String,
-    pub problem: String,
-}
-
-/// Re-hashes every artifact under `dir`; returns what does not match.
-pub fn verify_artifacts(dir: &Path, artifacts: &[Artifact]) -> Vec<Mismatch> {
-    let mut out = Vec::new();
-    for a in artifacts {
-        if !relative_name_ok(&a.path) {
-            out.push(Mismatch {
-                path: a.path.clone(),
-                problem: "path leaves the report directory".into(),
-            });
-            continue;
-        }
-        let hashed =
-            open_in_report(dir, &a.path).and_then(|f| sha256_reader(f, &dir.join(&a.path)));
-        match hashed {
-            Ok((h, _)) if h == a.sha256 => {}
-            Ok((h, _)) => out.push(Mismatch {
-                path: a.path.clone(),
-                problem: format!("sha256 is {h}, report says {}", a.sha256),
-            }),
-            Err(e) => out.push(Mismatch {
-                path: a.path.clone(),
-                problem: format!("{e:#}"),
-            }),
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -233,62 +141,23 @@ mod tests {
     }
 
     #[test]
-    fn verify_finds_changed_missing_and_escaping_files() {
-        let dir = std::env::temp_dir().join(format!("digest-test-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join("a.txt"), b"abc").unwrap();
-        let good = artifact(&dir, "a.txt", "log").unwrap();
-        assert!(verify_artifacts(&dir, std::slice::from_ref(&good)).is_empty());
-        std::fs::write(dir.join("a.txt"), b"abd").unwrap();
-        let mut list = vec![good.clone()];
-        list.push(Artifact {
-            path: "gone.png".into(),
-            ..good.clone()
-        });
-        list.push(Artifact {
-            path: "../x".into(),
-            ..good
-        });
-        let bad = verify_artifacts(&dir, &list);
-        assert_eq!(bad.len(), 3);
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    #[test]
-    fn report_files_are_opened_without_following_links_and_only_if_regular() {
+    fn a_file_is_replaced_whole_and_never_written_through_a_link() {
         use std::os::unix::fs::symlink;
-        let dir = std::env::temp_dir().join(format!("digest-nofollow-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("digest-replace-{}", std::process::id()));
         let outside = std::env::temp_dir().join(format!("digest-outside-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(dir.join("png")).unwrap();
+        let _ = std::fs::remove_dir_all(&outside);
+        std::fs::create_dir_all(&dir).unwrap();
         std::fs::create_dir_all(&outside).unwrap();
         std::fs::write(outside.join("secret"), b"host key").unwrap();
-        std::fs::write(dir.join("png/ok.png"), b"png").unwrap();
-        symlink(outside.join("secret"), dir.join("png/link.png")).unwrap();
-        symlink(&outside, dir.join("linkdir")).unwrap();
-        nix::unistd::mkfifo(&dir.join("fifo.log"), nix::sys::stat::Mode::S_IRUSR).unwrap();
-
-        assert_eq!(read_in_report(&dir, "png/ok.png", 3).unwrap(), b"png");
-        let err = |rel: &str| format!("{:#}", read_in_report(&dir, rel, 1 << 20).unwrap_err());
-        assert!(
-            err("png/link.png").contains("is a symbolic link"),
-            "{}",
-            err("png/link.png")
-        );
-        assert!(err("linkdir/secret").contains("linkdir is not a directory inside the report"));
-        // Would block forever in a plain open().
-        assert!(err("fifo.log").contains("fifo.log is a FIFO, not a regular file"));
-        assert!(err("png").contains("is a directory"));
-        assert!(err("../x").contains("not a plain relative path"));
-        assert!(err("png//ok.png").contains("not a plain relative path"));
-        let big = format!("{:#}", read_in_report(&dir, "png/ok.png", 2).unwrap_err());
-        assert!(big.contains("larger than the 2 bytes"), "{big}");
-
-        // Replacing a file that is a link replaces the link, and the target is untouched.
         symlink(outside.join("secret"), dir.join("report.json")).unwrap();
         replace_in_report(&dir, "report.json", b"{}").unwrap();
         assert_eq!(std::fs::read(outside.join("secret")).unwrap(), b"host key");
-        assert_eq!(read_in_report(&dir, "report.json", 2).unwrap(), b"{}");
+        assert_eq!(std::fs::read(dir.join("report.json")).unwrap(), b"{}");
+        assert!(!std::fs::symlink_metadata(dir.join("report.json"))
+            .unwrap()
+            .file_type()
+            .is_symlink());
         symlink(
             outside.join("secret"),
             dir.join(format!(".r.tmp-{}", std::process::id())),
@@ -296,17 +165,8 @@ mod tests {
         .unwrap();
         replace_in_report(&dir, "r", b"x").unwrap();
         assert_eq!(std::fs::read(outside.join("secret")).unwrap(), b"host key");
-
-        let (sha, _) = sha256_file(&outside.join("secret")).unwrap();
-        let list = [Artifact {
-            path: "png/link.png".into(),
-            sha256: sha,
-            bytes: 8,
-            kind: "png".into(),
-        }];
-        let bad = verify_artifacts(&dir, &list);
-        assert_eq!(bad.len(), 1, "a link with a matching hash must not verify");
-        assert!(bad[0].problem.contains("symbolic link"));
+        let a = artifact(&dir, "r", "log").unwrap();
+        assert_eq!((a.sha256, a.bytes), (sha256_hex(b"x"), 1));
         std::fs::remove_dir_all(&dir).unwrap();
         std::fs::remove_dir_all(&outside).unwrap();
     }

@@ -6,6 +6,7 @@ pub mod clock;
 pub mod compare;
 pub mod digest;
 pub mod environment;
+pub mod fidelity;
 pub mod model;
 pub mod random;
 pub mod report;

@@ -1,13 +1,19 @@
 //! The one report schema. The guest writes it, the host extends it (`vm`) and reads it back
 //! (review, verify, show, diff, list): both sides use these types and nothing else.
 
+use crate::fidelity::{Difference, FidelityOption};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::fmt;
 
 /// Bumped whenever a field changes meaning or disappears; readers refuse other versions.
-pub const SCHEMA_VERSION: u32 = 1;
+/// Version 2: `fidelity_differences` lists keyed differences (`crate::fidelity`), not sentences.
+pub const SCHEMA_VERSION: u32 = 2;
+
+/// review.json's own version, apart from the report's: a review's fields did not change when
+/// the report's did.
+pub const REVIEW_SCHEMA_VERSION: u32 = 1;
 
 /// File name of the report inside a report directory.
 pub const REPORT_FILE: &str = "report.json";
@@ -281,7 +287,8 @@ pub struct Report {
     pub gates: Vec<Gate>,
     pub environment: Environment,
     pub artifacts: Vec<Artifact>,
-    pub fidelity_differences: Vec<String>,
+    /// How this run differs from the runtime it stands in for, by key (`crate::fidelity`).
+    pub fidelity_differences: Vec<Difference>,
     /// What `diagnose` was asked to do beyond the ten plain gates; absent in a plain run.
     #[serde(default, skip_serializing_if = "RunOptions::is_plain")]
     pub options: RunOptions,
@@ -385,106 +392,6 @@ impl fmt::Display for CgroupLimits {
             .map_or((m, ""), |(shift, u)| (m >> shift, u));
         write!(f, "cpu={cpus},memory={n}{unit}")
     }
-}
-
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum FidelityOption {
-    Cgroup,
-    CowRoot,
-    Userns,
-}
-
-/// A fidelity difference an option can close, and the checks that must have passed in the
-/// restored copies (isolation's two, reset's one) before a report may leave it out.
-#[derive(Clone, Copy, Debug)]
-pub struct Closable {
-    pub option: FidelityOption,
-    pub flag: &'static str,
-    pub difference: &'static str,
-    /// The words that name the difference in any report's list, this rig's earlier wording
-    /// included (one entry then named the user namespace and the cgroups together).
-    pub key: &'static str,
-    pub checks: &'static [(GateName, &'static str)],
-}
-
-pub const CLOSABLE: [Closable; 3] = [
-    Closable {
-        option: FidelityOption::Userns,
-        flag: "--userns",
-        difference: "no user namespace: root in the tree is root of the machine",
-        key: "no user namespace",
-        checks: &[
-            (GateName::Isolation, "a_userns_mapped"),
-            (GateName::Isolation, "b_userns_mapped"),
-            (GateName::Isolation, "copies_own_userns"),
-            (GateName::Reset, "userns_mapped"),
-        ],
-    },
-    Closable {
-        option: FidelityOption::Cgroup,
-        flag: "--cgroup",
-        difference: "no cgroup CPU or memory limits",
-        key: "no cgroup CPU or memory limits",
-        checks: &[
-            (GateName::Isolation, "a_cgroup_limits"),
-            (GateName::Isolation, "b_cgroup_limits"),
-            (GateName::Isolation, "copies_own_cgroups"),
-            (GateName::Reset, "cgroup_limits"),
-        ],
-    },
-    Closable {
-        option: FidelityOption::CowRoot,
-        flag: "--cow-root",
-        difference: "the tree's root is a read-only bind of the machine's /; only /dev, /dev/shm, /tmp and /var/lib/xkb are private",
-        key: "read-only bind of the machine's /",
-        checks: &[
-            (GateName::Isolation, "a_cow_file_written"),
-            (GateName::Isolation, "b_cow_file_absent"),
-            (GateName::Reset, "cow_file_discarded"),
-        ],
-    },
-];
-
-/// Why `c` still applies to a run with `options` and these gates, or None when the run closed
-/// it: the option was requested and every one of its checks is present and passed.
-pub fn still_differs(c: &Closable, options: &RunOptions, gates: &[Gate]) -> Option<String> {
-    if !options.requested(c.option) {
-        return Some(format!("{} was not requested", c.flag));
-    }
-    let short: Vec<String> = c
-        .checks
-        .iter()
-        .filter_map(|(gate, name)| {
-            match gates
-                .iter()
-                .find(|g| g.name == *gate)
-                .and_then(|g| g.check(name))
-            {
-                Some(ch) if ch.passed => None,
-                Some(_) => Some(format!("{gate}.{name} failed")),
-                None => Some(format!("{gate}.{name} did not run")),
-            }
-        })
-        .collect();
-    (!short.is_empty()).then(|| format!("{} was requested, but {}", c.flag, short.join(", ")))
-}
-
-/// Fidelity differences the report leaves out although its options and checks do not close
-/// them: each a problem in words.
-pub fn unjustified_omissions(r: &Report) -> Vec<String> {
-    CLOSABLE
-        .iter()
-        .filter(|c| !r.fidelity_differences.iter().any(|f| f.contains(c.key)))
-        .filter_map(|c| {
-            still_differs(c, &r.options, &r.gates).map(|why| {
-                format!(
-                    "report.json leaves out the fidelity difference \"{}\", but {why}",
-                    c.difference
-                )
-            })
-        })
-        .collect()
 }
 
 impl Report {

@@ -97,9 +97,9 @@ pub struct Mem {
 
 impl Mem {
     pub fn add(&mut self, o: Mem) {
-        self.rss_kib += o.rss_kib;
-        self.pss_kib += o.pss_kib;
-        self.uss_kib += o.uss_kib;
+        self.rss_kib = self.rss_kib.saturating_add(o.rss_kib);
+        self.pss_kib = self.pss_kib.saturating_add(o.pss_kib);
+        self.uss_kib = self.uss_kib.saturating_add(o.uss_kib);
     }
 }
 

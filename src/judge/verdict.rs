@@ -1,16 +1,27 @@
-//! Reading an archived report back and deciding what it proves: every artifact re-hashed, the
-//! review judged against the PNGs, report.json's own verdict checked against its gates.
+//! The one verdict: what an archived report proves, and the exit code that sums it up. verify,
+//! show, list, diff, vm-run's own exit code, every matrix cell (vm-matrix and `matrix merge`)
+//! and `show MATRIX` all call [`judge`], so a report is judged the same way wherever it is
+//! looked at. It reads the directory through the one reader (each file once), re-hashes every
+//! artifact, judges review.json against the PNGs, holds report.json's own verdict fields, the
+//! guest's own report and the host's recheck against its gates, checks the signatures, and
+//! requires the newest signed review the host's ledger holds.
 
-use crate::recheck;
-use crate::review::{self, ReviewState};
-use crate::sign::{self, AllowedSigner, SigState, Signature};
+use super::artifacts::{self, Mismatch};
+use super::consistency;
+use super::ledger::{self, Ledger};
+use super::reader::ReportDir;
+use super::recheck;
+use super::review::{self, ReviewState};
+use super::sign::{self, AllowedSigner, SigState, Signature};
+use crate::escape;
 use anyhow::{bail, Context, Result};
-use sharedos_report::digest::{self, Mismatch};
-use sharedos_report::report::{
-    self, Gate, GateName, Report, RunOptions, Status, Verdict, REPORT_FILE,
-};
+use sharedos_report::report::{self, Gate, Report, Verdict, REPORT_FILE, REVIEW_FILE};
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+pub use super::consistency::rig_error;
+pub use sharedos_report::report::RIG_FAILURE_EXIT;
 
 /// Far above any real report.json (tens of KiB); a larger one is refused, not read.
 pub const MAX_REPORT_BYTES: u64 = 16 << 20;
@@ -18,33 +29,20 @@ pub const MAX_REPORT_BYTES: u64 = 16 << 20;
 /// report.json as read from a report directory.
 #[derive(Clone, Debug)]
 pub struct LoadedReport {
-    pub path: PathBuf,
     pub report: Report,
     /// sha256 of report.json's bytes, which a review cites.
     pub sha256: String,
 }
 
-/// Reads `dir/report.json`, refusing a schema version this rig does not understand.
-pub fn read_report(dir: &Path) -> Result<LoadedReport> {
-    let path = dir.join(REPORT_FILE);
-    if !dir.is_dir() {
-        bail!(
-            "{} is not a directory; give the report directory (the one holding {REPORT_FILE})",
-            dir.display()
-        );
-    }
-    let bytes = digest::read_in_report(dir, REPORT_FILE, MAX_REPORT_BYTES).with_context(|| {
-        format!(
-            "reading {}; is {} a report directory written by sharedos-gate diagnose or vm-run?",
-            path.display(),
-            dir.display()
-        )
-    })?;
-    let report = parse_report(&bytes).with_context(|| format!("reading {}", path.display()))?;
+/// Reads report.json through the reader, refusing a schema version this rig does not
+/// understand. Err is the problem in words.
+pub fn read_report(dir: &ReportDir) -> Result<LoadedReport, String> {
+    let read = dir.bytes(REPORT_FILE, MAX_REPORT_BYTES)?;
+    let report = parse_report(read.bytes().unwrap_or_default())
+        .map_err(|e| format!("{REPORT_FILE} cannot be read: {e:#}"))?;
     Ok(LoadedReport {
-        sha256: digest::sha256_hex(&bytes),
-        path,
         report,
+        sha256: read.sha256.clone(),
     })
 }
 
@@ -64,11 +62,86 @@ pub fn parse_report(bytes: &[u8]) -> Result<Report> {
     serde_json::from_value(value).context("it does not match the report schema")
 }
 
+/// How a judgement reads the directory.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct How<'a> {
+    /// Re-hash every artifact (list and diff leave it out to stay fast over many reports).
+    pub rehash: bool,
+    /// report.json, and review.json when there is one, must be signed by one of these; a review
+    /// by a key the file gives to its reviewer.
+    pub signers: Option<&'a [AllowedSigner]>,
+    /// The host's ledger of signed reviews: required of the report, and added to when a signed
+    /// review is seen verified.
+    pub ledger: Option<&'a Ledger>,
+}
+
+impl<'a> How<'a> {
+    /// Everything re-hashed, with the ledger.
+    pub fn full(ledger: Option<&'a Ledger>) -> How<'a> {
+        How {
+            rehash: true,
+            signers: None,
+            ledger,
+        }
+    }
+
+    /// The artifacts not re-hashed: the listing, the review, the recheck and the rest still are.
+    pub fn quick(ledger: Option<&'a Ledger>) -> How<'a> {
+        How {
+            rehash: false,
+            signers: None,
+            ledger,
+        }
+    }
+}
+
+/// A directory the verdict could not judge: not a report directory at all (a usage error), or
+/// one whose report.json cannot be read (a verdict: FAIL).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Refused {
+    pub dir: PathBuf,
+    pub problem: String,
+    /// True when the directory holds a report.json that cannot be read: the verdict is FAIL,
+    /// exit 1. False when it is no report directory: exit 2.
+    pub unreadable_report: bool,
+}
+
+impl Refused {
+    pub fn exit_code(&self) -> i32 {
+        if self.unreadable_report {
+            Verdict::Fail.exit_code()
+        } else {
+            RIG_FAILURE_EXIT
+        }
+    }
+}
+
+impl fmt::Display for Refused {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let shown = escape::line(&self.dir.join(REPORT_FILE).display().to_string());
+        if !self.unreadable_report {
+            return write!(f, "{}", escape::line(&self.problem));
+        }
+        writeln!(f, "report:    {shown}")?;
+        writeln!(f, "problems:\n  - {}", escape::line(&self.problem))?;
+        write!(
+            f,
+            "verdict:   {} (exit {}): the report cannot be trusted as it stands",
+            Verdict::Fail,
+            self.exit_code()
+        )
+    }
+}
+
+impl std::error::Error for Refused {}
+
 /// Everything a report directory proves, and the exit code that sums it up.
 #[derive(Clone, Debug)]
 pub struct Outcome {
     /// Where the report was read from; None for a report that came from memory.
     pub dir: Option<PathBuf>,
+    /// The reader the judgement used: what renders the report reads the same bytes from it.
+    pub files: Option<Rc<ReportDir>>,
     pub report: Report,
     pub report_sha256: Option<String>,
     pub review: ReviewState,
@@ -79,13 +152,16 @@ pub struct Outcome {
     /// How many artifacts were re-hashed; None when nothing was re-hashed.
     pub artifacts_checked: Option<usize>,
     pub mismatches: Vec<Mismatch>,
-    /// report.json fields that contradict its own gates.
+    /// Everything else the host found wrong: report.json against its own gates, the guest's
+    /// report against it, the host's recheck, the ledger of signed reviews.
     pub inconsistencies: Vec<String>,
     /// report.json's signature, and review.json's when there is one.
     pub signatures: Vec<Signature>,
     /// Whether the signatures were checked against an allowed signers file (a missing or
     /// rejected one is then a problem).
     pub signatures_required: bool,
+    /// What the judgement says beside its verdict (the ledger could not be read, ...).
+    pub notes: Vec<String>,
     /// The final verdict: FAIL whenever anything above is wrong.
     pub verdict: Verdict,
     /// 0 all gates pass, review included; 3 only the review is outstanding; 1 anything else.
@@ -93,12 +169,21 @@ pub struct Outcome {
 }
 
 impl Outcome {
-    /// Every problem in words: artifact mismatches, a rejected review, an inconsistent report.
+    /// Every problem in words: the rig's failure, then what [`Outcome::found`] lists.
     pub fn problems(&self) -> Vec<String> {
         let mut p: Vec<String> = rig_error(&self.report)
             .map(|e| format!("the rig failed, so the report is partial: {e}"))
             .into_iter()
             .collect();
+        p.extend(self.found());
+        p
+    }
+
+    /// What the judgement found wrong with the report, the rig's own failure aside: artifact
+    /// mismatches, a rejected review, an inconsistent report, a missing or rejected signature
+    /// where one is required.
+    pub fn found(&self) -> Vec<String> {
+        let mut p = Vec::new();
         p.extend(
             self.mismatches
                 .iter()
@@ -140,104 +225,21 @@ impl Outcome {
             .iter()
             .any(|s| s.file == REPORT_FILE && matches!(s.state, SigState::Valid { .. }))
     }
+
+    /// The verdict from the gates and every problem: FAIL when anything is wrong.
+    fn fold(mut self) -> Outcome {
+        self.verdict = if self.problems().is_empty() {
+            self.gates_verdict
+        } else {
+            Verdict::Fail
+        };
+        self.exit_code = self.verdict.exit_code();
+        self
+    }
 }
 
-/// The rig's own failure recorded by vm-run, if any.
-pub fn rig_error(r: &Report) -> Option<&str> {
-    r.vm.as_ref().and_then(|vm| vm.rig_error.as_deref())
-}
-
-pub use sharedos_report::report::RIG_FAILURE_EXIT;
-
-/// The SPEC's shape of a report: the ten gates, once each, in order, and the density gate after
-/// reset exactly when the report's options asked for it (`--copies`). Empty when it holds.
-pub fn gate_list_problems(gates: &[Gate], options: &RunOptions) -> Vec<String> {
-    let names: Vec<GateName> = gates.iter().map(|g| g.name).collect();
-    let expected = options.gates();
-    if names == expected {
-        return Vec::new();
-    }
-    let mut out = Vec::new();
-    for n in &expected {
-        match names.iter().filter(|m| *m == n).count() {
-            0 if *n == GateName::Density => out.push(format!(
-                "report.json has no {n} gate, though its options ask for one (copies: {})",
-                options.copies.map(|c| c.to_string()).unwrap_or_default()
-            )),
-            0 => out.push(format!("report.json has no {n} gate")),
-            1 => {}
-            k => out.push(format!("report.json has the {n} gate {k} times")),
-        }
-    }
-    if !expected.contains(&GateName::Density) && names.contains(&GateName::Density) {
-        out.push(
-            "report.json has a density gate, but its options do not ask for one (no copies)"
-                .to_string(),
-        );
-    }
-    if out.is_empty() {
-        let got: Vec<&str> = names.iter().map(|n| n.as_str()).collect();
-        out.push(format!(
-            "report.json's gates are out of the SPEC's order: {}",
-            got.join(", ")
-        ));
-    }
-    out
-}
-
-/// report.json must have the SPEC's ten gates in order; its GUI gate can never say PASS, since
-/// only a valid review.json beside it passes that gate; its `all_gates_pass` and `exit_code`
-/// must be what its own gates say (or, for a run whose rig failed, the rig-failure code); and
-/// it may leave out a fidelity difference only when its options and their passing checks close
-/// it (a run whose rig failed has no guest list to judge).
-pub fn inconsistencies(r: &Report) -> Vec<String> {
-    let v = report::verdict(&r.gates);
-    let mut out = gate_list_problems(&r.gates, &r.options);
-    if rig_error(r).is_none() {
-        out.extend(report::unjustified_omissions(r));
-    }
-    for g in r.gates.iter().filter(|g| g.status == Status::Pass) {
-        if g.name == GateName::GuiPixelReview {
-            out.push(format!(
-                "report.json says {} PASS, but only a valid {} can pass that gate",
-                g.name,
-                report::REVIEW_FILE
-            ));
-            continue;
-        }
-        // A PASS stands on the checks behind it: with none, or a failed one, it is only a claim.
-        if g.checks.is_empty() {
-            out.push(format!(
-                "report.json says {} PASS, but records no check behind it",
-                g.name
-            ));
-        }
-        for c in g.checks.iter().filter(|c| !c.passed) {
-            out.push(format!(
-                "report.json says {} PASS, but its check {} failed",
-                g.name, c.name
-            ));
-        }
-    }
-    let expected_exit = if rig_error(r).is_some() {
-        RIG_FAILURE_EXIT
-    } else {
-        v.exit_code()
-    };
-    if r.all_gates_pass != (v == Verdict::Pass) {
-        out.push(format!(
-            "report.json says all_gates_pass={}, but its gates give {v}",
-            r.all_gates_pass
-        ));
-    }
-    if r.exit_code != expected_exit {
-        out.push(format!(
-            "report.json says exit_code={}, but its gates give {v} (exit {expected_exit})",
-            r.exit_code,
-        ));
-    }
-    out
-}
+/// The report's own problems (report.json against its gates) beside the ones given.
+pub use super::consistency::problems as inconsistencies;
 
 /// The pure verdict: applies the review, folds in the integrity findings.
 pub fn evaluate(
@@ -248,14 +250,10 @@ pub fn evaluate(
 ) -> Outcome {
     let gates = review::apply(&report.gates, &review);
     let gates_verdict = report::verdict(&gates);
-    let inconsistencies = inconsistencies(&report);
-    let clean = mismatches.is_empty()
-        && inconsistencies.is_empty()
-        && !review.is_invalid()
-        && rig_error(&report).is_none();
-    let verdict = if clean { gates_verdict } else { Verdict::Fail };
     Outcome {
         dir: None,
+        files: None,
+        inconsistencies: consistency::problems(&report),
         report,
         report_sha256,
         review,
@@ -263,12 +261,13 @@ pub fn evaluate(
         gates_verdict,
         artifacts_checked: None,
         mismatches,
-        inconsistencies,
         signatures: Vec::new(),
         signatures_required: false,
-        verdict,
-        exit_code: verdict.exit_code(),
+        notes: Vec::new(),
+        verdict: Verdict::Fail,
+        exit_code: Verdict::Fail.exit_code(),
     }
+    .fold()
 }
 
 /// Judges a report and an optional review that came from memory, without touching the disk.
@@ -281,85 +280,132 @@ pub fn evaluate_report(report: &Report, review: Option<&report::Review>) -> Outc
     evaluate(report.clone(), None, state, Vec::new())
 }
 
-/// Reads a report directory and judges it without re-hashing the artifacts (for list and diff,
-/// which must stay fast on a directory of many reports).
-pub fn load_dir(dir: &Path) -> Result<Outcome> {
-    judge_dir(dir, false, None)
+/// The one verdict on the report directory at `path`.
+pub fn judge(path: &Path, how: &How) -> Result<Outcome, Refused> {
+    let dir = ReportDir::open(path).map_err(|problem| Refused {
+        dir: path.to_path_buf(),
+        problem: format!("{problem}: give the report directory (the one holding {REPORT_FILE})"),
+        unreadable_report: false,
+    })?;
+    judge_dir(dir, how)
 }
 
-/// `sharedos-rig verify`: re-hashes every artifact, judges review.json, checks the report's own
-/// verdict. Err only when report.json itself cannot be read.
-pub fn verify_dir(dir: &Path) -> Result<Outcome> {
-    judge_dir(dir, true, None)
-}
-
-/// `verify_dir`, and report.json (and review.json, when present) must carry a signature by one
-/// of `signers`.
-pub fn verify_dir_signed(dir: &Path, signers: &[AllowedSigner]) -> Result<Outcome> {
-    judge_dir(dir, true, Some(signers))
-}
-
-/// What vm-run archived of the guest's own report: its verdict fields must be what its gates
-/// give, and its gates must be the archived report's. Nothing when there is no guest/ (a report
-/// written by diagnose directly).
-pub fn guest_report_problems(dir: &Path, top: &Report) -> Vec<String> {
-    let guest = dir.join(report::GUEST_DIR);
-    let rel = format!("{}/{REPORT_FILE}", report::GUEST_DIR);
-    if std::fs::symlink_metadata(guest.join(REPORT_FILE)).is_err() {
-        return Vec::new();
+/// The one verdict on a report directory already opened (a row of a matrix, an entry of a
+/// list, reached without following a link).
+pub fn judge_dir(dir: ReportDir, how: &How) -> Result<Outcome, Refused> {
+    let loaded = load(&dir)?;
+    let mismatches = artifacts::check(&dir, &loaded.report.artifacts, how.rehash);
+    let state = review::assess(
+        &loaded.report,
+        Some(&loaded.sha256),
+        review::read_review(&dir),
+    );
+    let mut found = consistency::guest_problems(&dir, &loaded.report);
+    found.extend(recheck::problems(&loaded.report, &dir));
+    let checked = how.rehash.then_some(loaded.report.artifacts.len());
+    let mut o = evaluate(loaded.report, Some(loaded.sha256), state, mismatches);
+    o.inconsistencies.extend(found);
+    o.signatures = signatures(&dir, &o.review, how.signers);
+    o.signatures_required = how.signers.is_some();
+    o.artifacts_checked = checked;
+    if let Some(l) = how.ledger {
+        ledger_stage(&dir, &mut o, l, how.signers.is_some());
     }
-    let g = match digest::read_in_report(&guest, REPORT_FILE, MAX_REPORT_BYTES)
-        .and_then(|b| parse_report(&b))
-    {
-        Ok(g) => g,
-        Err(e) => return vec![format!("{rel} cannot be read: {e:#}")],
+    o.dir = Some(dir.path().to_path_buf());
+    o.files = Some(Rc::new(dir));
+    Ok(o.fold())
+}
+
+/// report.json, or why the directory cannot be judged.
+fn load(dir: &ReportDir) -> Result<LoadedReport, Refused> {
+    let refused = |problem: String, unreadable_report: bool| Refused {
+        dir: dir.path().to_path_buf(),
+        problem,
+        unreadable_report,
     };
-    let mut out: Vec<String> = inconsistencies(&g)
-        .into_iter()
-        .map(|p| format!("{rel}, as the guest wrote it: {p}"))
-        .collect();
-    if g.gates != top.gates {
-        out.push(format!(
-            "{REPORT_FILE}'s gates are not the ones the guest reported in {rel}"
-        ));
+    match dir.kind(REPORT_FILE) {
+        Ok(None) => Err(refused(
+            format!(
+                "{} holds no {REPORT_FILE}; is it a report directory written by sharedos-gate \
+                 diagnose or vm-run?",
+                dir.path().display()
+            ),
+            false,
+        )),
+        Err(e) => Err(refused(e, true)),
+        Ok(Some(_)) => read_report(dir).map_err(|e| refused(e, true)),
+    }
+}
+
+/// report.json's signature, and review.json's when there is one (by its reviewer's own key).
+fn signatures(
+    dir: &ReportDir,
+    review: &ReviewState,
+    signers: Option<&[AllowedSigner]>,
+) -> Vec<Signature> {
+    let mut out = vec![sign::check(dir, REPORT_FILE, signers, None)];
+    if !matches!(dir.kind(REVIEW_FILE), Ok(None)) {
+        let reviewer = match review {
+            ReviewState::Valid(r) => Some(r.reviewer.as_str()),
+            ReviewState::Invalid {
+                review: Some(r), ..
+            } => Some(r.reviewer.as_str()),
+            _ => None,
+        };
+        out.push(sign::check(dir, REVIEW_FILE, signers, reviewer));
     }
     out
 }
 
-fn judge_dir(dir: &Path, rehash: bool, signers: Option<&[AllowedSigner]>) -> Result<Outcome> {
-    let loaded = read_report(dir)?;
-    let mismatches = if rehash {
-        digest::verify_artifacts(dir, &loaded.report.artifacts)
-    } else {
-        Vec::new()
+/// The ledger's signed reviews of this report must still be carried; a signed review seen
+/// verified here is kept in it.
+fn ledger_stage(dir: &ReportDir, o: &mut Outcome, l: &Ledger, checked: bool) {
+    let Some(sha) = o.report_sha256.clone() else {
+        return;
     };
-    let state = review::assess(
-        &loaded.report,
-        Some(&loaded.sha256),
-        review::read_review(dir),
-    );
-    let checked = loaded.report.artifacts.len();
-    let mut from_guest = guest_report_problems(dir, &loaded.report);
-    from_guest.extend(recheck::problems(&loaded.report, dir));
-    let mut o = evaluate(loaded.report, Some(loaded.sha256), state, mismatches);
-    o.signatures = vec![sign::check(dir, REPORT_FILE, signers)];
-    if std::fs::symlink_metadata(dir.join(report::REVIEW_FILE)).is_ok() {
-        o.signatures
-            .push(sign::check(dir, report::REVIEW_FILE, signers));
+    let review_sig = o.signatures.iter().find(|s| s.file == REVIEW_FILE);
+    let signed = review_sig.is_some_and(|s| match s.state {
+        SigState::Valid { .. } => true,
+        SigState::NotChecked => !checked,
+        _ => false,
+    });
+    let carried_sha = dir.file(REVIEW_FILE).ok().map(|f| f.sha256.clone());
+    let carried = match (&o.review, &carried_sha) {
+        (ReviewState::Valid(r), Some(s)) => Some(ledger::Carried {
+            review: r,
+            sha256: s,
+            signed,
+        }),
+        _ => None,
+    };
+    match l.recorded(&sha) {
+        Ok(rec) => o.inconsistencies.extend(ledger::problems(&rec, carried)),
+        Err(e) => o
+            .notes
+            .push(format!("the review ledger could not be read: {e:#}")),
     }
-    o.signatures_required = signers.is_some();
-    let unsigned = o.signatures_required
-        && o.signatures
-            .iter()
-            .any(|s| !matches!(s.state, SigState::Valid { .. }));
-    if !from_guest.is_empty() || unsigned {
-        o.inconsistencies.extend(from_guest);
-        o.verdict = Verdict::Fail;
-        o.exit_code = Verdict::Fail.exit_code();
+    let verified = review_sig.is_some_and(|s| matches!(s.state, SigState::Valid { .. }));
+    if let (true, ReviewState::Valid(_)) = (verified, &o.review) {
+        let kept = dir
+            .bytes(REVIEW_FILE, review::MAX_REVIEW_BYTES)
+            .and_then(|r| {
+                dir.bytes(&sign::sig_name(REVIEW_FILE), 64 << 10)
+                    .map(|s| (r, s))
+            })
+            .map_err(anyhow::Error::msg)
+            .and_then(|(r, s)| {
+                l.record(
+                    &sha,
+                    r.bytes().unwrap_or_default(),
+                    s.bytes().unwrap_or_default(),
+                )
+            });
+        if let Err(e) = kept {
+            o.notes.push(format!(
+                "the verified review was not kept in the review ledger: {e:#}"
+            ));
+        }
     }
-    o.dir = Some(dir.to_path_buf());
-    o.artifacts_checked = rehash.then_some(checked);
-    Ok(o)
 }
 
 /// What the verdict means, in words.
@@ -373,10 +419,17 @@ pub fn verdict_meaning(o: &Outcome) -> &'static str {
     }
 }
 
+/// verify's output: every line that carries the report's text is escaped, so the verdict line
+/// is the last line and the only one that starts with `verdict:`.
 impl fmt::Display for Outcome {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let l = escape::line;
         if let Some(d) = &self.dir {
-            writeln!(f, "report:    {}", d.join(REPORT_FILE).display())?;
+            writeln!(
+                f,
+                "report:    {}",
+                l(&d.join(REPORT_FILE).display().to_string())
+            )?;
         }
         if let Some(sha) = &self.report_sha256 {
             writeln!(f, "sha256:    {sha}")?;
@@ -387,14 +440,17 @@ impl fmt::Display for Outcome {
             }
             Some(n) => writeln!(
                 f,
-                "artifacts: {n} re-hashed, {} do not match",
+                "artifacts: {n} listed, re-hashed once each; {} problem(s)",
                 self.mismatches.len()
             )?,
             None => writeln!(f, "artifacts: not re-hashed")?,
         }
-        writeln!(f, "review:    {}", self.review.describe())?;
+        writeln!(f, "review:    {}", l(&self.review.describe()))?;
         for s in &self.signatures {
-            writeln!(f, "signature: {s}")?;
+            writeln!(f, "signature: {}", l(&s.to_string()))?;
+        }
+        for n in &self.notes {
+            writeln!(f, "note:      {}", l(n))?;
         }
         for g in &self.gates {
             writeln!(f, "  {:<16} {}", g.status.as_str(), g.name)?;
@@ -403,17 +459,16 @@ impl fmt::Display for Outcome {
         if !problems.is_empty() {
             writeln!(f, "problems:")?;
             for p in &problems {
-                writeln!(f, "  - {p}")?;
+                writeln!(f, "  - {}", l(p))?;
             }
         }
         if self.review == ReviewState::None && self.gates_verdict == Verdict::ReviewRequired {
             if let Some(d) = &self.dir {
+                let d = l(&d.display().to_string());
                 writeln!(
                     f,
-                    "next:      sharedos-rig show {} --format html > page.html, then \
-                     sharedos-rig review {} --decision pass|fail --reviewer NAME",
-                    d.display(),
-                    d.display()
+                    "next:      sharedos-rig show {d} --format html > page.html, then \
+                     sharedos-rig review {d} --decision pass|fail --reviewer NAME"
                 )?;
             }
         }
@@ -431,9 +486,12 @@ impl fmt::Display for Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::review::tests::{fresh_report, review_for};
-    use crate::review::ReviewFile;
-    use sharedos_report::report::ReviewDecision;
+    use crate::judge::consistency::gate_list_problems;
+    use crate::judge::review::tests::{fresh_report, review_for};
+    use crate::judge::review::ReviewFile;
+    use sharedos_report::fidelity::{Key, CLOSABLE};
+    use sharedos_report::report::{GateName, ReviewDecision, RunOptions, Status};
+    use std::path::Path;
 
     fn judge(r: &Report, file: ReviewFile, mism: Vec<Mismatch>) -> Outcome {
         let state = review::assess(r, None, file);
@@ -442,16 +500,15 @@ mod tests {
 
     #[test]
     fn a_fidelity_difference_left_out_needs_its_option_and_passing_checks() {
-        let cgroup = report::CLOSABLE[1];
-        assert_eq!(cgroup.option, report::FidelityOption::Cgroup);
+        let cgroup = CLOSABLE[1];
+        assert_eq!(cgroup.key, Key::NoCgroupLimits);
         let mut r = fresh_report();
-        r.fidelity_differences
-            .retain(|f| !f.starts_with(cgroup.difference));
+        r.fidelity_differences.retain(|f| f.key != cgroup.key);
         let flagged = |r: &Report| {
             judge(r, ReviewFile::Absent, vec![])
                 .inconsistencies
                 .into_iter()
-                .filter(|p| p.contains(cgroup.difference))
+                .filter(|p| p.contains("no_cgroup_limits"))
                 .collect::<Vec<_>>()
         };
         let p = flagged(&r);
@@ -785,5 +842,134 @@ mod tests {
             gate_list_problems(&r.gates, &r.options),
             vec!["report.json has the density gate 2 times"]
         );
+    }
+
+    /// A report directory on disk as vm-run leaves one: the honest checks, their PNGs under
+    /// guest/, every artifact listed.
+    fn archive(name: &str) -> (std::path::PathBuf, Report) {
+        let d = std::env::temp_dir().join(format!("verdict-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        let mut r = fresh_report();
+        r.artifacts.clear();
+        r.vm = Some(Default::default());
+        hostile_gate::honest::add_to(&mut r, &d).unwrap();
+        r.seal();
+        std::fs::write(d.join(REPORT_FILE), serde_json::to_vec_pretty(&r).unwrap()).unwrap();
+        (d, r)
+    }
+
+    fn keygen(dir: &Path) -> (std::path::PathBuf, Vec<AllowedSigner>) {
+        let key = dir.join("key");
+        let st = std::process::Command::new("ssh-keygen")
+            .args(["-q", "-t", "ed25519", "-N", "", "-C", "ci", "-f"])
+            .arg(&key)
+            .status()
+            .expect("ssh-keygen (openssh-client)");
+        assert!(st.success());
+        let public = std::fs::read_to_string(key.with_extension("pub")).unwrap();
+        let signers = sign::parse_allowed_signers(&format!("ci@example {public}")).unwrap();
+        (key, signers)
+    }
+
+    #[test]
+    fn an_archive_on_disk_awaits_only_the_review_and_reads_each_file_once() {
+        let (d, r) = archive("once");
+        let o = super::judge(&d, &How::full(None)).unwrap();
+        assert_eq!(o.exit_code, 3, "{o}");
+        assert_eq!(o.artifacts_checked, Some(r.artifacts.len()));
+        let reads = o.files.as_ref().unwrap().reads();
+        assert!(reads.contains_key(REPORT_FILE) && reads.len() > r.artifacts.len());
+        assert!(reads.values().all(|n| *n == 1), "{reads:?}");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// The swap between two reads: a forged report.json is in place when the verdict reads it,
+    /// and the signed original is put back right after (the reader's hook runs at that moment,
+    /// deterministically). The signature is checked on the bytes that were parsed, so the
+    /// forgery is rejected; a second read would have found the original and said "signed".
+    #[test]
+    fn a_file_swapped_after_it_was_read_is_judged_as_it_was_read() {
+        let (d, _) = archive("swap");
+        let (key, signers) = keygen(&d);
+        sign::sign(&d, REPORT_FILE, &key).unwrap();
+        let original = std::fs::read(d.join(REPORT_FILE)).unwrap();
+        let how = How {
+            rehash: true,
+            signers: Some(&signers),
+            ledger: None,
+        };
+        assert!(super::judge(&d, &how).unwrap().signed());
+        let forged = String::from_utf8(original.clone()).unwrap().replacen(
+            "prerequisites reason",
+            "prerequisites, forged",
+            1,
+        );
+        assert_ne!(forged.as_bytes(), &original[..]);
+        std::fs::write(d.join(REPORT_FILE), &forged).unwrap();
+        let files = ReportDir::open(&d).unwrap();
+        let path = d.join(REPORT_FILE);
+        files.after_read(move |rel| {
+            if rel == REPORT_FILE {
+                std::fs::write(&path, &original).unwrap();
+            }
+        });
+        let o = judge_dir(files, &how).unwrap();
+        assert!(o.report.gates[0].reason.contains("forged"));
+        assert!(!o.signed(), "{o}");
+        assert_eq!(o.exit_code, 1);
+        assert!(
+            o.problems()
+                .iter()
+                .any(|p| p.contains("report.json changed after it was signed")),
+            "{o}"
+        );
+        let reads = o.files.as_ref().unwrap().reads();
+        assert_eq!(reads[REPORT_FILE], 1, "{reads:?}");
+        // The original, put back by the hook, still verifies as signed.
+        assert!(super::judge(&d, &how).unwrap().signed());
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn an_unreadable_report_json_is_a_verdict_and_a_missing_one_is_not() {
+        let (d, _) = archive("unreadable");
+        std::fs::write(d.join(REPORT_FILE), b"{\"schema_version\": 2, \"gates\": [").unwrap();
+        let r = super::judge(&d, &How::full(None)).unwrap_err();
+        assert!(r.unreadable_report);
+        assert_eq!(r.exit_code(), 1);
+        let shown = r.to_string();
+        assert!(
+            shown
+                .lines()
+                .last()
+                .unwrap()
+                .starts_with("verdict:   FAIL (exit 1)"),
+            "{shown}"
+        );
+        std::fs::remove_file(d.join(REPORT_FILE)).unwrap();
+        let r = super::judge(&d, &How::full(None)).unwrap_err();
+        assert!(!r.unreadable_report);
+        assert_eq!(r.exit_code(), 2);
+        assert!(r.problem.contains("holds no report.json"), "{}", r.problem);
+        let r = super::judge(&d.join("nowhere"), &How::full(None)).unwrap_err();
+        assert!(r.problem.contains("does not exist"), "{}", r.problem);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn verify_prints_guest_text_escaped_and_one_verdict_line() {
+        let mut r = fresh_report();
+        r.gates[1].checks[0].passed = false;
+        r.gates[1].checks[0].name = "x\nverdict:   PASS (exit 0)\r\u{1b}[2J".into();
+        let o = evaluate_report(&r, None);
+        let t = o.to_string();
+        assert_eq!(
+            t.lines().filter(|l| l.starts_with("verdict:")).count(),
+            1,
+            "{t}"
+        );
+        assert!(!t.chars().any(|c| c.is_control() && c != '\n'), "{t:?}");
+        assert!(t.contains("\\u{1b}[2J"), "{t}");
     }
 }

@@ -1,11 +1,17 @@
-//! Pixel comparison for the review page: two framebuffer PNGs decoded within bounds, the pixels
-//! that differ counted and boxed, and a diff image that shows them in magenta over a dimmed copy
-//! of the reference, with the box outlined.
+//! Framebuffer PNGs decoded within bounds, one at a time: the host's recheck hashes their
+//! pixels, and the review page compares each with the dump-time one (the pixels that differ
+//! counted and boxed, and a diff image that shows them in magenta over a dimmed copy of the
+//! reference, with the box outlined). A PNG is a guest's file, so its header is held against
+//! the caps before any buffer is made, and the png crate's own allocations are limited too.
 
 use anyhow::{bail, Context, Result};
 
-/// A framebuffer is at most a few megapixels; a PNG that claims more is not decoded.
-const MAX_DECODED_BYTES: usize = 64 << 20;
+/// The widest or tallest image decoded. The guest's framebuffer is 640x480.
+pub const MAX_SIDE: u32 = 8192;
+/// The most pixels decoded: 4096x4096.
+pub const MAX_PIXELS: u64 = 1 << 24;
+/// The largest buffer a decode makes, and the png crate's own limit.
+pub const MAX_DECODED_BYTES: usize = 64 << 20;
 
 /// An image as 8-bit RGB.
 #[derive(Debug, Clone, PartialEq)]
@@ -13,6 +19,18 @@ pub struct Rgb {
     pub width: u32,
     pub height: u32,
     pub data: Vec<u8>,
+}
+
+/// Why the declared size of an image is refused, before anything is decoded.
+pub fn size_problem(width: u32, height: u32) -> Option<String> {
+    let pixels = u64::from(width) * u64::from(height);
+    (width == 0 || height == 0 || width > MAX_SIDE || height > MAX_SIDE || pixels > MAX_PIXELS)
+        .then(|| {
+            format!(
+                "the PNG declares {width}x{height} pixels; this rig decodes at most \
+                 {MAX_SIDE} a side and {MAX_PIXELS} in all"
+            )
+        })
 }
 
 pub fn decode(bytes: &[u8]) -> Result<Rgb> {
@@ -23,8 +41,22 @@ pub fn decode(bytes: &[u8]) -> Result<Rgb> {
         },
     );
     d.set_transformations(png::Transformations::EXPAND | png::Transformations::STRIP_16);
-    let mut r = d.read_info().context("reading the PNG header")?;
-    let mut buf = vec![0; r.output_buffer_size()];
+    // The declared size, from IHDR alone, before anything else is read.
+    let (w, h) = d
+        .read_header_info()
+        .map(|i| (i.width, i.height))
+        .context("reading the PNG header")?;
+    if let Some(why) = size_problem(w, h) {
+        bail!("{why}");
+    }
+    let mut r = d.read_info().context("reading the PNG")?;
+    let size = r.output_buffer_size();
+    if size > MAX_DECODED_BYTES {
+        bail!(
+            "the PNG decodes to {size} bytes, more than the {MAX_DECODED_BYTES} this rig decodes"
+        );
+    }
+    let mut buf = vec![0; size];
     let info = r.next_frame(&mut buf).context("decoding the PNG")?;
     buf.truncate(info.buffer_size());
     let px = (info.width as usize) * (info.height as usize);
@@ -200,12 +232,23 @@ mod tests {
         assert!(diff(&a, &img(3, 4, |_, _| [0; 3])).is_err());
         assert!(decode(b"not a png").is_err());
         // A header that claims a huge image is refused before any allocation that size.
-        let mut huge = Vec::new();
-        {
-            let mut e = png::Encoder::new(&mut huge, 60_000, 60_000);
-            e.set_color(png::ColorType::Rgb);
-            let _ = e.write_header();
+        for (w, h) in [
+            (60_000, 60_000),
+            (4000, 1 << 30),
+            (MAX_SIDE + 1, 1),
+            (4097, 4096),
+        ] {
+            let mut huge = Vec::new();
+            {
+                let mut e = png::Encoder::new(&mut huge, w, h);
+                e.set_color(png::ColorType::Rgb);
+                let _ = e.write_header();
+            }
+            let e = format!("{:#}", decode(&huge).unwrap_err());
+            assert!(e.contains(&format!("declares {w}x{h} pixels")), "{e}");
         }
-        assert!(decode(&huge).is_err());
+        assert!(size_problem(4096, 4096).is_none());
+        assert!(size_problem(640, 480).is_none());
+        assert!(size_problem(0, 480).is_some());
     }
 }

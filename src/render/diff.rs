@@ -1,8 +1,10 @@
 //! What changed between two reports: gate statuses (with reviews applied), check values,
 //! provenance, and timings as B/A ratios.
 
+use crate::escape::line as esc;
+use crate::judge::ledger::Ledger;
+use crate::judge::verdict::{self, How, Outcome};
 use crate::render::{duration, value_str};
-use crate::verify::{self, Outcome};
 use anyhow::{Context, Result};
 use sharedos_report::report::{GateName, Report, Status, Verdict};
 use std::collections::BTreeMap;
@@ -91,18 +93,21 @@ impl DiffReport {
 /// Diffs two reports as they stand, without reviews.
 pub fn diff(a: &Report, b: &Report) -> DiffReport {
     diff_outcomes(
-        &verify::evaluate_report(a, None),
-        &verify::evaluate_report(b, None),
+        &verdict::evaluate_report(a, None),
+        &verdict::evaluate_report(b, None),
         "A",
         "B",
     )
 }
 
-/// Diffs two report directories, each with its review applied. Err when either report cannot be
-/// read.
-pub fn diff_dirs(a: &Path, b: &Path) -> Result<DiffReport> {
-    let oa = verify::load_dir(a).with_context(|| format!("reading report A at {}", a.display()))?;
-    let ob = verify::load_dir(b).with_context(|| format!("reading report B at {}", b.display()))?;
+/// Diffs two report directories, each with its review applied and judged by the one verdict
+/// (artifacts not re-hashed). Err when either report cannot be judged.
+pub fn diff_dirs(a: &Path, b: &Path, ledger: Option<&Ledger>) -> Result<DiffReport> {
+    let how = How::quick(ledger);
+    let oa =
+        verdict::judge(a, &how).with_context(|| format!("reading report A at {}", a.display()))?;
+    let ob =
+        verdict::judge(b, &how).with_context(|| format!("reading report B at {}", b.display()))?;
     Ok(diff_outcomes(
         &oa,
         &ob,
@@ -243,7 +248,15 @@ fn provenance_fields(r: &Report) -> Vec<(&'static str, String)> {
         ("Xvfb version", o(&e.xvfb_version)),
         ("xterm version", o(&e.xterm_version)),
         ("gate version", e.gate_version.clone()),
-        ("fidelity differences", e_join(&r.fidelity_differences)),
+        (
+            "fidelity differences",
+            e_join(
+                &r.fidelity_differences
+                    .iter()
+                    .map(|d| d.to_string())
+                    .collect::<Vec<_>>(),
+            ),
+        ),
         (
             "accelerator",
             vm.map_or_else(|| "host".to_string(), |vm| vm.accel.clone()),
@@ -279,7 +292,11 @@ fn status_str(s: Option<Status>) -> &'static str {
 fn side_str(s: &Option<CheckSide>) -> String {
     match s {
         None => "absent".to_string(),
-        Some(c) => format!("{} {}", if c.passed { "ok" } else { "FAILED" }, c.value),
+        Some(c) => format!(
+            "{} {}",
+            if c.passed { "ok" } else { "FAILED" },
+            esc(&c.value)
+        ),
     }
 }
 
@@ -289,8 +306,8 @@ fn ms_str(ms: Option<u64>) -> String {
 
 impl fmt::Display for DiffReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "A: {}", self.a_label)?;
-        writeln!(f, "B: {}", self.b_label)?;
+        writeln!(f, "A: {}", esc(&self.a_label))?;
+        writeln!(f, "B: {}", esc(&self.b_label))?;
         if self.is_empty() {
             return write!(
                 f,
@@ -315,7 +332,7 @@ impl fmt::Display for DiffReport {
                     g.gate,
                     status_str(g.a),
                     status_str(g.b),
-                    g.b_reason.split_whitespace().collect::<Vec<_>>().join(" ")
+                    esc(&g.b_reason)
                 )?;
             }
         }
@@ -326,7 +343,7 @@ impl fmt::Display for DiffReport {
                     f,
                     "  {}/{}: {} -> {}",
                     c.gate,
-                    c.check,
+                    esc(&c.check),
                     side_str(&c.a),
                     side_str(&c.b)
                 )?;
@@ -335,15 +352,16 @@ impl fmt::Display for DiffReport {
         if !self.provenance.is_empty() {
             writeln!(f, "provenance:")?;
             for p in &self.provenance {
-                writeln!(f, "  {}: {} -> {}", p.field, p.a, p.b)?;
+                writeln!(f, "  {}: {} -> {}", p.field, esc(&p.a), esc(&p.b))?;
             }
         }
         if self.timings_identical() {
             write!(f, "timings: identical")
         } else {
             write!(f, "timings (B/A):")?;
-            let w = self.timings.iter().map(|t| t.name.len()).max().unwrap_or(0);
-            for t in &self.timings {
+            let names: Vec<String> = self.timings.iter().map(|t| esc(&t.name)).collect();
+            let w = names.iter().map(|n| n.len()).max().unwrap_or(0);
+            for (t, name) in self.timings.iter().zip(&names) {
                 let ratio = t
                     .ratio()
                     .map_or_else(|| "n/a".to_string(), |r| format!("x{r:.2}"));
@@ -351,7 +369,7 @@ impl fmt::Display for DiffReport {
                     f,
                     "\n  {:<5} {:<w$}  {:>12} -> {:>12}  {ratio}",
                     t.kind,
-                    t.name,
+                    name,
                     ms_str(t.a_ms),
                     ms_str(t.b_ms)
                 )?;
@@ -364,8 +382,8 @@ impl fmt::Display for DiffReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::judge::review::tests::fresh_report;
     use crate::render::tests::rich_report;
-    use crate::review::tests::fresh_report;
     use sharedos_report::report::{Check, Phase, VmProvenance};
 
     #[test]

@@ -6,7 +6,8 @@
 //! problem in the report; so is a PASS gate without one of these checks. A guest that lies must
 //! now forge consistent values and pixels, not only a `passed: true`.
 
-use crate::render::pixels;
+use super::pixels;
+use super::reader::ReportDir;
 use serde_json::Value;
 use sharedos_report::compare;
 use sharedos_report::model::app::AppState;
@@ -14,7 +15,6 @@ use sharedos_report::model::screen::Window;
 use sharedos_report::report::{Check, GateName, Report, Status};
 use sharedos_report::{digest, report};
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::time::Duration;
 
 /// The comparison a check's value is judged by.
@@ -88,13 +88,13 @@ const MAX_PNG_BYTES: u64 = 32 << 20;
 
 /// Every disagreement between the report and the host's own judgement, in words. `dir` is the
 /// report directory; the PNGs a check names are the guest's (under `guest/` in a vm-run report).
-pub fn problems(r: &Report, dir: &Path) -> Vec<String> {
-    let base = if r.vm.is_some() {
-        dir.join(report::GUEST_DIR)
+pub fn problems(r: &Report, dir: &ReportDir) -> Vec<String> {
+    let prefix = if r.vm.is_some() {
+        format!("{}/", report::GUEST_DIR)
     } else {
-        dir.to_path_buf()
+        String::new()
     };
-    let mut frames = Frames::new(&base);
+    let mut frames = Frames::new(dir, prefix);
     let mut out = Vec::new();
     let mut dump_values: BTreeMap<&str, Vec<(String, &Value)>> = BTreeMap::new();
     for (gate, name, kind) in rechecked() {
@@ -238,29 +238,34 @@ fn field<T: serde::de::DeserializeOwned>(v: &Value, key: &str) -> Result<T, Stri
 /// Pixel hashes of the report's PNGs, each file read and decoded once, within bounds and
 /// without following links.
 struct Frames<'a> {
-    base: &'a Path,
+    dir: &'a ReportDir,
+    /// Where the guest's files are in the report directory: `guest/` in a vm-run report.
+    prefix: String,
     seen: BTreeMap<String, Result<String, String>>,
 }
 
 impl<'a> Frames<'a> {
-    fn new(base: &'a Path) -> Self {
+    fn new(dir: &'a ReportDir, prefix: String) -> Self {
         Frames {
-            base,
+            dir,
+            prefix,
             seen: BTreeMap::new(),
         }
     }
 
     /// sha256 of the PNG's pixels as tightly packed RGB, as the guest hashes a frame it grabs.
     fn pixel_sha256(&mut self, rel: &str) -> Result<String, String> {
-        let base = self.base;
+        let (dir, prefix) = (self.dir, &self.prefix);
         self.seen
             .entry(rel.to_string())
             .or_insert_with(|| {
                 if !digest::relative_name_ok(rel) || !rel.ends_with(".png") {
                     return Err(format!("{rel:?} is not a PNG inside the report"));
                 }
-                digest::read_in_report(base, rel, MAX_PNG_BYTES)
-                    .and_then(|b| pixels::decode(&b))
+                let at = format!("{prefix}{rel}");
+                dir.bytes(&at, MAX_PNG_BYTES)
+                    .map_err(anyhow::Error::msg)
+                    .and_then(|f| pixels::decode(f.bytes().unwrap_or_default()))
                     .map(|img| digest::sha256_hex(&img.data))
                     .map_err(|e| format!("{rel}: {e:#}"))
             })
@@ -273,6 +278,7 @@ mod tests {
     use super::*;
     use hostile_gate::honest;
     use serde_json::json;
+    use std::path::Path;
 
     /// A scratch directory holding the honest PNGs, removed at the end.
     struct Scratch(std::path::PathBuf);
@@ -298,7 +304,7 @@ mod tests {
     /// The ten gates, PASS but the review, with the honest checks (no vm: the PNGs are in the
     /// report directory itself).
     fn honest_report() -> Report {
-        let mut r = crate::review::tests::fresh_report();
+        let mut r = crate::judge::review::tests::fresh_report();
         r.vm = None;
         for (gate, c) in honest::checks() {
             if let Some(g) = r.gate_mut(gate) {
@@ -313,8 +319,12 @@ mod tests {
         g.checks.iter_mut().find(|c| c.name == name).unwrap()
     }
 
+    fn at(dir: &Path) -> ReportDir {
+        ReportDir::open(dir).unwrap()
+    }
+
     fn one_problem(r: &Report, dir: &Path, needle: &str) {
-        let p = problems(r, dir);
+        let p = problems(r, &at(dir));
         assert!(
             p.iter().any(|m| m.contains(needle)),
             "{needle:?} not in {p:#?}"
@@ -324,7 +334,7 @@ mod tests {
     #[test]
     fn an_honest_report_agrees_with_the_host() {
         let s = Scratch::new("honest");
-        assert_eq!(problems(&honest_report(), &s.0), Vec::<String>::new());
+        assert_eq!(problems(&honest_report(), &at(&s.0)), Vec::<String>::new());
     }
 
     #[test]
@@ -375,7 +385,7 @@ mod tests {
         // The guest chose the values: a problem quotes only the start of them.
         let mut r = honest_report();
         check_mut(&mut r, GateName::Reset, "same_token").value["seen"] = json!("é".repeat(50_000));
-        let p = problems(&r, &s.0);
+        let p = problems(&r, &at(&s.0));
         assert!(
             p.len() == 1 && p[0].len() < 1024 && p[0].contains("..."),
             "{p:?}"
@@ -435,7 +445,7 @@ mod tests {
         let c = check_mut(&mut r, GateName::Reset, "same_token");
         c.passed = false;
         c.value = json!({"error": "no answer"});
-        assert_eq!(problems(&r, &s.0), Vec::<String>::new());
+        assert_eq!(problems(&r, &at(&s.0)), Vec::<String>::new());
     }
 
     #[test]
@@ -459,6 +469,6 @@ mod tests {
         r.vm = Some(Default::default());
         one_problem(&r, &s.0, "png/live-first.png:");
         honest::write_pngs(&s.0.join(report::GUEST_DIR)).unwrap();
-        assert_eq!(problems(&r, &s.0), Vec::<String>::new());
+        assert_eq!(problems(&r, &at(&s.0)), Vec::<String>::new());
     }
 }

@@ -4,6 +4,12 @@
 //! The rules are pure functions over `Report` and `Review` values; only `record` and
 //! `read_review` touch the disk.
 
+use super::artifacts;
+use super::ledger::Ledger;
+use super::reader::ReportDir;
+use super::sign;
+use super::verdict::read_report;
+use crate::escape;
 use anyhow::{bail, Context, Result};
 use sharedos_report::digest;
 use sharedos_report::report::{
@@ -11,10 +17,10 @@ use sharedos_report::report::{
 };
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// More than any real review: it cites a handful of PNGs.
-const MAX_REVIEW_BYTES: u64 = 1 << 20;
+pub const MAX_REVIEW_BYTES: u64 = 1 << 20;
 
 /// What `review.json` beside a report amounts to.
 #[derive(Clone, Debug, PartialEq)]
@@ -86,24 +92,23 @@ pub enum ReviewFile {
     Broken(String),
 }
 
-/// Reads `dir/review.json` without judging it; a broken file is a finding, not an error, so that
-/// verify can report it as a rejected review.
-pub fn read_review(dir: &Path) -> ReviewFile {
-    let path = dir.join(REVIEW_FILE);
-    match std::fs::symlink_metadata(&path) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return ReviewFile::Absent,
-        _ => {}
+/// Reads review.json through the report's reader without judging it; a broken file is a
+/// finding, not an error, so that verify can report it as a rejected review.
+pub fn read_review(dir: &ReportDir) -> ReviewFile {
+    match dir.kind(REVIEW_FILE) {
+        Ok(None) => return ReviewFile::Absent,
+        Ok(Some(_)) => {}
+        Err(e) => return ReviewFile::Broken(format!("cannot look at {REVIEW_FILE}: {e}")),
     }
-    let bytes = match digest::read_in_report(dir, REVIEW_FILE, MAX_REVIEW_BYTES) {
-        Ok(b) => b,
-        Err(e) => return ReviewFile::Broken(format!("cannot read {}: {e:#}", path.display())),
+    let read = match dir.bytes(REVIEW_FILE, MAX_REVIEW_BYTES) {
+        Ok(f) => f,
+        Err(e) => return ReviewFile::Broken(format!("cannot read {REVIEW_FILE}: {e}")),
     };
-    match serde_json::from_slice::<Review>(&bytes) {
+    match serde_json::from_slice::<Review>(read.bytes().unwrap_or_default()) {
         Ok(r) => ReviewFile::Parsed(r),
         Err(e) => ReviewFile::Broken(format!(
-            "{} is not a review ({e}); record it again with `sharedos-rig review {} --force ...`",
-            path.display(),
-            dir.display()
+            "{REVIEW_FILE} is not a review ({e}); record it again with `sharedos-rig review {} --force ...`",
+            dir.path().display()
         )),
     }
 }
@@ -114,11 +119,11 @@ pub fn read_review(dir: &Path) -> ReviewFile {
 /// not come from a file (the check is then skipped).
 pub fn validate(review: &Review, report: &Report, report_sha256: Option<&str>) -> Vec<String> {
     let mut problems = Vec::new();
-    if review.schema_version != report::SCHEMA_VERSION {
+    if review.schema_version != report::REVIEW_SCHEMA_VERSION {
         problems.push(format!(
             "review has schema_version {}, this rig reads {}",
             review.schema_version,
-            report::SCHEMA_VERSION
+            report::REVIEW_SCHEMA_VERSION
         ));
     }
     if review.reviewer.trim().is_empty() {
@@ -244,87 +249,35 @@ pub struct Request {
     pub note: String,
     /// Replace an existing review.json.
     pub force: bool,
+    /// Sign review.json with this OpenSSH private key (review.json.sig), and keep the signed
+    /// review in the host's ledger.
+    pub sign_key: Option<PathBuf>,
 }
 
 /// Records a review beside the report in `dir`, after re-hashing every PNG and telling `out` what
 /// is being signed. Refuses when a PNG on disk differs from report.json, when there is no PNG,
 /// when the GUI gate does not wait for a review, or when review.json exists and `force` is off.
-pub fn record(dir: &Path, req: &Request, out: &mut dyn Write) -> Result<Review> {
-    let loaded = crate::verify::read_report(dir)?;
+/// Every line it prints that names what the report holds is escaped.
+pub fn record(
+    dir: &Path,
+    req: &Request,
+    ledger: Option<&Ledger>,
+    out: &mut dyn Write,
+) -> Result<Review> {
+    let key = req.sign_key.as_deref().map(sign::load_key).transpose()?;
+    let files = ReportDir::open(dir).map_err(anyhow::Error::msg)?;
+    let loaded = read_report(&files).map_err(anyhow::Error::msg)?;
     let report = &loaded.report;
     let reviewer = req.reviewer.trim();
     if reviewer.is_empty() {
         bail!("--reviewer is empty: name the person who looked at the images");
     }
-    let pngs: Vec<&Artifact> = report.png_artifacts().collect();
-    if pngs.is_empty() {
-        bail!(
-            "{} lists no PNG artifact, so there is nothing to review; run the diagnostic again \
-             so that it captures the X framebuffer",
-            loaded.path.display()
-        );
-    }
-    match report.gate(GateName::GuiPixelReview).map(|g| g.status) {
-        Some(Status::ReviewRequired) => {}
-        Some(s) => bail!(
-            "gui_pixel_review is {s} in {}: only a gate that is REVIEW_REQUIRED takes a review",
-            loaded.path.display()
-        ),
-        None => bail!(
-            "{} has no gui_pixel_review gate; it is not a complete report",
-            loaded.path.display()
-        ),
-    }
-    let review_path = dir.join(REVIEW_FILE);
-    let replacing = review_path.exists();
-    if replacing && !req.force {
-        let what = match read_review(dir) {
-            ReviewFile::Parsed(r) => format!(
-                " ({} by {} at {})",
-                decision_str(r.decision),
-                r.reviewer,
-                r.recorded_at
-            ),
-            _ => String::new(),
-        };
-        bail!(
-            "{} already exists{what}; pass --force to replace it",
-            review_path.display()
-        );
-    }
-
-    let owned: Vec<Artifact> = pngs.iter().map(|a| (*a).clone()).collect();
-    let mismatches = digest::verify_artifacts(dir, &owned);
-    if !mismatches.is_empty() {
-        let lines: Vec<String> = mismatches
-            .iter()
-            .map(|m| format!("  {}: {}", m.path, m.problem))
-            .collect();
-        bail!(
-            "refusing to record a review: these PNGs differ from what {} says, and the reviewer \
-             must sign what the report says:\n{}",
-            loaded.path.display(),
-            lines.join("\n")
-        );
-    }
-
-    writeln!(out, "You are signing these images of {}:", dir.display())?;
-    for a in &pngs {
-        writeln!(
-            out,
-            "  {}  sha256 {}",
-            dir.join(&a.path).display(),
-            a.sha256
-        )?;
-    }
-    writeln!(
-        out,
-        "To look at them with the report: sharedos-rig show {} --format html > page.html",
-        dir.display()
-    )?;
-
+    let pngs = reviewable(dir, report)?;
+    let replacing = refuse_an_existing_review(&files, req.force)?;
+    check_pngs(&files, &pngs)?;
+    tell(out, dir, &pngs)?;
     let review = Review {
-        schema_version: report::SCHEMA_VERSION,
+        schema_version: report::REVIEW_SCHEMA_VERSION,
         decision: req.decision,
         reviewer: reviewer.to_string(),
         note: req.note.clone(),
@@ -342,10 +295,18 @@ pub fn record(dir: &Path, req: &Request, out: &mut dyn Write) -> Result<Review> 
     text.push('\n');
     // Write then rename so a crash never leaves half a review that verify would reject.
     digest::replace_in_report(dir, REVIEW_FILE, text.as_bytes())?;
-    // A signature of the review this one replaces would now be a false one.
-    let stale = dir.join(crate::sign::sig_name(REVIEW_FILE));
-    if std::fs::symlink_metadata(&stale).is_ok() {
-        std::fs::remove_file(&stale).with_context(|| format!("removing {}", stale.display()))?;
+    let stale = dir.join(sign::sig_name(REVIEW_FILE));
+    match key {
+        Some(k) => {
+            let signed = sign::sign_bytes(dir, REVIEW_FILE, text.as_bytes(), &k)?;
+            writeln!(out, "signed review.json.sig with {}", signed.fingerprint)?;
+            keep_in_ledger(ledger, &loaded.sha256, text.as_bytes(), &signed.pem, out)?;
+        }
+        // A signature of the review this one replaces would now be a false one.
+        None if std::fs::symlink_metadata(&stale).is_ok() => {
+            std::fs::remove_file(&stale).with_context(|| format!("removing {}", stale.display()))?
+        }
+        None => {}
     }
     if replacing {
         writeln!(out, "--force: the earlier review.json was replaced")?;
@@ -354,11 +315,119 @@ pub fn record(dir: &Path, req: &Request, out: &mut dyn Write) -> Result<Review> 
         out,
         "Recorded {} by {} in {}; check it with: sharedos-rig verify {}",
         decision_str(review.decision),
-        review.reviewer,
-        review_path.display(),
-        dir.display()
+        escape::line(&review.reviewer),
+        escape::line(&dir.join(REVIEW_FILE).display().to_string()),
+        escape::line(&dir.display().to_string())
     )?;
     Ok(review)
+}
+
+/// The report's PNGs, when its GUI gate waits for a review of them.
+fn reviewable<'a>(dir: &Path, report: &'a Report) -> Result<Vec<&'a Artifact>> {
+    let shown = dir.join(report::REPORT_FILE).display().to_string();
+    let pngs: Vec<&Artifact> = report.png_artifacts().collect();
+    if pngs.is_empty() {
+        bail!(
+            "{shown} lists no PNG artifact, so there is nothing to review; run the diagnostic \
+             again so that it captures the X framebuffer"
+        );
+    }
+    match report.gate(GateName::GuiPixelReview).map(|g| g.status) {
+        Some(Status::ReviewRequired) => Ok(pngs),
+        Some(s) => bail!(
+            "gui_pixel_review is {s} in {shown}: only a gate that is REVIEW_REQUIRED takes a review"
+        ),
+        None => bail!("{shown} has no gui_pixel_review gate; it is not a complete report"),
+    }
+}
+
+/// Whether a review.json is there to replace; an error when it is and `force` is off.
+fn refuse_an_existing_review(files: &ReportDir, force: bool) -> Result<bool> {
+    let exists = files
+        .kind(REVIEW_FILE)
+        .map_err(anyhow::Error::msg)?
+        .is_some();
+    if !exists || force {
+        return Ok(exists);
+    }
+    let what = match read_review(files) {
+        ReviewFile::Parsed(r) => format!(
+            " ({} by {} at {})",
+            decision_str(r.decision),
+            r.reviewer,
+            r.recorded_at
+        ),
+        _ => String::new(),
+    };
+    bail!(
+        "{} already exists{what}; pass --force to replace it",
+        files.path().join(REVIEW_FILE).display()
+    )
+}
+
+/// The PNGs on disk must be what the report says: the reviewer signs what the report says.
+fn check_pngs(files: &ReportDir, pngs: &[&Artifact]) -> Result<()> {
+    let owned: Vec<Artifact> = pngs.iter().map(|a| (*a).clone()).collect();
+    let mismatches = artifacts::check(files, &owned, true);
+    if mismatches.is_empty() {
+        return Ok(());
+    }
+    let lines: Vec<String> = mismatches
+        .iter()
+        .map(|m| format!("  {}: {}", m.path, m.problem))
+        .collect();
+    bail!(
+        "refusing to record a review: these PNGs differ from what report.json says, and the \
+         reviewer must sign what the report says:\n{}",
+        lines.join("\n")
+    )
+}
+
+/// What the reviewer is about to sign, every name escaped: the paths are the guest's.
+fn tell(out: &mut dyn Write, dir: &Path, pngs: &[&Artifact]) -> Result<()> {
+    let d = escape::line(&dir.display().to_string());
+    writeln!(out, "You are signing these images of {d}:")?;
+    for a in pngs {
+        writeln!(
+            out,
+            "  {}  sha256 {}",
+            escape::line(&dir.join(&a.path).display().to_string()),
+            escape::line(&a.sha256)
+        )?;
+    }
+    writeln!(
+        out,
+        "To look at them with the report: sharedos-rig show {d} --format html > page.html"
+    )?;
+    Ok(())
+}
+
+/// A signed review goes into the host's ledger, so that losing it later is noticed.
+fn keep_in_ledger(
+    ledger: Option<&Ledger>,
+    report_sha256: &str,
+    review: &[u8],
+    sig: &[u8],
+    out: &mut dyn Write,
+) -> Result<()> {
+    let Some(l) = ledger else {
+        writeln!(
+            out,
+            "note: no review ledger (set SHAREDOS_RIG_STATE_DIR or HOME): this host will not \
+             notice if the signed review is deleted"
+        )?;
+        return Ok(());
+    };
+    match l.record(report_sha256, review, sig) {
+        Ok(p) => writeln!(out, "kept in the review ledger: {}", p.display())?,
+        Err(e) => writeln!(
+            out,
+            "note: the review was not kept in the review ledger ({}): this host will not \
+             notice if it is deleted",
+            escape::line(&format!("{e:#}"))
+        )?,
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -421,10 +490,11 @@ pub(crate) mod tests {
                     kind: "criu-log".into(),
                 },
             ],
-            fidelity_differences: report::CLOSABLE
-                .iter()
-                .map(|c| c.difference.to_string())
-                .collect(),
+            fidelity_differences: sharedos_report::fidelity::differences(
+                "6.1.0-28-amd64",
+                &Default::default(),
+                &[],
+            ),
             options: Default::default(),
             vm: None,
         };
@@ -434,7 +504,7 @@ pub(crate) mod tests {
 
     pub(crate) fn review_for(r: &Report, decision: ReviewDecision) -> Review {
         Review {
-            schema_version: report::SCHEMA_VERSION,
+            schema_version: report::REVIEW_SCHEMA_VERSION,
             decision,
             reviewer: "alice".into(),
             note: String::new(),
@@ -530,7 +600,7 @@ pub(crate) mod tests {
     fn other_schema_or_blank_reviewer_is_rejected() {
         let r = fresh_report();
         let mut rv = review_for(&r, ReviewDecision::Pass);
-        rv.schema_version = report::SCHEMA_VERSION + 1;
+        rv.schema_version = report::REVIEW_SCHEMA_VERSION + 1;
         rv.reviewer = "  ".into();
         assert_eq!(validate(&rv, &r, None).len(), 2);
     }

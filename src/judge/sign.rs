@@ -3,6 +3,7 @@
 //! checked against an OpenSSH allowed_signers file. A signature ties the report to whoever held
 //! the key when the run ended: editing it afterwards, even re-hashing its artifacts, breaks it.
 
+use super::reader::ReportDir;
 use anyhow::{bail, Context, Result};
 use sharedos_report::digest;
 use ssh_key::{HashAlg, LineEnding, PrivateKey, PublicKey, SshSig};
@@ -43,15 +44,35 @@ pub fn load_key(key: &Path) -> Result<PrivateKey> {
 /// fingerprint.
 pub fn sign(dir: &Path, file: &str, key: &Path) -> Result<String> {
     let k = load_key(key)?;
-    let bytes = digest::read_in_report(dir, file, MAX_SIGNED_BYTES)?;
+    let read = ReportDir::open(dir)
+        .and_then(|d| d.bytes(file, MAX_SIGNED_BYTES))
+        .map_err(anyhow::Error::msg)?;
+    let signed = sign_bytes(dir, file, read.bytes().unwrap_or_default(), &k)?;
+    Ok(signed.fingerprint)
+}
+
+/// A signature written beside the file it signs.
+#[derive(Debug, Clone)]
+pub struct Signed {
+    pub fingerprint: String,
+    /// The `.sig` file's bytes.
+    pub pem: Vec<u8>,
+}
+
+/// Signs `bytes`, which the caller wrote to `dir/file` (so that exactly those bytes are
+/// signed), and writes `dir/file.sig`.
+pub fn sign_bytes(dir: &Path, file: &str, bytes: &[u8], k: &PrivateKey) -> Result<Signed> {
     let sig = k
-        .sign(NAMESPACE, HashAlg::Sha512, &bytes)
-        .with_context(|| format!("signing {file} with {}", key.display()))?;
+        .sign(NAMESPACE, HashAlg::Sha512, bytes)
+        .with_context(|| format!("signing {file}"))?;
     let pem = sig
         .to_pem(LineEnding::LF)
         .context("encoding the signature")?;
     digest::replace_in_report(dir, &sig_name(file), pem.as_bytes())?;
-    Ok(k.public_key().fingerprint(HashAlg::Sha256).to_string())
+    Ok(Signed {
+        fingerprint: k.public_key().fingerprint(HashAlg::Sha256).to_string(),
+        pem: pem.into_bytes(),
+    })
 }
 
 /// One line of an allowed_signers file.
@@ -193,13 +214,21 @@ impl fmt::Display for Signature {
     }
 }
 
-/// Checks `dir/file.sig` against `signers` (None: only says whether a signature is there).
-pub fn check(dir: &Path, file: &str, signers: Option<&[AllowedSigner]>) -> Signature {
-    let state = match std::fs::symlink_metadata(dir.join(sig_name(file))) {
-        Err(_) => SigState::Unsigned,
-        Ok(_) => match signers {
+/// Checks `file.sig` in `dir` against `signers` (None: only says whether a signature is
+/// there). The bytes checked are the reader's one read of `file`, the ones the verdict parsed.
+/// With `principal` (a review's reviewer), the line allowing the key must name that principal.
+pub fn check(
+    dir: &ReportDir,
+    file: &str,
+    signers: Option<&[AllowedSigner]>,
+    principal: Option<&str>,
+) -> Signature {
+    let state = match dir.kind(&sig_name(file)) {
+        Ok(None) => SigState::Unsigned,
+        Err(e) => SigState::Invalid(e),
+        Ok(Some(_)) => match signers {
             None => SigState::NotChecked,
-            Some(s) => match check_with(dir, file, s) {
+            Some(s) => match check_with(dir, file, s, principal) {
                 Ok((principals, fingerprint)) => SigState::Valid {
                     principals,
                     fingerprint,
@@ -214,33 +243,102 @@ pub fn check(dir: &Path, file: &str, signers: Option<&[AllowedSigner]>) -> Signa
     }
 }
 
-fn check_with(dir: &Path, file: &str, signers: &[AllowedSigner]) -> Result<(String, String)> {
-    let pem = digest::read_in_report(dir, &sig_name(file), MAX_SIG_BYTES)?;
-    let sig = SshSig::from_pem(&pem).context("it is not an SSH signature")?;
+fn check_with(
+    dir: &ReportDir,
+    file: &str,
+    signers: &[AllowedSigner],
+    principal: Option<&str>,
+) -> Result<(String, String)> {
+    let pem = dir
+        .bytes(&sig_name(file), MAX_SIG_BYTES)
+        .map_err(anyhow::Error::msg)?;
+    let sig =
+        SshSig::from_pem(pem.bytes().unwrap_or_default()).context("it is not an SSH signature")?;
     if sig.namespace() != NAMESPACE {
         bail!(
             "it was made for namespace {:?}, not {NAMESPACE:?}",
             sig.namespace()
         );
     }
-    let signer = signers
+    let for_key: Vec<&AllowedSigner> = signers
         .iter()
-        .find(|s| {
+        .filter(|s| {
             s.key.key_data() == sig.public_key()
                 && s.namespaces
                     .as_ref()
                     .map_or(true, |n| n.iter().any(|x| x == NAMESPACE))
         })
-        .context("its key is not one the allowed signers file allows for this namespace")?;
-    let bytes = digest::read_in_report(dir, file, MAX_SIGNED_BYTES)?;
+        .collect();
+    if for_key.is_empty() {
+        bail!("its key is not one the allowed signers file allows for this namespace");
+    }
+    let signer = match principal {
+        None => for_key[0],
+        Some(who) => for_key
+            .iter()
+            .find(|s| principal_allowed(&s.principals, who))
+            .copied()
+            .with_context(|| {
+                format!(
+                    "it is signed by a key the allowed signers file gives to {}, not to its \
+                     reviewer {who}: a review is signed with its reviewer's own key",
+                    for_key
+                        .iter()
+                        .map(|s| s.principals.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            })?,
+    };
+    let bytes = dir
+        .bytes(file, MAX_SIGNED_BYTES)
+        .map_err(anyhow::Error::msg)?;
     signer
         .key
-        .verify(NAMESPACE, &bytes, &sig)
+        .verify(NAMESPACE, bytes.bytes().unwrap_or_default(), &sig)
         .map_err(|_| anyhow::anyhow!("{file} changed after it was signed"))?;
     Ok((
         signer.principals.clone(),
         signer.key.fingerprint(HashAlg::Sha256).to_string(),
     ))
+}
+
+/// Whether `who` is among an allowed_signers line's principals, as OpenSSH matches them: a
+/// comma-separated list of patterns (`*` and `?` wildcards), where a matching `!pattern`
+/// refuses.
+pub fn principal_allowed(principals: &str, who: &str) -> bool {
+    let mut allowed = false;
+    for p in principals.split(',') {
+        match p.strip_prefix('!') {
+            Some(neg) if glob(neg, who) => return false,
+            Some(_) => {}
+            None => allowed |= glob(p, who),
+        }
+    }
+    allowed
+}
+
+fn glob(pattern: &str, s: &str) -> bool {
+    let (p, s): (Vec<char>, Vec<char>) = (pattern.chars().collect(), s.chars().collect());
+    // Iterative match with one backtrack point for the last `*`.
+    let (mut i, mut j, mut star, mut mark) = (0, 0, None, 0);
+    while j < s.len() {
+        if i < p.len() && (p[i] == '?' || p[i] == s[j]) {
+            i += 1;
+            j += 1;
+        } else if i < p.len() && p[i] == '*' {
+            star = Some(i);
+            mark = j;
+            i += 1;
+        } else if let Some(st) = star {
+            i = st + 1;
+            mark += 1;
+            j = mark;
+        } else {
+            return false;
+        }
+    }
+    p[i..].iter().all(|c| *c == '*')
 }
 
 #[cfg(test)]
@@ -277,19 +375,22 @@ mod tests {
             "ci@example namespaces=\"sharedos-rig\" {public}\n"
         ))
         .unwrap();
-        let ok = check(&d, "report.json", Some(&signers));
+        let check = |file: &str, signers: Option<&[AllowedSigner]>| {
+            check(&ReportDir::open(&d).unwrap(), file, signers, None)
+        };
+        let ok = check("report.json", Some(&signers));
         assert!(
             matches!(&ok.state, SigState::Valid { principals, .. } if principals == "ci@example"),
             "{ok}"
         );
-        assert_eq!(check(&d, "report.json", None).state, SigState::NotChecked);
+        assert_eq!(check("report.json", None).state, SigState::NotChecked);
         assert_eq!(
-            check(&d, "review.json", Some(&signers)).state,
+            check("review.json", Some(&signers)).state,
             SigState::Unsigned
         );
 
         std::fs::write(d.join("report.json"), b"{\"a\": 2}\n").unwrap();
-        let bad = check(&d, "report.json", Some(&signers));
+        let bad = check("report.json", Some(&signers));
         assert_eq!(
             bad.state,
             SigState::Invalid("report.json changed after it was signed".into())
@@ -299,15 +400,53 @@ mod tests {
         let (_, other) = keygen(&d, "other");
         let other = parse_allowed_signers(&format!("x {other}")).unwrap();
         assert!(matches!(
-            check(&d, "report.json", Some(&other)).state,
+            check("report.json", Some(&other)).state,
             SigState::Invalid(ref w) if w.contains("not one the allowed signers file allows")
         ));
         let elsewhere =
             parse_allowed_signers(&format!("ci namespaces=\"git,file\" {public}")).unwrap();
         assert!(matches!(
-            check(&d, "report.json", Some(&elsewhere)).state,
+            check("report.json", Some(&elsewhere)).state,
             SigState::Invalid(_)
         ));
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn principals_match_as_openssh_matches_them() {
+        assert!(principal_allowed("alice@example", "alice@example"));
+        assert!(!principal_allowed("alice@example", "alice"));
+        assert!(principal_allowed(
+            "ci@example,alice@example",
+            "alice@example"
+        ));
+        assert!(principal_allowed("*@example", "alice@example"));
+        assert!(principal_allowed("al?ce@*", "alice@example"));
+        assert!(!principal_allowed("*@example,!alice@*", "alice@example"));
+        assert!(principal_allowed("*", "anyone"));
+        assert!(!principal_allowed("", "alice"));
+        assert!(!principal_allowed("a*b", "ac"));
+    }
+
+    /// A review's signature holds only when the line allowing its key names its reviewer.
+    #[test]
+    fn a_review_is_signed_by_its_reviewers_own_key() {
+        let d = scratch("principal");
+        let (ci, ci_pub) = keygen(&d, "ci");
+        let (_, alice_pub) = keygen(&d, "alice");
+        std::fs::write(d.join("review.json"), b"{}\n").unwrap();
+        sign(&d, "review.json", &ci).unwrap();
+        let signers =
+            parse_allowed_signers(&format!("ci@example {ci_pub}\nalice@example {alice_pub}\n"))
+                .unwrap();
+        let dir = ReportDir::open(&d).unwrap();
+        let as_alice = check(&dir, "review.json", Some(&signers), Some("alice@example"));
+        assert!(
+            matches!(&as_alice.state, SigState::Invalid(w) if w.contains("gives to ci@example, not to its reviewer alice@example")),
+            "{as_alice}"
+        );
+        let as_ci = check(&dir, "review.json", Some(&signers), Some("ci@example"));
+        assert!(matches!(as_ci.state, SigState::Valid { .. }), "{as_ci}");
         std::fs::remove_dir_all(&d).unwrap();
     }
 

@@ -1,7 +1,12 @@
-//! `sharedos-rig list`: the reports in a directory, newest first, one line each.
+//! `sharedos-rig list`: the reports in a directory, newest first, one line each. Each entry is
+//! reached without following a link and judged by the one verdict (artifacts not re-hashed, so
+//! a directory of many reports lists quickly); every field a report wrote is escaped.
 
-use crate::verify;
-use anyhow::{Context, Result};
+use crate::escape::line as esc;
+use crate::judge::ledger::Ledger;
+use crate::judge::reader::{Kind, ReportDir};
+use crate::judge::verdict::{self, How};
+use anyhow::Result;
 use sharedos_report::report::{Verdict, REPORT_FILE};
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -28,37 +33,39 @@ pub struct Entry {
 }
 
 /// Lists every immediate subdirectory of `root`: readable reports newest first (by
-/// environment.started_at), then the unreadable ones by name. Err only when `root` itself cannot
-/// be read.
-pub fn list(root: &Path) -> Result<Vec<Entry>> {
-    let rd = std::fs::read_dir(root).with_context(|| {
-        format!(
-            "reading the report directory {}; give the directory that holds the reports \
-             (default: reports/)",
-            root.display()
-        )
-    })?;
+/// environment.started_at), then the unreadable ones (a link among them, named and not
+/// followed) by name. Err only when `root` itself cannot be read.
+pub fn list(root: &Path, ledger: Option<&Ledger>) -> Result<Vec<Entry>> {
+    let fix = "give the directory that holds the reports (default: reports/)";
+    let dir = ReportDir::open(root)
+        .map_err(|e| anyhow::anyhow!("reading the report directory {e}; {fix}"))?;
+    let names = dir
+        .entries("")
+        .map_err(|e| anyhow::anyhow!("listing {}: {e}; {fix}", root.display()))?;
     let mut entries = Vec::new();
-    for e in rd {
-        let e = e.with_context(|| format!("listing {}", root.display()))?;
-        let path = e.path();
-        if !path.is_dir() {
-            continue;
-        }
-        entries.push(Entry {
-            summary: summarize(&path),
-            dir: path,
-        });
+    for (name, kind) in names {
+        let path = root.join(&name);
+        let summary = match kind {
+            Kind::Dir => summarize(&dir, &name, ledger),
+            Kind::Link => Err("a symbolic link, not followed".to_string()),
+            _ => continue,
+        };
+        entries.push(Entry { summary, dir: path });
     }
     sort(&mut entries);
     Ok(entries)
 }
 
-fn summarize(dir: &Path) -> std::result::Result<Summary, String> {
-    if !dir.join(REPORT_FILE).exists() {
+fn summarize(
+    root: &ReportDir,
+    name: &str,
+    ledger: Option<&Ledger>,
+) -> std::result::Result<Summary, String> {
+    let dir = root.open_beneath(name)?;
+    if dir.kind(REPORT_FILE)?.is_none() {
         return Err(format!("no {REPORT_FILE}"));
     }
-    let o = verify::load_dir(dir).map_err(|e| format!("{e:#}"))?;
+    let o = verdict::judge_dir(dir, &How::quick(ledger)).map_err(|e| e.problem)?;
     let vm = o.report.vm.as_ref();
     Ok(Summary {
         started_at: o.report.environment.started_at.clone(),
@@ -84,11 +91,12 @@ pub fn sort(entries: &mut [Entry]) {
     });
 }
 
-fn or_dash(s: &str) -> &str {
+/// A field as list shows it: "-" when empty, escaped otherwise.
+fn or_dash(s: &str) -> String {
     if s.is_empty() {
-        "-"
+        "-".to_string()
     } else {
-        s
+        esc(s)
     }
 }
 
@@ -100,6 +108,7 @@ impl fmt::Display for Entry {
                     .image_sha256
                     .as_deref()
                     .map_or("-", |h| h.get(..12).unwrap_or(h));
+                let dir = esc(&self.dir.display().to_string());
                 write!(
                     f,
                     "{:<24}  {:<15}  {:<20}  {:<12}  {:<5}  review:{:<7}  {}",
@@ -107,12 +116,17 @@ impl fmt::Display for Entry {
                     s.verdict.as_str(),
                     or_dash(&s.kernel),
                     or_dash(image),
-                    s.accel.as_deref().map_or("host", or_dash),
+                    s.accel.as_deref().map_or("host".to_string(), or_dash),
                     s.review,
-                    self.dir.display()
+                    dir
                 )
             }
-            Err(why) => write!(f, "UNREADABLE  {}: {why}", self.dir.display()),
+            Err(why) => write!(
+                f,
+                "UNREADABLE  {}: {}",
+                esc(&self.dir.display().to_string()),
+                esc(why)
+            ),
         }
     }
 }
@@ -147,7 +161,7 @@ mod tests {
         )
         .unwrap();
         std::fs::write(root.join("stray-file"), b"x").unwrap();
-        let v = list(&root).unwrap();
+        let v = list(&root, None).unwrap();
         let lines: Vec<String> = v.iter().map(|e| e.to_string()).collect();
         assert_eq!(lines.len(), 2, "{lines:?}");
         assert!(
@@ -159,7 +173,7 @@ mod tests {
             "{lines:?}"
         );
         std::fs::remove_dir_all(&root).unwrap();
-        assert!(list(&root).is_err());
+        assert!(list(&root, None).is_err());
     }
 
     #[test]

@@ -1,0 +1,365 @@
+//! The fidelity differences, defined once: every way a run of the diagnostic differs from the
+//! shared-OS runtime it stands in for, each under a stable key. The guest records the keys that
+//! applied to its run (with the run's own detail: the kernel, or why an option did not close a
+//! difference); the host requires every key no option closed, and matches keys, never words.
+//! What a difference says is this module's text for its key, so a guest cannot reword one.
+
+use crate::report::{Gate, GateName, RunOptions};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// A difference from the runtime, by its stable key (the name report.json carries).
+#[derive(Serialize, Deserialize, Clone, Copy, PartialEq, Eq, Debug, Hash, PartialOrd, Ord)]
+#[serde(rename_all = "snake_case")]
+pub enum Key {
+    /// The tree runs on the kernel of the machine that runs the diagnostic.
+    SharedKernel,
+    /// The X server is Xvfb, a software framebuffer.
+    XvfbFramebuffer,
+    /// Closed by `--userns`.
+    NoUserNamespace,
+    /// Closed by `--cgroup`.
+    NoCgroupLimits,
+    /// Closed by `--cow-root`.
+    SharedRoot,
+    /// CRIU restores need root and the very kernel and CRIU build that dumped.
+    CriuNeedsRootAndSameKernel,
+    /// The GUI gate compares pixels and asks a human.
+    GuiReviewIsPixels,
+}
+
+impl Key {
+    /// Every key, in the order a report lists them.
+    pub const ALL: [Key; 7] = [
+        Key::SharedKernel,
+        Key::XvfbFramebuffer,
+        Key::NoUserNamespace,
+        Key::NoCgroupLimits,
+        Key::SharedRoot,
+        Key::CriuNeedsRootAndSameKernel,
+        Key::GuiReviewIsPixels,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Key::SharedKernel => "shared_kernel",
+            Key::XvfbFramebuffer => "xvfb_framebuffer",
+            Key::NoUserNamespace => "no_user_namespace",
+            Key::NoCgroupLimits => "no_cgroup_limits",
+            Key::SharedRoot => "shared_root",
+            Key::CriuNeedsRootAndSameKernel => "criu_needs_root_and_same_kernel",
+            Key::GuiReviewIsPixels => "gui_review_is_pixels",
+        }
+    }
+
+    /// What the difference is, in the rig's words.
+    pub fn text(self) -> &'static str {
+        match self {
+            Key::SharedKernel => "the tree shares the kernel of the machine it ran on",
+            Key::XvfbFramebuffer => "Xvfb software framebuffer, no GPU",
+            Key::NoUserNamespace => "no user namespace: root in the tree is root of the machine",
+            Key::NoCgroupLimits => "no cgroup CPU or memory limits",
+            Key::SharedRoot => {
+                "the tree's root is a read-only bind of the machine's /; only /dev, /dev/shm, \
+                 /tmp and /var/lib/xkb are private"
+            }
+            Key::CriuNeedsRootAndSameKernel => {
+                "CRIU restore needs root and the same kernel and CRIU build that dumped"
+            }
+            Key::GuiReviewIsPixels => {
+                "the GUI state gate compares framebuffer pixels and asks a human; it is not proof \
+                 of application state"
+            }
+        }
+    }
+
+    /// The option that can close this difference, when one can.
+    pub fn closable(self) -> Option<&'static Closable> {
+        CLOSABLE.iter().find(|c| c.key == self)
+    }
+}
+
+impl fmt::Display for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One difference as a report lists it: the key, and what applied to this run (the kernel it
+/// shared, or why an option did not close it). What the difference is comes from the key.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct Difference {
+    pub key: Key,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub detail: String,
+}
+
+impl Difference {
+    pub fn new(key: Key, detail: impl Into<String>) -> Difference {
+        Difference {
+            key,
+            detail: detail.into(),
+        }
+    }
+}
+
+impl fmt::Display for Difference {
+    /// The rig's text for the key, then the run's detail in parentheses.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.key.text())?;
+        if !self.detail.is_empty() {
+            write!(f, " ({})", self.detail)?;
+        }
+        Ok(())
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum FidelityOption {
+    Cgroup,
+    CowRoot,
+    Userns,
+}
+
+/// A difference an option can close, and the checks that must have passed in the restored
+/// copies (isolation's two, reset's one) before a report may leave it out.
+#[derive(Clone, Copy, Debug)]
+pub struct Closable {
+    pub key: Key,
+    pub option: FidelityOption,
+    pub flag: &'static str,
+    pub checks: &'static [(GateName, &'static str)],
+}
+
+pub const CLOSABLE: [Closable; 3] = [
+    Closable {
+        key: Key::NoUserNamespace,
+        option: FidelityOption::Userns,
+        flag: "--userns",
+        checks: &[
+            (GateName::Isolation, "a_userns_mapped"),
+            (GateName::Isolation, "b_userns_mapped"),
+            (GateName::Isolation, "copies_own_userns"),
+            (GateName::Reset, "userns_mapped"),
+        ],
+    },
+    Closable {
+        key: Key::NoCgroupLimits,
+        option: FidelityOption::Cgroup,
+        flag: "--cgroup",
+        checks: &[
+            (GateName::Isolation, "a_cgroup_limits"),
+            (GateName::Isolation, "b_cgroup_limits"),
+            (GateName::Isolation, "copies_own_cgroups"),
+            (GateName::Reset, "cgroup_limits"),
+        ],
+    },
+    Closable {
+        key: Key::SharedRoot,
+        option: FidelityOption::CowRoot,
+        flag: "--cow-root",
+        checks: &[
+            (GateName::Isolation, "a_cow_file_written"),
+            (GateName::Isolation, "b_cow_file_absent"),
+            (GateName::Reset, "cow_file_discarded"),
+        ],
+    },
+];
+
+/// Why `c` still applies to a run with `options` and these gates, or None when the run closed
+/// it: the option was requested and every one of its checks is present and passed.
+pub fn still_differs(c: &Closable, options: &RunOptions, gates: &[Gate]) -> Option<String> {
+    if !options.requested(c.option) {
+        return Some(format!("{} was not requested", c.flag));
+    }
+    let short: Vec<String> = c
+        .checks
+        .iter()
+        .filter_map(|(gate, name)| {
+            match gates
+                .iter()
+                .find(|g| g.name == *gate)
+                .and_then(|g| g.check(name))
+            {
+                Some(ch) if ch.passed => None,
+                Some(_) => Some(format!("{gate}.{name} failed")),
+                None => Some(format!("{gate}.{name} did not run")),
+            }
+        })
+        .collect();
+    (!short.is_empty()).then(|| format!("{} was requested, but {}", c.flag, short.join(", ")))
+}
+
+/// The differences that applied to a run on `kernel` with `options` whose gates ended as
+/// `gates`: every key, but a closable one whose option closed it.
+pub fn differences(kernel: &str, options: &RunOptions, gates: &[Gate]) -> Vec<Difference> {
+    Key::ALL
+        .iter()
+        .filter_map(|k| match (k, k.closable()) {
+            (Key::SharedKernel, _) => Some(Difference::new(*k, kernel)),
+            (_, Some(c)) => still_differs(c, options, gates).map(|why| Difference::new(*k, why)),
+            (_, None) => Some(Difference::new(*k, "")),
+        })
+        .collect()
+}
+
+/// What is wrong with a report's list, in words: a key listed twice, and a key left out that no
+/// option closed. A closable difference that is listed though its option closed it is only
+/// cautious, not wrong.
+pub fn problems(listed: &[Difference], options: &RunOptions, gates: &[Gate]) -> Vec<String> {
+    let mut out = Vec::new();
+    for k in Key::ALL {
+        let n = listed.iter().filter(|d| d.key == k).count();
+        if n > 1 {
+            out.push(format!("lists the fidelity difference {k} {n} times"));
+        }
+        if n > 0 {
+            continue;
+        }
+        let why = match k.closable() {
+            None => Some("no option closes it".to_string()),
+            Some(c) => still_differs(c, options, gates),
+        };
+        if let Some(why) = why {
+            out.push(format!(
+                "leaves out the fidelity difference {k} (\"{}\"), but {why}",
+                k.text()
+            ));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::{CgroupLimits, Check, Status};
+
+    fn gate_with(name: GateName, checks: &[(&str, bool)]) -> Gate {
+        let mut g = Gate::new(name, Status::Pass, "x");
+        for (n, passed) in checks {
+            g.checks.push(Check {
+                name: n.to_string(),
+                passed: *passed,
+                value: serde_json::json!(null),
+                expected: String::new(),
+            });
+        }
+        g
+    }
+
+    fn cgroup_passing() -> Vec<Gate> {
+        vec![
+            gate_with(
+                GateName::Isolation,
+                &[
+                    ("a_cgroup_limits", true),
+                    ("b_cgroup_limits", true),
+                    ("copies_own_cgroups", true),
+                ],
+            ),
+            gate_with(GateName::Reset, &[("cgroup_limits", true)]),
+        ]
+    }
+
+    fn with_cgroup() -> RunOptions {
+        RunOptions {
+            cgroup: Some(CgroupLimits {
+                cpu_quota_us: 100_000,
+                memory_max_bytes: 512 << 20,
+            }),
+            ..RunOptions::default()
+        }
+    }
+
+    fn detail(v: &[Difference], k: Key) -> Option<String> {
+        v.iter().find(|d| d.key == k).map(|d| d.detail.clone())
+    }
+
+    #[test]
+    fn keys_serialize_as_named_and_each_has_its_text() {
+        for k in Key::ALL {
+            assert_eq!(serde_json::to_value(k).unwrap(), k.as_str());
+            assert!(!k.text().is_empty());
+        }
+        let d: Difference =
+            serde_json::from_str(r#"{"key": "shared_kernel", "detail": "6.1.0"}"#).unwrap();
+        assert_eq!(
+            d.to_string(),
+            "the tree shares the kernel of the machine it ran on (6.1.0)"
+        );
+        assert!(serde_json::from_str::<Difference>(r#"{"key": "no user namespace"}"#).is_err());
+        let closable: Vec<Key> = Key::ALL
+            .into_iter()
+            .filter(|k| k.closable().is_some())
+            .collect();
+        assert_eq!(
+            closable,
+            [Key::NoUserNamespace, Key::NoCgroupLimits, Key::SharedRoot]
+        );
+    }
+
+    #[test]
+    fn a_difference_leaves_only_with_its_option_and_passing_checks() {
+        let passing = cgroup_passing();
+        let plain = differences("k", &RunOptions::default(), &passing);
+        assert_eq!(plain.len(), 7);
+        assert_eq!(detail(&plain, Key::SharedKernel).as_deref(), Some("k"));
+        assert_eq!(
+            detail(&plain, Key::NoCgroupLimits).as_deref(),
+            Some("--cgroup was not requested")
+        );
+        let closed = differences("k", &with_cgroup(), &passing);
+        assert_eq!(detail(&closed, Key::NoCgroupLimits), None);
+        assert_eq!(closed.len(), 6);
+        let mut failing = passing.clone();
+        failing[0].checks[1].passed = false;
+        let kept = detail(
+            &differences("k", &with_cgroup(), &failing),
+            Key::NoCgroupLimits,
+        );
+        assert!(kept.unwrap().contains("isolation.b_cgroup_limits failed"));
+        let kept = detail(
+            &differences("k", &with_cgroup(), &passing[..1]),
+            Key::NoCgroupLimits,
+        );
+        assert!(kept.unwrap().contains("reset.cgroup_limits did not run"));
+    }
+
+    #[test]
+    fn the_host_requires_every_key_no_option_closed() {
+        let gates = cgroup_passing();
+        let opts = RunOptions::default();
+        let full = differences("k", &opts, &gates);
+        assert!(problems(&full, &opts, &gates).is_empty());
+        // Each key left out in turn: named, with why it had to stay.
+        for k in Key::ALL {
+            let short: Vec<Difference> = full.iter().filter(|d| d.key != k).cloned().collect();
+            let p = problems(&short, &opts, &gates);
+            assert_eq!(p.len(), 1, "{k}: {p:?}");
+            assert!(p[0].contains(&format!("leaves out the fidelity difference {k}")));
+        }
+        let unclosable: Vec<Difference> = full
+            .iter()
+            .filter(|d| d.key.closable().is_some())
+            .cloned()
+            .collect();
+        assert_eq!(problems(&unclosable, &opts, &gates).len(), 4);
+        // Twice is named too.
+        let mut twice = full.clone();
+        twice.push(full[1].clone());
+        assert_eq!(
+            problems(&twice, &opts, &gates),
+            ["lists the fidelity difference xvfb_framebuffer 2 times"]
+        );
+        // A closed difference may be left out, and may be listed.
+        let closed = differences("k", &with_cgroup(), &gates);
+        assert!(problems(&closed, &with_cgroup(), &gates).is_empty());
+        assert!(problems(&full, &with_cgroup(), &gates).is_empty());
+        let mut failed = gates.clone();
+        failed[1].checks[0].passed = false;
+        let p = problems(&closed, &with_cgroup(), &failed);
+        assert!(p[0].contains("reset.cgroup_limits failed"), "{p:?}");
+    }
+}

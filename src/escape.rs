@@ -1,0 +1,213 @@
+//! The one escaping rule for text the rig did not write itself (a guest's strings, an archive's
+//! names, an error that quotes either): a character a reader would not see as itself (a
+//! control character, C0 or C1, or a bidirectional mark, embedding, override or isolate) is
+//! shown as its `\u{..}` escape, so it cannot drive a terminal (ANSI and OSC sequences), fake a
+//! line of its own (a newline, a carriage return) or reorder what is read. Every line a command
+//! prints that carries such text goes through [`line`] (error lines through [`error_chain`]);
+//! Markdown, HTML and XML apply the same rule first and their own syntax after it, so what
+//! they check (a link, a tag) is the text as it will be rendered.
+
+/// A character that must not reach a reader as itself.
+pub fn is_hidden(ch: char) -> bool {
+    ch.is_control()
+        || matches!(ch, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// Text for one line of a terminal: whitespace runs (newlines included) become one space, and
+/// every hidden character its escape.
+pub fn line(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for word in s.split_whitespace() {
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        push_visible(&mut out, word);
+    }
+    out
+}
+
+/// Text that keeps its lines (a command's output in a `<pre>`): newlines and tabs stay, every
+/// other hidden character is escaped.
+pub fn lines(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for ch in s.chars() {
+        if ch == '\n' || ch == '\t' {
+            out.push(ch);
+        } else {
+            push_char(&mut out, ch);
+        }
+    }
+    out
+}
+
+fn push_visible(out: &mut String, s: &str) {
+    for ch in s.chars() {
+        push_char(out, ch);
+    }
+}
+
+fn push_char(out: &mut String, ch: char) {
+    if is_hidden(ch) {
+        out.extend(ch.escape_unicode());
+    } else {
+        out.push(ch);
+    }
+}
+
+/// An error and its causes as the commands print them: `error: ...` then one
+/// `  caused by: ...` line per cause, each escaped.
+pub fn error_chain(e: &anyhow::Error) -> String {
+    let mut out = format!("error: {}\n", line(&e.to_string()));
+    for cause in e.chain().skip(1) {
+        out.push_str(&format!("  caused by: {}\n", line(&cause.to_string())));
+    }
+    out
+}
+
+/// Text made inert in GitHub-flavoured Markdown, on one line: it opens no tag, link, emphasis
+/// or table cell. Links and `@mentions` are neutralised on the text as it will be rendered:
+/// after the escaping rule, so a control character the renderer would drop cannot hide
+/// `https://` from the check.
+pub fn markdown(t: &str) -> String {
+    // A zero-width space, as an entity so that it is visible in the Markdown source, keeps a
+    // pull-request comment from pinging `@someone` or linking a bare URL the guest wrote.
+    const ZWSP: &str = "&#8203;";
+    let t = line(t);
+    let mut out = String::with_capacity(t.len());
+    for (i, ch) in t.char_indices() {
+        let rest = &t[i + ch.len_utf8()..];
+        match ch {
+            '@' => {
+                out.push('@');
+                out.push_str(ZWSP);
+            }
+            ':' if rest.starts_with("//") => {
+                out.push(':');
+                out.push_str(ZWSP);
+            }
+            '.' if out
+                .get(out.len().saturating_sub(3)..)
+                .is_some_and(|w| w.eq_ignore_ascii_case("www")) =>
+            {
+                out.push_str(ZWSP);
+                out.push('.');
+            }
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '|' => out.push_str("\\|"),
+            '\\' | '`' | '*' | '_' | '[' | ']' | '#' | '~' | '!' => {
+                out.push('\\');
+                out.push(ch);
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Text for HTML element content and quoted attributes; newlines stay (for `<pre>`).
+pub fn html(t: &str) -> String {
+    let mut out = String::with_capacity(t.len());
+    for ch in lines(t).chars() {
+        match ch {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Text for XML 1.0 content and attributes (JUnit), where most control characters may not
+/// appear even as references: escaped by the rule, newlines and tabs kept as references (so
+/// attribute-value normalisation does not turn them into spaces), then the XML entities.
+pub fn xml(t: &str) -> String {
+    let mut out = String::with_capacity(t.len());
+    for ch in lines(t).chars() {
+        match ch {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&apos;"),
+            '\n' => out.push_str("&#10;"),
+            '\t' => out.push_str("&#9;"),
+            '\u{fffe}' | '\u{ffff}' => out.extend(ch.escape_unicode()),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HOSTILE: &str = "\u{1b}[2J\u{1b}]0;title\u{7}ok\rverdict: PASS (exit 0)\u{202e}x\u{9b}1m";
+
+    #[test]
+    fn a_line_stays_one_line_and_shows_what_is_hidden() {
+        let l = line(HOSTILE);
+        assert_eq!(
+            l,
+            "\\u{1b}[2J\\u{1b}]0;title\\u{7}ok verdict: PASS (exit 0)\\u{202e}x\\u{9b}1m"
+        );
+        assert!(!l.chars().any(is_hidden));
+        assert_eq!(line("a\nb\t c"), "a b c");
+        assert_eq!(line("é 日本"), "é 日本");
+    }
+
+    #[test]
+    fn lines_keep_newlines_and_nothing_else() {
+        assert_eq!(lines("a\nb\r\u{1b}"), "a\nb\\u{d}\\u{1b}");
+    }
+
+    #[test]
+    fn an_error_chain_is_escaped_line_by_line() {
+        let e = anyhow::anyhow!("unknown variant `X\u{1b}[2J\nerror: none`")
+            .context("reading report A at /r");
+        let t = error_chain(&e);
+        assert_eq!(
+            t,
+            "error: reading report A at /r\n  caused by: unknown variant `X\\u{1b}[2J error: none`\n"
+        );
+        assert_eq!(t.lines().count(), 2);
+    }
+
+    #[test]
+    fn markdown_is_inert_and_links_are_checked_as_rendered() {
+        assert_eq!(markdown("a|b\nc<d>&"), "a\\|b c&lt;d&gt;&amp;");
+        assert_eq!(markdown("*x* [l](u)"), "\\*x\\* \\[l\\](u)");
+        assert_eq!(markdown("cc @octocat"), "cc @&#8203;octocat");
+        assert_eq!(markdown("me@example.com"), "me@&#8203;example.com");
+        assert_eq!(
+            markdown("see https://evil.example/x"),
+            "see https:&#8203;//evil.example/x"
+        );
+        assert_eq!(markdown("WWW.evil.example"), "WWW&#8203;.evil.example");
+        assert_eq!(markdown("a: b. c"), "a: b. c");
+        // A control character the renderer would drop is shown instead, so no link survives.
+        let m = markdown("https:\u{1}//evil.example and w\u{1}ww.evil");
+        assert!(!m.contains("https://") && !m.contains("www."), "{m}");
+        assert!(!m.chars().any(is_hidden), "{m}");
+        let m = markdown("https:\u{202e}//evil.example");
+        assert!(!m.contains("https://"), "{m}");
+    }
+
+    #[test]
+    fn html_and_xml_escape_markup_and_hidden_characters() {
+        assert_eq!(
+            html("<a href=\"x\">'&'</a>"),
+            "&lt;a href=&quot;x&quot;&gt;&#39;&amp;&#39;&lt;/a&gt;"
+        );
+        assert_eq!(html("a\n\u{1b}b"), "a\n\\u{1b}b");
+        assert_eq!(
+            xml("a<b>\n\u{0}'\"\r\u{ffff}"),
+            "a&lt;b&gt;&#10;\\u{0}&apos;&quot;\\u{d}\\u{ffff}"
+        );
+    }
+}
