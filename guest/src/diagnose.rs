@@ -329,7 +329,7 @@ pub fn plan(cfg: &Config) -> Vec<PlanStep> {
         v.push(step(
             GateName::RestoreLiveProcess,
             "look for a CRIU network lock left in copy a's firewall (PID is its PID 1)",
-            gates::in_netns_argv(0, inner)
+            gates::restore_live_process::in_netns_argv(0, inner)
                 .into_iter()
                 .map(|a| a.replace("/proc/0/", "/proc/PID/"))
                 .collect(),

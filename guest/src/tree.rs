@@ -196,6 +196,21 @@ pub fn path_in_tree(tree_pid: i32, inner: &str) -> PathBuf {
     PathBuf::from(format!("/proc/{tree_pid}/root{inner}"))
 }
 
+/// The logs the tree's programs write in its private /tmp, as evidence of a failed start.
+pub fn log_evidence(pid: i32) -> Vec<Evidence> {
+    ["tree-init", "xvfb", "xterm", "stateapp"]
+        .iter()
+        .filter_map(|name| {
+            let p = path_in_tree(pid, &format!("/tmp/{name}.log"));
+            std::fs::read_to_string(&p).ok().map(|text| Evidence {
+                step: format!("log of {name} inside the tree"),
+                note: sharedos_report::text::tail(&text, 20, 3000),
+                ..Evidence::default()
+            })
+        })
+        .collect()
+}
+
 /// Starts the tree and returns the host pid of its PID 1 with the evidence of the spawn.
 pub fn launch(
     exe: &Path,

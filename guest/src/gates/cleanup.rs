@@ -3,8 +3,10 @@
 //! any tree's pid namespace and no marked process is left. Lists what was ended, what had to be
 //! force-killed, what stayed, and every step that went wrong.
 
-use super::{launch::tree_logs, reap_children, Ctx, GateBuilder};
+use super::copies::{kill_tree_pid1, reap_children, wait_tree_gone};
+use super::{Ctx, GateBuilder};
 use crate::probe::{self, NsMember, TreeRecordExt};
+use crate::tree;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use serde_json::{json, Value};
@@ -110,7 +112,7 @@ pub fn run(ctx: &mut Ctx) -> Gate {
     let mut failures: Vec<String> = Vec::new();
     // Keep the programs' own logs before their private /tmp goes away.
     for t in ctx.trees.iter().filter(|t| !t.ended && t.pid1_running()) {
-        for mut e in tree_logs(t.pid) {
+        for mut e in tree::log_evidence(t.pid) {
             e.step = format!("{} ({})", e.step, t.label);
             g.evidence(e);
         }
@@ -127,7 +129,7 @@ pub fn run(ctx: &mut Ctx) -> Gate {
         let before = probe::members(&ns);
         let was_running = t.pid1_running();
         if was_running {
-            if let Err(e) = super::kill_tree_pid1(t) {
+            if let Err(e) = kill_tree_pid1(t) {
                 failures.push(format!("{e:#}"));
             }
         }
@@ -135,7 +137,7 @@ pub fn run(ctx: &mut Ctx) -> Gate {
                           "was_running": was_running, "processes": members_listing(&before)}));
     }
     for t in &running {
-        match super::wait_tree_gone(t, bound, true) {
+        match wait_tree_gone(t, bound, true) {
             Ok(()) => ctx.mark_ended(t.pid),
             Err(e) => failures.push(e.to_string()),
         }

@@ -1,7 +1,8 @@
 //! dump: CRIU checkpoints the whole tree. The state just before the dump is what every restored
 //! copy is compared with.
 
-use super::{obs_value, Ctx, GateBuilder};
+use super::state::obs_value;
+use super::{Ctx, GateBuilder};
 use crate::{criu, probe, pstree};
 use serde_json::json;
 use sharedos_report::compare::{self, check};
@@ -100,7 +101,7 @@ pub fn run(ctx: &mut Ctx) -> Gate {
     // our own SIGKILL the tree would be gone whatever CRIU did.
     let ended = match ctx.tree_record(pid).cloned() {
         Some(rec) => {
-            let waited = super::wait_tree_gone(&rec, ctx.cfg.quick(), false);
+            let waited = super::copies::wait_tree_gone(&rec, ctx.cfg.quick(), false);
             if waited.is_ok() {
                 ctx.mark_ended(pid);
             } else {

@@ -1,8 +1,9 @@
 //! isolation: two copies from one dump run at once in their own namespaces; changing the app and
 //! the screen of one leaves the other at the dump-time state.
 
-use super::{all_differ, fidelity, namespaces_of, obs_value, Ctx, GateBuilder, MARK, MARK_RGB};
-use super::{restore_live_process::check_app_state, restore_x_state::check_x_state};
+use super::state::{check_app_state, check_x_state, obs_value};
+use super::{fidelity, Ctx, GateBuilder, MARK, MARK_RGB};
+use crate::probe::{all_differ, is_live, namespaces_of};
 use serde_json::json;
 use sharedos_report::compare::{self, check};
 use sharedos_report::report::{Gate, GateName};
@@ -13,7 +14,7 @@ pub fn run(ctx: &mut Ctx) -> Gate {
         g.problem("no dump-time state");
         return g.finish("");
     };
-    let a = match ctx.copies.get("a").copied().filter(|p| super::alive(*p)) {
+    let a = match ctx.copies.get("a").copied().filter(|p| is_live(*p)) {
         Some(p) => p,
         None => {
             let (pid, ev) = ctx.restore("a");
@@ -42,7 +43,7 @@ pub fn run(ctx: &mut Ctx) -> Gate {
     g.data("copy_b_pid", json!(b));
     g.check(check(
         "two_copies_running",
-        a != b && super::alive(a) && super::alive(b),
+        a != b && is_live(a) && is_live(b),
         json!({"a": a, "b": b}),
         "both copies alive at once",
     ));

@@ -1,13 +1,14 @@
 //! launch: the tree comes up in its own namespaces and becomes ready: the X server answers with
 //! the xterm's window mapped, and the app answers.
 
-use super::{all_differ, namespaces_of, Ctx, GateBuilder};
+use super::{Ctx, GateBuilder};
+use crate::probe::{all_differ, namespaces_of};
 use crate::tree::{self, XTERM_TITLE};
 use anyhow::{Context, Result};
 use nix::mount::{mount, MsFlags};
 use serde_json::json;
 use sharedos_report::compare::check;
-use sharedos_report::report::{Evidence, Gate, GateName};
+use sharedos_report::report::{Gate, GateName};
 use sharedos_report::wait;
 use std::time::Instant;
 
@@ -52,7 +53,7 @@ impl Readiness {
 
 fn readiness(ctx: &Ctx, pid: i32) -> Readiness {
     let mut r = Readiness {
-        init_alive: super::alive(pid),
+        init_alive: crate::probe::is_live(pid),
         x_socket: crate::x11::socket_path(pid, ctx.cfg.display).exists(),
         ..Default::default()
     };
@@ -64,21 +65,6 @@ fn readiness(ctx: &Ctx, pid: i32) -> Readiness {
     }
     r.app_answers = ctx.app(pid, "get").is_ok();
     r
-}
-
-/// The logs the tree's programs write in its private /tmp, as evidence of a failed start.
-pub fn tree_logs(pid: i32) -> Vec<Evidence> {
-    ["tree-init", "xvfb", "xterm", "stateapp"]
-        .iter()
-        .filter_map(|name| {
-            let p = tree::path_in_tree(pid, &format!("/tmp/{name}.log"));
-            std::fs::read_to_string(&p).ok().map(|text| Evidence {
-                step: format!("log of {name} inside the tree"),
-                note: sharedos_report::text::tail(&text, 20, 3000),
-                ..Evidence::default()
-            })
-        })
-        .collect()
 }
 
 pub fn run(ctx: &mut Ctx) -> Gate {
@@ -154,7 +140,7 @@ pub fn run(ctx: &mut Ctx) -> Gate {
         },
     );
     if !ok {
-        for e in tree_logs(pid) {
+        for e in tree::log_evidence(pid) {
             g.evidence(e);
         }
     }

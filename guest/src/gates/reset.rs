@@ -3,9 +3,8 @@
 //! dump-time state. Without a change of its own, a reset would only prove that a second
 //! restore works.
 
-use super::restore_live_process::check_app_state;
-use super::restore_x_state::check_x_state;
-use super::{obs_value, Ctx, GateBuilder, MARK, MARK_RGB};
+use super::state::{check_app_state, check_x_state, obs_value};
+use super::{Ctx, GateBuilder, MARK, MARK_RGB};
 use crate::probe;
 use serde_json::json;
 use sharedos_report::compare::{self, check};
@@ -20,7 +19,7 @@ pub fn run(ctx: &mut Ctx) -> Gate {
     };
     // The copy to reset: copy A when it still runs, else a fresh restore, so reset does not
     // depend on what isolation managed to do.
-    let target = match ctx.copies.get("a").copied().filter(|p| super::alive(*p)) {
+    let target = match ctx.copies.get("a").copied().filter(|p| probe::is_live(*p)) {
         Some(p) => p,
         None => {
             let (pid, ev) = ctx.restore("a");
