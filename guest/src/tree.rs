@@ -211,17 +211,12 @@ pub fn log_evidence(pid: i32) -> Vec<Evidence> {
         .collect()
 }
 
-/// Starts the tree and returns the host pid of its PID 1 with the evidence of the spawn.
-pub fn launch(
-    exe: &Path,
-    spec: &TreeSpec,
-    timeout: Duration,
-    scratch: &Path,
-) -> (Result<i32>, Evidence) {
-    let argv = spawn_argv(exe, spec);
+/// How the spawn command runs: with the tree's environment only and, without a user namespace,
+/// after unshare(2) of the five namespaces.
+pub fn spawn_setup(spec: &TreeSpec) -> impl FnOnce(&mut Command) {
     let env = tree_env(spec);
     let userns = spec.userns;
-    let out = exec::run_with("spawn the tree", &argv, timeout, scratch, |cmd| {
+    move |cmd| {
         cmd.env_clear().envs(env);
         // With a user namespace tree-spawn makes every namespace itself: the others must belong
         // to the new user namespace, which needs its map written from outside first.
@@ -231,17 +226,19 @@ pub fn launch(
                 cmd.pre_exec(|| nix::sched::unshare(namespaces()).map_err(std::io::Error::from));
             }
         }
-    });
-    let pid = if out.success() {
-        out.stdout
-            .lines()
-            .find_map(|l| l.strip_prefix("tree-pid "))
-            .and_then(|p| p.trim().parse::<i32>().ok())
-            .with_context(|| format!("tree-spawn printed no pid: {}", out.summary()))
-    } else {
-        Err(anyhow::anyhow!("{}", out.summary()))
-    };
-    (pid, out.evidence)
+    }
+}
+
+/// The host pid of the tree's PID 1, from what the spawn command printed.
+pub fn spawned_pid(out: &exec::Outcome) -> Result<i32> {
+    if !out.success() {
+        bail!("{}", out.summary());
+    }
+    out.stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("tree-pid "))
+        .and_then(|p| p.trim().parse::<i32>().ok())
+        .with_context(|| format!("tree-spawn printed no pid: {}", out.summary()))
 }
 
 /// `tree-spawn`: runs in the new namespaces but still in the caller's pid namespace; its child

@@ -3,8 +3,10 @@
 //! any tree's pid namespace and no marked process is left. Lists what was ended, what had to be
 //! force-killed, what stayed, and every step that went wrong.
 
+use super::copies::kill_step;
 use super::copies::{kill_tree_pid1, reap_children, wait_tree_gone};
-use super::{Ctx, GateBuilder};
+use super::step::{Kind, Step};
+use super::{Config, Ctx, GateBuilder};
 use crate::probe::{self, NsMember, TreeRecordExt};
 use crate::tree;
 use nix::sys::signal::{kill, Signal};
@@ -102,6 +104,26 @@ pub fn leftover_checks(
             failures.is_empty(),
             json!(failures),
             "every signal delivered and every process's command line and environment readable",
+        ),
+    ]
+}
+
+/// What this gate does: every tree ended through its PID 1, then whatever else carries the
+/// marker. All in-process (kill(2)); the plan shows the equivalent commands.
+pub fn plan(cfg: &Config) -> Vec<Step> {
+    vec![
+        kill_step(
+            "each tree",
+            "SIGKILL to each tree's PID 1 (kill(2)): its whole pid namespace ends; then wait until no process is left in it",
+        ),
+        Step::described(
+            Kind::KillMarked,
+            "then SIGTERM, then SIGKILL, to any other process whose cmdline or environ carries the marker (kill(2))",
+            vec![
+                "kill".into(),
+                "-TERM".into(),
+                format!("<pids marked {}>", cfg.marker),
+            ],
         ),
     ]
 }

@@ -1,13 +1,15 @@
 //! Restoring a copy of the dumped tree and ending a tree as a whole: what restore_live_process,
 //! isolation, reset, density and cleanup share.
 
-use super::{fidelity, Ctx};
+use super::step::{Kind, Step};
+use super::{fidelity, Config, Ctx};
 use crate::criu;
 use crate::probe::{self, TreeRecordExt};
 use anyhow::{Context, Result};
 use sharedos_report::model::tree::TreeRecord;
 use sharedos_report::report::Evidence;
 use sharedos_report::wait;
+use std::path::Path;
 use std::time::Duration;
 
 impl Ctx {
@@ -36,15 +38,8 @@ impl Ctx {
                 );
             }
         }
-        let argv = criu::restore_argv(
-            &criu_path,
-            &self.cfg.dump_dir(),
-            &self.cfg.tree_root(&format!("copy-{label}")),
-            &pidfile,
-            &self.cfg.criu_log(&format!("restore-{label}")),
-            &self.cfg.restore_extra(label),
-        );
-        let out = self.run(&format!("criu restore of copy {label}"), &argv);
+        let step = criu_restore_step(&self.cfg, &criu_path, label, "");
+        let out = self.run(&step);
         let pid = std::fs::read_to_string(&pidfile)
             .with_context(|| format!("reading {}", pidfile.display()))
             .and_then(|s| {
@@ -80,6 +75,60 @@ impl Ctx {
         self.mark_ended(pid);
         Ok(())
     }
+}
+
+/// `criu restore` of the dump as copy `label`, with what the options add; `what` is the plan's
+/// account of it.
+pub fn criu_restore_step(cfg: &Config, criu: &Path, label: &str, what: &str) -> Step {
+    Step::new(
+        Kind::CriuRestore,
+        &format!("criu restore of copy {label}"),
+        what,
+        criu::restore_argv(
+            criu,
+            &cfg.dump_dir(),
+            &cfg.tree_root(&format!("copy-{label}")),
+            &cfg.pidfile(label),
+            &cfg.criu_log(&format!("restore-{label}")),
+            &cfg.restore_extra(label),
+        ),
+    )
+}
+
+/// Everything `Ctx::restore` does for copy `label`, in its order: with `--cow-root` the copy's
+/// writable root, with `--cgroup` its group, then `criu restore`.
+pub fn restore_steps(cfg: &Config, criu: &Path, label: &str, what: &str) -> Vec<Step> {
+    let tree = format!("copy-{label}");
+    let mut v = Vec::new();
+    if cfg.options.cow_root {
+        v.push(fidelity::carry_layer_step(cfg, &tree, "tree"));
+        v.push(fidelity::overlay_step(cfg, &tree));
+    }
+    if let Some(l) = cfg.options.cgroup {
+        v.push(fidelity::group_step(cfg, &tree, &l));
+    }
+    v.push(criu_restore_step(cfg, criu, label, what));
+    v
+}
+
+/// Steps the run takes only `when` something holds, saying so in the plan.
+pub fn only_when(when: &str, steps: Vec<Step>) -> Vec<Step> {
+    steps
+        .into_iter()
+        .map(|mut s| {
+            s.what = format!("only when {when}: {}", s.what);
+            s
+        })
+        .collect()
+}
+
+/// What `Ctx::kill_tree` does to the tree `whose` names, for the plan.
+pub fn kill_step(whose: &str, what: &str) -> Step {
+    Step::described(
+        Kind::KillTree,
+        what,
+        vec!["kill".into(), "-KILL".into(), format!("<PID 1 of {whose}>")],
+    )
 }
 
 /// A restored copy's PID 1 is PID 1 of a pid namespace other than ours. Anything else named by a

@@ -3,6 +3,7 @@
 //! running tree from outside: its app, its X server, its framebuffer.
 
 use super::fidelity;
+use super::step::{Kind, Step};
 use crate::criu::{self, NetworkLock};
 use crate::exec;
 use crate::probe::{self, TreeRecordExt};
@@ -13,10 +14,10 @@ use anyhow::Result;
 use sharedos_report::compare;
 use sharedos_report::model::app::AppState;
 use sharedos_report::model::tree::{Observation, TreeRecord};
-use sharedos_report::report::{Check, Environment, RunOptions};
+use sharedos_report::report::{Check, Environment, GateName, RunOptions};
 use sharedos_report::wait;
 use sharedos_report::which::find_program;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -54,6 +55,10 @@ impl Config {
     }
     pub fn cow_upper(&self, label: &str) -> PathBuf {
         self.cow_dir().join(label).join("upper")
+    }
+    /// Overlayfs's own work directory for tree `label`'s root.
+    pub fn cow_work(&self, label: &str) -> PathBuf {
+        self.cow_dir().join(label).join("work")
     }
     /// The root of tree `label` (`tree` or `copy-LABEL`): the tree's `pivot_root` target, and
     /// CRIU's `--root` for a copy. With `--cow-root` an overlay of its own, else the one
@@ -118,6 +123,10 @@ impl Config {
         }
         v
     }
+    /// The criu the plan names: the run's when it can be found, else the name looked up on PATH.
+    pub fn planned_criu(&self) -> PathBuf {
+        self.criu_path().unwrap_or_else(|| PathBuf::from("criu"))
+    }
     pub fn quick(&self) -> Duration {
         self.step_timeout.min(Duration::from_secs(20))
     }
@@ -147,6 +156,8 @@ pub struct Ctx {
     pub copies: BTreeMap<String, i32>,
     /// Every tree of the run, ended or not.
     pub trees: Vec<TreeRecord>,
+    /// The gate now running and the kinds of command its plan lists: it may run no other.
+    now: Option<(GateName, BTreeSet<Kind>)>,
 }
 
 impl Ctx {
@@ -160,6 +171,25 @@ impl Ctx {
             snapshot: None,
             copies: BTreeMap::new(),
             trees: Vec::new(),
+            now: None,
+        }
+    }
+
+    /// Starts gate `gate`, whose plan is `plan`: from now on only the kinds of command the plan
+    /// lists may run.
+    pub fn begin(&mut self, gate: GateName, plan: &[Step]) {
+        self.now = Some((gate, plan.iter().map(|s| s.kind).collect()));
+    }
+
+    /// Whether the running gate may execute `step`: only a kind of command its plan lists.
+    pub fn may_run(&self, step: &Step) -> Result<(), String> {
+        match &self.now {
+            Some((_, kinds)) if kinds.contains(&step.kind) => Ok(()),
+            Some((gate, _)) => Err(format!(
+                "{gate}'s plan lists no {:?} step, so it may not run one; list it in the gate's plan",
+                step.kind
+            )),
+            None => Err("no gate is running".into()),
         }
     }
 
@@ -198,8 +228,27 @@ impl Ctx {
             .collect()
     }
 
-    pub fn run(&self, step: &str, argv: &[String]) -> exec::Outcome {
-        exec::run(step, argv, self.cfg.step_timeout, &self.cfg.scratch())
+    /// Runs a step the running gate's plan lists (see `may_run`), bounded by the step timeout.
+    pub fn run(&self, step: &Step) -> exec::Outcome {
+        self.run_with(step, |_| {})
+    }
+
+    /// As `run`, with a hook that adjusts the command first (environment, a pre-exec step).
+    pub fn run_with(
+        &self,
+        step: &Step,
+        configure: impl FnOnce(&mut std::process::Command),
+    ) -> exec::Outcome {
+        if let Err(why) = self.may_run(step) {
+            return exec::Outcome::refused(&step.label, &step.argv, &why);
+        }
+        exec::run_with(
+            &step.label,
+            &step.argv,
+            self.cfg.step_timeout,
+            &self.cfg.scratch(),
+            configure,
+        )
     }
 
     /// Asks a tree's app, from outside.
@@ -260,5 +309,71 @@ impl Ctx {
         .map_err(|e| format!("{e:#}"));
         let want = self.tree_record(tree_pid).and_then(|t| t.pidns.clone());
         compare::x_server_in_tree(name, &sock.display().to_string(), peer, want.as_deref())
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::gates::step::argv;
+    use crate::gates::{dump, restore_live_process};
+
+    /// A configuration for tests of pure logic; nothing of it exists.
+    pub(crate) fn config() -> Config {
+        Config {
+            work: PathBuf::from("/w"),
+            out: PathBuf::from("/r/report.json"),
+            display: 170,
+            marker: "spike-abc".into(),
+            criu: Some(PathBuf::from("/opt/criu")),
+            step_timeout: Duration::from_secs(60),
+            exe: PathBuf::from("/bin/sharedos-gate"),
+            argv: vec![],
+            options: RunOptions::default(),
+        }
+    }
+
+    #[test]
+    fn a_gate_may_run_only_the_kinds_of_command_its_plan_lists() {
+        let dir = std::env::temp_dir().join(format!("ctx-may-run-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("cmd")).unwrap();
+        let mut cfg = config();
+        cfg.work = dir.clone();
+        let mut ctx = Ctx::new(cfg.clone(), Environment::default());
+        let touched = dir.join("touched");
+        let sneak = |kind| {
+            Step::new(
+                kind,
+                "sneak",
+                "",
+                argv(&["touch", &touched.display().to_string()]),
+            )
+        };
+        assert!(ctx.may_run(&sneak(Kind::CriuDump)).is_err(), "no gate runs");
+        ctx.begin(GateName::Dump, &dump::plan(&cfg));
+        let criu = cfg.planned_criu();
+        let dump = dump::dump_step(&cfg, &criu, 4242, NetworkLock::Iptables);
+        assert_eq!(ctx.may_run(&dump), Ok(()));
+        let why = ctx.may_run(&sneak(Kind::FirewallList)).unwrap_err();
+        assert!(
+            why.contains("dump's plan lists no FirewallList step"),
+            "{why}"
+        );
+        let out = ctx.run(&sneak(Kind::FirewallList));
+        assert!(!out.success());
+        assert!(
+            out.summary().contains("not run: dump's plan"),
+            "{}",
+            out.summary()
+        );
+        assert!(!touched.exists(), "a refused step ran");
+        // The gate whose plan lists it may.
+        ctx.begin(
+            GateName::RestoreLiveProcess,
+            &restore_live_process::plan(&cfg),
+        );
+        assert!(ctx.run(&sneak(Kind::FirewallList)).success());
+        assert!(touched.exists());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

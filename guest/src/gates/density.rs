@@ -15,7 +15,9 @@
 //! answer also ends it, and fails the gate: the floor exists so that the search stops before
 //! anything breaks.
 
-use super::{Ctx, GateBuilder};
+use super::copies::{kill_step, restore_steps};
+use super::step::Step;
+use super::{Config, Ctx, GateBuilder};
 use crate::probe::{self, TreeRecordExt};
 use anyhow::{bail, Context, Result};
 use serde_json::json;
@@ -248,6 +250,30 @@ pub fn all_of(name: &str, expected: &str, per_copy: &[(String, &Check)]) -> Chec
         json!({"copies": per_copy.len(), "failed": failed}),
         expected,
     )
+}
+
+/// What this gate runs: the earlier gates' copies ended, then one restore per copy, all kept
+/// up, then every copy ended.
+pub fn plan(cfg: &Config) -> Vec<Step> {
+    let copies = cfg
+        .options
+        .copies
+        .map_or_else(|| "N".to_string(), |c| c.to_string());
+    let mut v = vec![kill_step(
+        "each copy of the earlier gates",
+        "SIGKILL to each copy the earlier gates left up (kill(2)): their memory would count against this gate's",
+    )];
+    v.extend(restore_steps(
+        cfg,
+        &cfg.planned_criu(),
+        "density-1",
+        &format!("restore copy density-1, then density-2 and on, all kept up (--copies {copies}); each copy's processes' /proc/PID/smaps_rollup and /proc/meminfo are read in-process"),
+    ));
+    v.push(kill_step(
+        "each density copy",
+        "SIGKILL to each density copy's PID 1 once all were measured (kill(2)); then wait until its pid namespace is empty",
+    ));
+    v
 }
 
 pub fn run(ctx: &mut Ctx) -> Gate {

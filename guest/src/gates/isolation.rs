@@ -1,12 +1,26 @@
 //! isolation: two copies from one dump run at once in their own namespaces; changing the app and
 //! the screen of one leaves the other at the dump-time state.
 
+use super::copies::{only_when, restore_steps};
 use super::state::{check_app_state, check_x_state, obs_value};
-use super::{fidelity, Ctx, GateBuilder, MARK, MARK_RGB};
+use super::step::Step;
+use super::{fidelity, Config, Ctx, GateBuilder, MARK, MARK_RGB};
 use crate::probe::{all_differ, is_live, namespaces_of};
 use serde_json::json;
 use sharedos_report::compare::{self, check};
 use sharedos_report::report::{Gate, GateName};
+
+/// What this gate runs: copy b restored beside copy a (and copy a again first, when it no
+/// longer runs).
+pub fn plan(cfg: &Config) -> Vec<Step> {
+    let criu = cfg.planned_criu();
+    let mut v = only_when(
+        "the copy a restore_live_process left no longer runs",
+        restore_steps(cfg, &criu, "a", "restore copy a again"),
+    );
+    v.extend(restore_steps(cfg, &criu, "b", "restore copy b"));
+    v
+}
 
 pub fn run(ctx: &mut Ctx) -> Gate {
     let mut g = GateBuilder::new(GateName::Isolation);

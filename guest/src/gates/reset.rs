@@ -3,13 +3,31 @@
 //! dump-time state. Without a change of its own, a reset would only prove that a second
 //! restore works.
 
+use super::copies::{kill_step, only_when, restore_steps};
 use super::state::{check_app_state, check_x_state, obs_value};
-use super::{Ctx, GateBuilder, MARK, MARK_RGB};
+use super::step::Step;
+use super::{Config, Ctx, GateBuilder, MARK, MARK_RGB};
 use crate::probe;
 use serde_json::json;
 use sharedos_report::compare::{self, check};
 use sharedos_report::report::{Gate, GateName};
 use std::collections::BTreeSet;
+
+/// What this gate runs: the changed copy (copy a, restored again first when it no longer runs)
+/// killed as a whole, and a new restore.
+pub fn plan(cfg: &Config) -> Vec<Step> {
+    let criu = cfg.planned_criu();
+    let mut v = only_when(
+        "the copy a restore_live_process left no longer runs",
+        restore_steps(cfg, &criu, "a", "restore copy a again, to change it"),
+    );
+    v.push(kill_step(
+        "the changed copy",
+        "SIGKILL to the changed copy's PID 1 (kill(2)): its whole pid namespace ends; then wait until no process is left in it",
+    ));
+    v.extend(restore_steps(cfg, &criu, "reset", "restore copy reset"));
+    v
+}
 
 pub fn run(ctx: &mut Ctx) -> Gate {
     let mut g = GateBuilder::new(GateName::Reset);

@@ -1,12 +1,25 @@
 //! restore_live_process: a copy restored from the dump has the app's token, and its counter
 //! continues from the dump-time value.
 
+use super::copies::restore_steps;
 use super::state::check_app_state;
-use super::{Ctx, GateBuilder};
+use super::step::{Kind, Step, PID};
+use super::{Config, Ctx, GateBuilder};
 use serde_json::json;
 use sharedos_report::compare::check;
 use sharedos_report::report::{Gate, GateName};
 use sharedos_report::which::find_program;
+
+/// What this gate runs: the restore of copy a, and a look at its firewall.
+pub fn plan(cfg: &Config) -> Vec<Step> {
+    let mut v = restore_steps(cfg, &cfg.planned_criu(), "a", "restore copy a");
+    v.extend(
+        FIREWALL_LISTERS
+            .iter()
+            .map(|(prog, inner)| firewall_step(prog, inner, PID)),
+    );
+    v
+}
 
 pub fn run(ctx: &mut Ctx) -> Gate {
     let mut g = GateBuilder::new(GateName::RestoreLiveProcess);
@@ -41,8 +54,8 @@ pub fn run(ctx: &mut Ctx) -> Gate {
     g.finish("the restored app has the dump-time token and its counter continues from the dump-time value; no CRIU network lock left behind")
 }
 
-/// `inner` run inside a tree's network namespace.
-pub fn in_netns_argv(pid: i32, inner: &[&str]) -> Vec<String> {
+/// `inner` run inside the network namespace of the tree whose PID 1 is `pid`.
+pub fn in_netns_argv(pid: impl std::fmt::Display, inner: &[&str]) -> Vec<String> {
     let mut v = vec![
         "nsenter".to_string(),
         format!("--net=/proc/{pid}/ns/net"),
@@ -52,24 +65,35 @@ pub fn in_netns_argv(pid: i32, inner: &[&str]) -> Vec<String> {
     v
 }
 
+/// The tools that list a firewall's rules, with their argv; the check uses whichever are
+/// installed.
+pub const FIREWALL_LISTERS: [(&str, &[&str]); 2] = [
+    ("nft", &["nft", "list", "ruleset"]),
+    ("iptables-save", &["iptables-save"]),
+];
+
+/// `prog` listing the rules of the copy whose PID 1 is `pid`.
+pub fn firewall_step(prog: &str, inner: &[&str], pid: impl std::fmt::Display) -> Step {
+    Step::new(
+        Kind::FirewallList,
+        &format!("{prog} in the copy's network namespace"),
+        "look for a CRIU network lock left in copy a's firewall (PID is its PID 1)",
+        in_netns_argv(pid, inner),
+    )
+}
+
 /// CRIU locks the network while it dumps; with criu 3.17.1 and the nftables lock the lock's
 /// drop table outlives the restore (FIELD-NOTES). Checks a restored copy's firewall for anything
 /// named after CRIU, with whichever of nft and iptables-save is installed.
 pub fn check_no_network_lock_left(ctx: &Ctx, g: &mut GateBuilder, pid: i32) {
     let mut seen = Vec::new();
     let mut looked = 0;
-    for (prog, argv) in [
-        ("nft", vec!["nft", "list", "ruleset"]),
-        ("iptables-save", vec!["iptables-save"]),
-    ] {
+    for (prog, inner) in FIREWALL_LISTERS {
         if find_program(prog).is_none() {
             continue;
         }
         looked += 1;
-        let out = ctx.run(
-            &format!("{prog} in the copy's network namespace"),
-            &in_netns_argv(pid, &argv),
-        );
+        let out = ctx.run(&firewall_step(prog, inner, pid));
         if out.success() {
             seen.extend(
                 out.stdout
