@@ -52,6 +52,11 @@ impl GateBuilder {
         self.gate.evidence.push(e);
     }
 
+    /// The evidence of a step that may not have been taken.
+    pub fn evidence_opt(&mut self, e: Option<Evidence>) {
+        self.gate.evidence.extend(e);
+    }
+
     pub fn data(&mut self, k: &str, v: Value) {
         self.gate.data.insert(k.to_string(), v);
     }

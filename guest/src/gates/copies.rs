@@ -63,6 +63,17 @@ impl Ctx {
         (pid, out.evidence)
     }
 
+    /// Copy A as restore_live_process left it when it still runs, else a fresh restore of it
+    /// (with that restore's evidence): isolation and reset do not depend on what the gates
+    /// before them managed to do.
+    pub fn copy_a(&mut self) -> (Result<i32>, Option<Evidence>) {
+        if let Some(p) = self.copies.get("a").copied().filter(|p| probe::is_live(*p)) {
+            return (Ok(p), None);
+        }
+        let (pid, ev) = self.restore("a");
+        (pid, Some(ev))
+    }
+
     /// Ends one tree: SIGKILL to its PID 1 takes the whole pid namespace down; then waits until
     /// no process is left in that namespace.
     pub fn kill_tree(&mut self, pid: i32) -> Result<()> {

@@ -2,9 +2,10 @@
 //! server (windows, pixels). restore_live_process and restore_x_state make them on copy A;
 //! isolation and reset make them again on the copies they restore.
 
-use super::{Ctx, GateBuilder};
+use super::{Ctx, GateBuilder, MARK, MARK_RGB};
 use serde_json::{json, Value};
 use sharedos_report::compare;
+use sharedos_report::model::app::AppState;
 use sharedos_report::model::tree::Observation;
 
 /// Records an observation as a check value.
@@ -63,4 +64,20 @@ pub fn check_x_state(g: &mut GateBuilder, now: &Observation, snap: &Observation,
         (&now.frame_sha256, &now.png),
         "the dump-time pixels",
     ));
+}
+
+/// Changes a copy the way isolation and reset do: its app's state (`mutate`) and a mark drawn on
+/// its screen. `name` names the copy in the problems. Returns what the app answered.
+pub fn change_copy(ctx: &Ctx, g: &mut GateBuilder, pid: i32, name: &str) -> Option<AppState> {
+    let mutated = ctx.app(pid, "mutate");
+    let drawn = ctx.x(pid, &format!("drawing into {name}"), |c| {
+        c.fill_rect(MARK, MARK_RGB)
+    });
+    if let Err(e) = &mutated {
+        g.problem(format!("changing {name}'s app: {e:#}"));
+    }
+    if let Err(e) = &drawn {
+        g.problem(format!("drawing into {name}: {e:#}"));
+    }
+    mutated.ok()
 }
