@@ -6,6 +6,7 @@ pub mod diagnose;
 pub mod exec;
 pub mod gates;
 pub mod lies;
+pub mod output;
 pub mod probe;
 pub mod pstree;
 pub mod stateapp;

@@ -133,8 +133,9 @@ pub fn run(ctx: &mut Ctx) -> Gate {
     let bound = ctx.cfg.step_timeout.min(Duration::from_secs(20));
     let mut failures: Vec<String> = Vec::new();
     // Keep the programs' own logs before their private /tmp goes away.
+    let spec = ctx.cfg.spec();
     for t in ctx.trees.iter().filter(|t| !t.ended && t.pid1_running()) {
-        for mut e in tree::log_evidence(t.pid) {
+        for mut e in tree::log_evidence(&spec, t.pid) {
             e.step = format!("{} ({})", e.step, t.label);
             g.evidence(e);
         }

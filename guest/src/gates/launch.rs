@@ -117,12 +117,12 @@ pub fn plan(cfg: &Config) -> Vec<Step> {
         "PID 1 of the tree, after pivot_root",
         tree::init_argv(&spec),
     ));
-    for argv in [
-        tree::xvfb_argv(cfg.display),
-        tree::stateapp_argv(&cfg.marker),
-        tree::xterm_argv(&cfg.marker),
-    ] {
-        v.push(Step::described(Kind::InTree, "inside the tree", argv));
+    for p in tree::workload(&spec).programs() {
+        v.push(Step::described(
+            Kind::InTree,
+            "inside the tree",
+            p.argv.clone(),
+        ));
     }
     v
 }
@@ -227,7 +227,7 @@ fn wait_ready(ctx: &Ctx, g: &mut GateBuilder, pid: i32) -> bool {
         },
     );
     if !ok {
-        for e in tree::log_evidence(pid) {
+        for e in tree::log_evidence(&ctx.cfg.spec(), pid) {
             g.evidence(e);
         }
     }
