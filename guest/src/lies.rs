@@ -319,6 +319,11 @@ pub fn wrapper_main(
     std::fs::create_dir_all(state).with_context(|| format!("mkdir {}", state.display()))?;
     std::fs::write(&lied, args.join(" ")).with_context(|| format!("writing {}", lied.display()))?;
     told(&lie);
+    tell(&lie, real, args)
+}
+
+/// Makes the call `lie` hits, lying as it does; the exit code to give.
+fn tell(lie: &Lie, real: &Path, args: &[String]) -> Result<i32> {
     let pidfile = arg_after(args, "--pidfile");
     let sibling = |label: &str| -> Result<i32> {
         let p = pidfile.as_ref().context("no --pidfile")?;
@@ -363,46 +368,51 @@ pub fn wrapper_main(
             if code != 0 {
                 return Ok(code);
             }
-            let pid = pid_from(pidfile.as_ref().context("no --pidfile")?)?;
-            match lie.name {
-                "restore-a-wrong-pixels" => {
-                    let c = crate::x11::XConn::connect(&x_socket(pid)?)?;
-                    c.fill_rect(
-                        x11rb::protocol::xproto::Rectangle {
-                            x: 20,
-                            y: 400,
-                            width: 80,
-                            height: 40,
-                        },
-                        0x0000_00ff,
-                    )?;
-                }
-                "restore-a-extra-window" => {
-                    let c = crate::x11::XConn::connect(&x_socket(pid)?)?;
-                    c.map_lasting_window(
-                        "intruder",
-                        x11rb::protocol::xproto::Rectangle {
-                            x: 500,
-                            y: 20,
-                            width: 100,
-                            height: 60,
-                        },
-                    )?;
-                }
-                "restore-b-process-outside-userns" => start_outside_userns(pid)?,
-                "restore-b-without-cgroup-limits" => {
-                    let group = crate::gates::fidelity::cgroup_of(pid)?;
-                    let dir = crate::gates::fidelity::group_dir(&group);
-                    for (file, text) in [("cpu.max", "max"), ("memory.max", "max")] {
-                        std::fs::write(dir.join(file), text)
-                            .with_context(|| format!("writing {}", dir.join(file).display()))?;
-                    }
-                }
-                _ => change_app(pid)?,
-            }
+            spoil_restored(lie, pid_from(pidfile.as_ref().context("no --pidfile")?)?)?;
             Ok(0)
         }
     }
+}
+
+/// The lies told after a true restore: the copy whose PID 1 is `pid` is then spoiled.
+fn spoil_restored(lie: &Lie, pid: i32) -> Result<()> {
+    match lie.name {
+        "restore-a-wrong-pixels" => {
+            let c = crate::x11::XConn::connect(&x_socket(pid)?)?;
+            c.fill_rect(
+                x11rb::protocol::xproto::Rectangle {
+                    x: 20,
+                    y: 400,
+                    width: 80,
+                    height: 40,
+                },
+                0x0000_00ff,
+            )?;
+        }
+        "restore-a-extra-window" => {
+            let c = crate::x11::XConn::connect(&x_socket(pid)?)?;
+            c.map_lasting_window(
+                "intruder",
+                x11rb::protocol::xproto::Rectangle {
+                    x: 500,
+                    y: 20,
+                    width: 100,
+                    height: 60,
+                },
+            )?;
+        }
+        "restore-b-process-outside-userns" => start_outside_userns(pid)?,
+        "restore-b-without-cgroup-limits" => {
+            let group = crate::gates::fidelity::cgroup_of(pid)?;
+            let dir = crate::gates::fidelity::group_dir(&group);
+            for (file, text) in [("cpu.max", "max"), ("memory.max", "max")] {
+                std::fs::write(dir.join(file), text)
+                    .with_context(|| format!("writing {}", dir.join(file).display()))?;
+            }
+        }
+        _ => change_app(pid)?,
+    }
+    Ok(())
 }
 
 /// The argv that starts a process in a tree's pid namespace and nothing else of it: it stays
