@@ -42,12 +42,13 @@ pub fn check_argv(criu: &Path) -> Vec<String> {
     vec![s(criu), "check".into()]
 }
 
-/// Dumps the whole tree rooted at `pid` (the tree's PID 1 as the host sees it). No
+/// Dumps the whole tree rooted at `pid` (the tree's PID 1 as the host sees it; the plan shows a
+/// placeholder). No
 /// `--shell-job`: the tree's init called setsid(). No socket flags: no connection is open
 /// across the tree's boundary at dump time.
 pub fn dump_argv(
     criu: &Path,
-    pid: i32,
+    pid: impl std::fmt::Display,
     images: &Path,
     log: &Path,
     lock: NetworkLock,

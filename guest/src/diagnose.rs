@@ -1,7 +1,6 @@
 //! The gate sequence and its rules: which gate may run after which, the plan, and the report.
 
-use crate::gates::{self, prerequisites::TREE_CHECKS, Config, Ctx};
-use crate::{criu, tree};
+use crate::gates::{self, prerequisites::TREE_CHECKS, Config, Ctx, Step};
 use anyhow::{Context, Result};
 use sharedos_report::fidelity::{self, Difference};
 use sharedos_report::report::{
@@ -9,7 +8,7 @@ use sharedos_report::report::{
 };
 use sharedos_report::text::{artifact_kind, shell_words};
 use sharedos_report::{digest, environment, signals};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Instant;
 
 /// Why `name` cannot run given the gates before it, or None when it may run. The SPEC's rule:
@@ -51,22 +50,6 @@ pub fn blocked(name: GateName, done: &[Gate]) -> Option<String> {
         | GateName::Reset
         | GateName::Density => need(GateName::Dump),
         GateName::GuiPixelReview => need(GateName::LiveStateProbe),
-    }
-}
-
-fn run_gate(name: GateName, ctx: &mut Ctx) -> Gate {
-    match name {
-        GateName::Prerequisites => gates::prerequisites::run(ctx),
-        GateName::Launch => gates::launch::run(ctx),
-        GateName::LiveStateProbe => gates::live_state_probe::run(ctx),
-        GateName::Dump => gates::dump::run(ctx),
-        GateName::RestoreLiveProcess => gates::restore_live_process::run(ctx),
-        GateName::RestoreXState => gates::restore_x_state::run(ctx),
-        GateName::Isolation => gates::isolation::run(ctx),
-        GateName::Reset => gates::reset::run(ctx),
-        GateName::Density => gates::density::run(ctx),
-        GateName::GuiPixelReview => gates::gui_pixel_review::run(ctx),
-        GateName::Cleanup => gates::cleanup::run(ctx),
     }
 }
 
@@ -115,10 +98,15 @@ pub fn run(cfg: Config, progress: &mut dyn FnMut(&Gate)) -> Report {
     }
     let mut done: Vec<Gate> = Vec::new();
     let options = ctx.cfg.options.clone();
-    for name in options.gates() {
+    for def in gates::selected(&options) {
+        let name = def.name;
         let started = Instant::now();
+        let run_gate = |ctx: &mut Ctx| {
+            ctx.begin(name, &(def.plan)(&ctx.cfg));
+            (def.run)(ctx)
+        };
         let mut gate = if name == GateName::Cleanup {
-            run_gate(name, &mut ctx)
+            run_gate(&mut ctx)
         } else if let Some(sig) = signals::interrupted() {
             Gate::new(
                 name,
@@ -128,7 +116,7 @@ pub fn run(cfg: Config, progress: &mut dyn FnMut(&Gate)) -> Report {
         } else if let Some(why) = blocked(name, &done) {
             Gate::new(name, Status::NotRun, why)
         } else {
-            run_gate(name, &mut ctx)
+            run_gate(&mut ctx)
         };
         if name == GateName::Prerequisites {
             if let Some(e) = &setup_error {
@@ -204,200 +192,20 @@ pub fn write_report(report: &Report, out: &Path) -> Result<()> {
 /// One step of the plan: what a gate would run.
 pub struct PlanStep {
     pub gate: GateName,
-    pub what: String,
-    pub argv: Vec<String>,
+    pub step: Step,
 }
 
-/// Every command the run would execute, built by the same functions the run uses.
+/// Every command the run would execute: each selected gate's plan in the registry's order,
+/// built by the functions the gates run.
 pub fn plan(cfg: &Config) -> Vec<PlanStep> {
-    let spec = cfg.spec();
-    let criu_path = cfg.criu_path().unwrap_or_else(|| PathBuf::from("criu"));
-    let sv = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-    let mut v = vec![
-        step(GateName::Prerequisites, "CRIU version", criu::version_argv(&criu_path)),
-        step(GateName::Prerequisites, "CRIU works on this kernel", criu::check_argv(&criu_path)),
-        step(
-            GateName::Prerequisites,
-            "Xvfb version (its package's; launch reads the running server's over the wire)",
-            gates::prerequisites::package_version_argv("xvfb"),
-        ),
-        step(GateName::Prerequisites, "xterm version", sv(&["xterm", "-version"])),
-        step(
-            GateName::Launch,
-            "read-only bind of / as the tree's root (mount(2) in diagnose's private mount namespace)",
-            vec![
-                "mount".into(),
-                "--bind".into(),
-                "-o".into(),
-                "ro".into(),
-                "/".into(),
-                cfg.root_bind().display().to_string(),
-            ],
-        ),
-        step(
-            GateName::Launch,
-            "start the tree: unshare(2) of pid, mnt, net, ipc, uts, then exec (equivalent: the unshare command below)",
-            tree::spawn_argv(&cfg.exe, &spec),
-        ),
-        step(
-            GateName::Launch,
-            "equivalent util-linux command",
-            tree::unshare_equivalent_argv(&cfg.exe, &spec),
-        ),
-        step(GateName::Launch, "PID 1 of the tree, after pivot_root", tree::init_argv(&spec)),
-    ];
-    if cfg.options.cow_root {
-        v.push(step(
-            GateName::Launch,
-            "--cow-root: the tree's writable root, an overlay over the read-only bind with its upper layer on a tmpfs at the work directory's cow/ (mount(2))",
-            overlay_argv(cfg, "tree"),
-        ));
-    }
-    if let Some(l) = cfg.options.cgroup {
-        let mut argv = vec![
-            "echo +cpu +memory > /sys/fs/cgroup/cgroup.subtree_control and <group>/..".to_string(),
-        ];
-        argv.extend(
-            gates::fidelity::limit_files(&l)
-                .iter()
-                .map(|(f, t)| format!("{f}={t}")),
-        );
-        v.push(step(
-            GateName::Launch,
-            "--cgroup: a group per tree under the run's group (written to cgroup2 files), with these limits; the tree joins its group before PID 1 is forked",
-            argv,
-        ));
-    }
-    v.extend([
-        step(
-            GateName::Launch,
-            "inside the tree",
-            tree::xvfb_argv(cfg.display),
-        ),
-        step(
-            GateName::Launch,
-            "inside the tree",
-            tree::stateapp_argv(&cfg.marker),
-        ),
-        step(
-            GateName::Launch,
-            "inside the tree",
-            tree::xterm_argv(&cfg.marker),
-        ),
-        step(
-            GateName::Dump,
-            "checkpoint the tree (PID is the tree's PID 1 on the host)",
-            criu::dump_argv(
-                &criu_path,
-                0,
-                &cfg.dump_dir(),
-                &cfg.criu_log("dump"),
-                criu::NetworkLock::detect(),
-                &cfg.dump_extra(),
-            )
-            .into_iter()
-            .map(|a| if a == "0" { "PID".to_string() } else { a })
-            .collect(),
-        ),
-    ]);
-    for (gate, label) in [
-        (GateName::RestoreLiveProcess, "a"),
-        (GateName::Isolation, "b"),
-        (GateName::Reset, "reset"),
-    ] {
-        v.extend(restore_steps(
-            cfg,
-            &criu_path,
-            gate,
-            label,
-            &format!("restore copy {label}"),
-        ));
-    }
-    for inner in [&["nft", "list", "ruleset"][..], &["iptables-save"][..]] {
-        v.push(step(
-            GateName::RestoreLiveProcess,
-            "look for a CRIU network lock left in copy a's firewall (PID is its PID 1)",
-            gates::in_netns_argv(0, inner)
+    gates::selected(&cfg.options)
+        .into_iter()
+        .flat_map(|d| {
+            (d.plan)(cfg)
                 .into_iter()
-                .map(|a| a.replace("/proc/0/", "/proc/PID/"))
-                .collect(),
-        ));
-    }
-    if let Some(copies) = cfg.options.copies {
-        v.extend(restore_steps(
-            cfg,
-            &criu_path,
-            GateName::Density,
-            "density-1",
-            &format!("restore copy density-1, then density-2 and on, all kept up (--copies {copies}); each copy's processes' /proc/PID/smaps_rollup and /proc/meminfo are read in-process"),
-        ));
-    }
-    v.push(step(
-        GateName::Cleanup,
-        "SIGKILL to each tree's PID 1 (kill(2)): its whole pid namespace ends; then wait until no process is left in it",
-        vec!["kill".into(), "-KILL".into(), "<PID 1 of each tree>".into()],
-    ));
-    v.push(step(
-        GateName::Cleanup,
-        "then SIGTERM, then SIGKILL, to any other process whose cmdline or environ carries the marker (kill(2))",
-        vec!["kill".into(), "-TERM".into(), format!("<pids marked {}>", cfg.marker)],
-    ));
-    v
-}
-
-fn step(gate: GateName, what: &str, argv: Vec<String>) -> PlanStep {
-    PlanStep {
-        gate,
-        what: what.to_string(),
-        argv,
-    }
-}
-
-/// The steps that restore copy `label`: with `--cow-root` its writable root first, then
-/// `criu restore` with what the options add.
-fn restore_steps(
-    cfg: &Config,
-    criu_path: &Path,
-    gate: GateName,
-    label: &str,
-    what: &str,
-) -> Vec<PlanStep> {
-    let copy = format!("copy-{label}");
-    let mut v = Vec::new();
-    if cfg.options.cow_root {
-        v.push(step(
-            gate,
-            &format!("--cow-root: copy {label}'s upper layer starts as the original's at the dump"),
-            gates::fidelity::copy_layer_argv(&cfg.cow_upper("tree"), &cfg.cow_upper(&copy)),
-        ));
-        v.push(step(
-            gate,
-            &format!("--cow-root: copy {label}'s writable root (mount(2))"),
-            overlay_argv(cfg, &copy),
-        ));
-    }
-    v.push(step(
-        gate,
-        what,
-        criu::restore_argv(
-            criu_path,
-            &cfg.dump_dir(),
-            &cfg.tree_root(&copy),
-            &cfg.pidfile(label),
-            &cfg.criu_log(&format!("restore-{label}")),
-            &cfg.restore_extra(label),
-        ),
-    ));
-    v
-}
-
-fn overlay_argv(cfg: &Config, label: &str) -> Vec<String> {
-    gates::fidelity::overlay_mount_argv(
-        &cfg.root_bind(),
-        &cfg.cow_upper(label),
-        &cfg.cow_dir().join(label).join("work"),
-        &cfg.tree_root(label),
-    )
+                .map(|step| PlanStep { gate: d.name, step })
+        })
+        .collect()
 }
 
 pub fn render_plan(cfg: &Config) -> String {
@@ -412,18 +220,17 @@ pub fn render_plan(cfg: &Config) -> String {
         s.push_str(&format!(
             "[{}] {}\n    {}\n",
             p.gate,
-            p.what,
-            shell_words(&p.argv)
+            p.step.what,
+            shell_words(&p.step.argv)
         ));
     }
     s
 }
 
-/// Quotes an argv for reading and pasting into a POSIX shell.
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sharedos_report::report::Check;
+    use sharedos_report::report::{Check, Copies};
 
     fn gate(n: GateName, s: Status) -> Gate {
         Gate::new(n, s, "r")
@@ -513,17 +320,7 @@ mod tests {
 
     #[test]
     fn plan_covers_every_command_kind() {
-        let cfg = Config {
-            work: PathBuf::from("/w"),
-            out: PathBuf::from("/r/report.json"),
-            display: 170,
-            marker: "spike-abc".into(),
-            criu: Some(PathBuf::from("/opt/criu")),
-            step_timeout: std::time::Duration::from_secs(60),
-            exe: PathBuf::from("/bin/sharedos-gate"),
-            argv: vec![],
-            options: RunOptions::default(),
-        };
+        let cfg = gates::ctx::tests::config();
         let text = render_plan(&cfg);
         for needle in [
             "/opt/criu check",
@@ -540,7 +337,7 @@ mod tests {
         }
         assert!(!text.contains("density"), "a plain run has no density step");
         let mut dense = cfg.clone();
-        dense.options.copies = Some(sharedos_report::report::Copies::Max);
+        dense.options.copies = Some(Copies::Max);
         let text = render_plan(&dense);
         assert!(
             text.contains("[density] restore copy density-1")
@@ -569,6 +366,35 @@ mod tests {
             "--root /w/root-copy-b --pidfile /w/restore-b.pid",
         ] {
             assert!(text.contains(needle), "plan lacks {needle}:\n{text}");
+        }
+    }
+
+    #[test]
+    fn the_plan_is_every_selected_gates_steps_in_registry_order() {
+        let mut cfg = gates::ctx::tests::config();
+        for options in [
+            RunOptions::default(),
+            RunOptions {
+                copies: Some(Copies::Count(2)),
+                cgroup: crate::gates::fidelity::parse_cgroup_limits("cpu=1,memory=512M").ok(),
+                cow_root: true,
+                userns: true,
+            },
+        ] {
+            cfg.options = options;
+            let want: Vec<(GateName, Step)> = gates::GATES
+                .iter()
+                .filter(|d| cfg.options.gates().contains(&d.name))
+                .flat_map(|d| (d.plan)(&cfg).into_iter().map(|s| (d.name, s)))
+                .collect();
+            let got: Vec<(GateName, Step)> =
+                plan(&cfg).into_iter().map(|p| (p.gate, p.step)).collect();
+            assert_eq!(got, want);
+            let text = render_plan(&cfg);
+            for (gate, step) in &want {
+                let line = format!("[{gate}] {}\n    {}\n", step.what, shell_words(&step.argv));
+                assert!(text.contains(&line), "plan lacks {line}:\n{text}");
+            }
         }
     }
 

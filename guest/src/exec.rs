@@ -22,6 +22,20 @@ impl Outcome {
         self.evidence.exit_code == Some(0) && !self.evidence.timed_out
     }
 
+    /// A command that was not started because `why`: evidence that says so, and no success.
+    pub fn refused(step: &str, argv: &[String], why: &str) -> Outcome {
+        Outcome {
+            evidence: Evidence {
+                step: step.to_string(),
+                argv: argv.to_vec(),
+                note: format!("not run: {why}"),
+                ..Evidence::default()
+            },
+            stdout: String::new(),
+            stderr: String::new(),
+        }
+    }
+
     /// A one-line account for gate reasons.
     pub fn summary(&self) -> String {
         let e = &self.evidence;

@@ -301,8 +301,15 @@ fn change_app(pid: i32) -> Result<()> {
 }
 
 /// `lying-criu`: passes the call through to `real`, except the one `lie` hits (once: a state
-/// file remembers that it lied, so a later identical call is told the truth).
-pub fn wrapper_main(real: &Path, lie_name: &str, state: &Path, args: &[String]) -> Result<i32> {
+/// file remembers that it lied, so a later identical call is told the truth). `told` hears of
+/// the lie before it is told.
+pub fn wrapper_main(
+    real: &Path,
+    lie_name: &str,
+    state: &Path,
+    args: &[String],
+    told: &mut dyn FnMut(&Lie),
+) -> Result<i32> {
     let lie = lie(lie_name).with_context(|| format!("no lie named {lie_name}"))?;
     let lied = state.join(format!("{lie_name}.lied"));
     if !hits(&lie, args) || lied.exists() {
@@ -311,7 +318,12 @@ pub fn wrapper_main(real: &Path, lie_name: &str, state: &Path, args: &[String]) 
     }
     std::fs::create_dir_all(state).with_context(|| format!("mkdir {}", state.display()))?;
     std::fs::write(&lied, args.join(" ")).with_context(|| format!("writing {}", lied.display()))?;
-    eprintln!("lying-criu: {} ({})", lie.name, lie.does);
+    told(&lie);
+    tell(&lie, real, args)
+}
+
+/// Makes the call `lie` hits, lying as it does; the exit code to give.
+fn tell(lie: &Lie, real: &Path, args: &[String]) -> Result<i32> {
     let pidfile = arg_after(args, "--pidfile");
     let sibling = |label: &str| -> Result<i32> {
         let p = pidfile.as_ref().context("no --pidfile")?;
@@ -356,46 +368,51 @@ pub fn wrapper_main(real: &Path, lie_name: &str, state: &Path, args: &[String]) 
             if code != 0 {
                 return Ok(code);
             }
-            let pid = pid_from(pidfile.as_ref().context("no --pidfile")?)?;
-            match lie.name {
-                "restore-a-wrong-pixels" => {
-                    let c = crate::x11::XConn::connect(&x_socket(pid)?)?;
-                    c.fill_rect(
-                        x11rb::protocol::xproto::Rectangle {
-                            x: 20,
-                            y: 400,
-                            width: 80,
-                            height: 40,
-                        },
-                        0x0000_00ff,
-                    )?;
-                }
-                "restore-a-extra-window" => {
-                    let c = crate::x11::XConn::connect(&x_socket(pid)?)?;
-                    c.map_lasting_window(
-                        "intruder",
-                        x11rb::protocol::xproto::Rectangle {
-                            x: 500,
-                            y: 20,
-                            width: 100,
-                            height: 60,
-                        },
-                    )?;
-                }
-                "restore-b-process-outside-userns" => start_outside_userns(pid)?,
-                "restore-b-without-cgroup-limits" => {
-                    let group = crate::gates::fidelity::cgroup_of(pid)?;
-                    let dir = crate::gates::fidelity::group_dir(&group);
-                    for (file, text) in [("cpu.max", "max"), ("memory.max", "max")] {
-                        std::fs::write(dir.join(file), text)
-                            .with_context(|| format!("writing {}", dir.join(file).display()))?;
-                    }
-                }
-                _ => change_app(pid)?,
-            }
+            spoil_restored(lie, pid_from(pidfile.as_ref().context("no --pidfile")?)?)?;
             Ok(0)
         }
     }
+}
+
+/// The lies told after a true restore: the copy whose PID 1 is `pid` is then spoiled.
+fn spoil_restored(lie: &Lie, pid: i32) -> Result<()> {
+    match lie.name {
+        "restore-a-wrong-pixels" => {
+            let c = crate::x11::XConn::connect(&x_socket(pid)?)?;
+            c.fill_rect(
+                x11rb::protocol::xproto::Rectangle {
+                    x: 20,
+                    y: 400,
+                    width: 80,
+                    height: 40,
+                },
+                0x0000_00ff,
+            )?;
+        }
+        "restore-a-extra-window" => {
+            let c = crate::x11::XConn::connect(&x_socket(pid)?)?;
+            c.map_lasting_window(
+                "intruder",
+                x11rb::protocol::xproto::Rectangle {
+                    x: 500,
+                    y: 20,
+                    width: 100,
+                    height: 60,
+                },
+            )?;
+        }
+        "restore-b-process-outside-userns" => start_outside_userns(pid)?,
+        "restore-b-without-cgroup-limits" => {
+            let group = crate::gates::fidelity::cgroup_of(pid)?;
+            let dir = crate::gates::fidelity::group_dir(&group);
+            for (file, text) in [("cpu.max", "max"), ("memory.max", "max")] {
+                std::fs::write(dir.join(file), text)
+                    .with_context(|| format!("writing {}", dir.join(file).display()))?;
+            }
+        }
+        _ => change_app(pid)?,
+    }
+    Ok(())
 }
 
 /// The argv that starts a process in a tree's pid namespace and nothing else of it: it stays
@@ -470,19 +487,72 @@ pub struct SuiteConfig {
     pub only: Vec<String>,
 }
 
+/// What the suite found: how many lies were caught as they must be, of how many, and where
+/// the summary of every outcome is.
+#[derive(Debug)]
+pub struct SuiteResult {
+    pub caught: usize,
+    pub lies: usize,
+    pub summary: PathBuf,
+}
+
+impl SuiteResult {
+    pub fn exit_code(&self) -> i32 {
+        if self.caught == self.lies && self.lies > 0 {
+            0
+        } else {
+            1
+        }
+    }
+}
+
 /// Runs the diagnostic once per lie with the lying wrapper as `--criu` and judges each report.
-pub fn suite_main(cfg: &SuiteConfig, progress: &mut dyn FnMut(&LieOutcome)) -> Result<i32> {
+pub fn suite_main(cfg: &SuiteConfig, progress: &mut dyn FnMut(&LieOutcome)) -> Result<SuiteResult> {
     let exe = std::env::current_exe().context("locating this binary")?;
-    let chosen: Vec<&Lie> = LIES
-        .iter()
-        .filter(|l| cfg.only.is_empty() || cfg.only.iter().any(|o| o == l.name))
-        .collect();
-    if let Some(unknown) = cfg.only.iter().find(|o| lie(o).is_none()) {
+    let chosen = chosen_lies(&cfg.only)?;
+    refuse_unusable(cfg)?;
+    std::fs::create_dir_all(&cfg.out).with_context(|| format!("mkdir {}", cfg.out.display()))?;
+    // A fresh scratch directory per suite run: a lie's state file left by an earlier run would
+    // keep the wrapper from lying.
+    let run_work = cfg
+        .work
+        .join(format!("suite-{}", sharedos_report::random::random_hex(4)?));
+    let mut outcomes = Vec::new();
+    for (i, lie) in chosen.into_iter().enumerate() {
+        let outcome = run_under(&exe, cfg, &run_work.join(lie.name), i, lie)?;
+        progress(&outcome);
+        outcomes.push(outcome);
+    }
+    let summary = cfg.out.join("lies.json");
+    std::fs::write(
+        &summary,
+        serde_json::to_string_pretty(&outcomes).context("serializing the suite's outcomes")?,
+    )
+    .with_context(|| format!("writing {}", summary.display()))?;
+    Ok(SuiteResult {
+        caught: outcomes.iter().filter(|o| o.problems.is_empty()).count(),
+        lies: outcomes.len(),
+        summary,
+    })
+}
+
+/// The lies named in `only`, all of them when it is empty; an unknown name is refused.
+fn chosen_lies(only: &[String]) -> Result<Vec<&'static Lie>> {
+    if let Some(unknown) = only.iter().find(|o| lie(o).is_none()) {
         bail!(
             "no lie named {unknown}; the lies: {}",
             LIES.map(|l| l.name).join(", ")
         );
     }
+    Ok(LIES
+        .iter()
+        .filter(|l| only.is_empty() || only.iter().any(|o| o == l.name))
+        .collect())
+}
+
+/// Refuses a run that could prove nothing: a used output directory, or a CRIU that does not
+/// work here.
+fn refuse_unusable(cfg: &SuiteConfig) -> Result<()> {
     // Reports of an earlier suite there would be judged as this one's.
     if std::fs::read_dir(&cfg.out).is_ok_and(|mut d| d.next().is_some()) {
         bail!(
@@ -503,90 +573,80 @@ pub fn suite_main(cfg: &SuiteConfig, progress: &mut dyn FnMut(&LieOutcome)) -> R
             sharedos_report::text::tail(&String::from_utf8_lossy(&check.stderr), 1, 300)
         );
     }
-    std::fs::create_dir_all(&cfg.out).with_context(|| format!("mkdir {}", cfg.out.display()))?;
-    // A fresh scratch directory per suite run: a lie's state file left by an earlier run would
-    // keep the wrapper from lying.
-    let run_work = cfg
-        .work
-        .join(format!("suite-{}", sharedos_report::random::random_hex(4)?));
-    let mut outcomes = Vec::new();
-    for (i, lie) in chosen.into_iter().enumerate() {
-        let work = run_work.join(lie.name);
-        let state = work.join("lie-state");
-        std::fs::create_dir_all(&work).with_context(|| format!("mkdir {}", work.display()))?;
-        let wrapper = work.join("criu");
-        std::fs::write(&wrapper, wrapper_script(&exe, &cfg.real_criu, lie, &state))
-            .with_context(|| format!("writing {}", wrapper.display()))?;
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755))
-            .with_context(|| format!("chmod {}", wrapper.display()))?;
-        let out = cfg.out.join(lie.name).join("report.json");
-        let marker = format!("lie-{}-{}", i, sharedos_report::random::random_hex(4)?);
-        let status = Command::new(&exe)
-            .args(["diagnose", "--work"])
-            .arg(work.join("run"))
-            .arg("--out")
-            .arg(&out)
-            .args(["--marker", &marker, "--display"])
-            .arg(format!(":{}", cfg.display))
-            .args(["--step-timeout", &cfg.step_timeout.to_string(), "--criu"])
-            .arg(&wrapper)
-            .args(lie.options)
-            .status()
-            .with_context(|| format!("running diagnose under {}", lie.name))?;
-        let left = crate::probe::scan(&marker);
-        let mut problems = Vec::new();
-        let report: Option<Report> = std::fs::read_to_string(&out)
-            .map_err(|e| problems.push(format!("no report at {}: {e}", out.display())))
-            .ok()
-            .and_then(|t| {
-                serde_json::from_str(&t)
-                    .map_err(|e| problems.push(format!("unreadable report: {e}")))
-                    .ok()
-            });
-        if let Some(r) = &report {
-            problems.extend(judge(lie, r));
-        }
-        if !left.is_empty() {
-            problems.push(format!(
-                "{} marked processes left after the run",
-                left.len()
-            ));
-        }
-        let outcome = LieOutcome {
-            lie: *lie,
-            exit_code: status.code(),
-            statuses: report
-                .as_ref()
-                .map(|r| r.gates.iter().map(|g| (g.name, g.status)).collect())
-                .unwrap_or_default(),
-            target_reason: report
-                .as_ref()
-                .and_then(|r| r.gate(lie.target))
-                .map(|g| g.reason.clone())
-                .unwrap_or_default(),
-            marked_left: left.len(),
-            problems,
-        };
-        progress(&outcome);
-        outcomes.push(outcome);
-    }
-    let summary = cfg.out.join("lies.json");
+    Ok(())
+}
+
+/// Writes the lying wrapper for `lie` into `work` (its state beside it); returns its path.
+fn install_wrapper(exe: &Path, real: &Path, work: &Path, lie: &Lie) -> Result<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(work).with_context(|| format!("mkdir {}", work.display()))?;
+    let wrapper = work.join("criu");
     std::fs::write(
-        &summary,
-        serde_json::to_string_pretty(&outcomes).context("serializing the suite's outcomes")?,
+        &wrapper,
+        wrapper_script(exe, real, lie, &work.join("lie-state")),
     )
-    .with_context(|| format!("writing {}", summary.display()))?;
-    let caught = outcomes.iter().filter(|o| o.problems.is_empty()).count();
-    println!(
-        "lie-suite: {caught} of {} lies caught as they must be; summary {}",
-        outcomes.len(),
-        summary.display()
-    );
-    Ok(if caught == outcomes.len() && !outcomes.is_empty() {
-        0
-    } else {
-        1
+    .with_context(|| format!("writing {}", wrapper.display()))?;
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755))
+        .with_context(|| format!("chmod {}", wrapper.display()))?;
+    Ok(wrapper)
+}
+
+/// The whole diagnostic once, with the wrapper that tells `lie` as its criu, judged.
+fn run_under(
+    exe: &Path,
+    cfg: &SuiteConfig,
+    work: &Path,
+    i: usize,
+    lie: &Lie,
+) -> Result<LieOutcome> {
+    let wrapper = install_wrapper(exe, &cfg.real_criu, work, lie)?;
+    let out = cfg.out.join(lie.name).join("report.json");
+    let marker = format!("lie-{}-{}", i, sharedos_report::random::random_hex(4)?);
+    let status = Command::new(exe)
+        .args(["diagnose", "--work"])
+        .arg(work.join("run"))
+        .arg("--out")
+        .arg(&out)
+        .args(["--marker", &marker, "--display"])
+        .arg(format!(":{}", cfg.display))
+        .args(["--step-timeout", &cfg.step_timeout.to_string(), "--criu"])
+        .arg(&wrapper)
+        .args(lie.options)
+        .status()
+        .with_context(|| format!("running diagnose under {}", lie.name))?;
+    let left = crate::probe::scan(&marker);
+    let mut problems = Vec::new();
+    let report: Option<Report> = std::fs::read_to_string(&out)
+        .map_err(|e| problems.push(format!("no report at {}: {e}", out.display())))
+        .ok()
+        .and_then(|t| {
+            serde_json::from_str(&t)
+                .map_err(|e| problems.push(format!("unreadable report: {e}")))
+                .ok()
+        });
+    if let Some(r) = &report {
+        problems.extend(judge(lie, r));
+    }
+    if !left.is_empty() {
+        problems.push(format!(
+            "{} marked processes left after the run",
+            left.len()
+        ));
+    }
+    Ok(LieOutcome {
+        lie: *lie,
+        exit_code: status.code(),
+        statuses: report
+            .as_ref()
+            .map(|r| r.gates.iter().map(|g| (g.name, g.status)).collect())
+            .unwrap_or_default(),
+        target_reason: report
+            .as_ref()
+            .and_then(|r| r.gate(lie.target))
+            .map(|g| g.reason.clone())
+            .unwrap_or_default(),
+        marked_left: left.len(),
+        problems,
     })
 }
 

@@ -3,7 +3,7 @@ use clap::{Parser, Subcommand};
 use sharedos_gate::gates::fidelity;
 use sharedos_gate::gates::Config;
 use sharedos_gate::tree::TreeSpec;
-use sharedos_gate::{diagnose, lies, stateapp, tree};
+use sharedos_gate::{diagnose, lies, output, stateapp, tree};
 use sharedos_report::report::{CgroupLimits, Copies, Gate, RunOptions};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -230,47 +230,19 @@ fn diagnose_main(a: DiagnoseArgs) -> Result<i32> {
         },
     };
     if a.plan {
-        print!("{}", diagnose::render_plan(&cfg));
+        output::text(&diagnose::render_plan(&cfg));
         return Ok(0);
     }
-    eprintln!(
-        "sharedos-gate: marker {}, work {}, report {}",
-        cfg.marker,
-        cfg.work.display(),
-        cfg.out.display()
-    );
+    output::started(&cfg);
     let total = cfg.options.gates().len();
     let mut n = 0;
     let report = diagnose::run(cfg, &mut |g: &Gate| {
         n += 1;
-        eprintln!(
-            "gate {n}/{total} {} {} {}ms: {}",
-            g.name, g.status, g.duration_ms, g.reason
-        );
+        output::gate(n, total, g);
     });
     match diagnose::write_report(&report, &out) {
-        Ok(()) => {
-            println!(
-                "verdict {} (exit {}); report {}",
-                if report.exit_code == 3 {
-                    "REVIEW_REQUIRED"
-                } else if report.all_gates_pass {
-                    "PASS"
-                } else {
-                    "FAIL"
-                },
-                report.exit_code,
-                out.display()
-            );
-        }
-        Err(e) => {
-            // Nothing is lost: the report goes to stdout instead.
-            eprintln!("error: {e:#}; the report follows on standard output");
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&report).context("serializing the report")?
-            );
-        }
+        Ok(()) => output::verdict(&report, &out),
+        Err(e) => output::report_instead(&e, &report)?,
     }
     Ok(report.exit_code)
 }
@@ -292,24 +264,29 @@ fn main() {
             cgroup,
             userns,
         })
-        .map(|()| 0),
-        Cmd::TreeInit { marker, display } => tree::init_main(&TreeSpec {
-            marker,
-            display,
-            root: PathBuf::from("/"),
-            cgroup: None,
-            userns: false,
-        })
-        .map(|()| 0),
+        .map(|pid| {
+            pid.into_iter().for_each(output::tree_pid);
+            0
+        }),
+        Cmd::TreeInit { marker, display } => {
+            let spec = TreeSpec {
+                marker,
+                display,
+                root: PathBuf::from("/"),
+                cgroup: None,
+                userns: false,
+            };
+            tree::init_main(&spec, &mut output::tree_log).map(|()| 0)
+        }
         Cmd::Stateapp { marker: _, socket } => stateapp::serve(&socket).map(|()| 0),
         Cmd::LyingCriu {
             real,
             lie,
             state,
             args,
-        } => lies::wrapper_main(&real, &lie, &state, &args),
+        } => lies::wrapper_main(&real, &lie, &state, &args, &mut output::lie_told),
         Cmd::LieSuite { list: true, .. } => {
-            print!("{}", lies::table_markdown());
+            output::text(&lies::table_markdown());
             Ok(0)
         }
         Cmd::LieSuite {
@@ -329,26 +306,15 @@ fn main() {
                 step_timeout,
                 only: lie,
             };
-            lies::suite_main(&cfg, &mut |o| {
-                eprintln!(
-                    "lie {}: {} -> {} {}; {}",
-                    o.lie.name,
-                    o.lie.does,
-                    o.lie.target,
-                    if o.problems.is_empty() {
-                        "caught".to_string()
-                    } else {
-                        format!("NOT CAUGHT AS REQUIRED: {}", o.problems.join("; "))
-                    },
-                    o.target_reason
-                );
-            })
+            let result = lies::suite_main(&cfg, &mut output::lie)?;
+            output::suite(&result);
+            Ok(result.exit_code())
         }),
     };
     match result {
         Ok(code) => std::process::exit(code),
         Err(e) => {
-            eprintln!("error: {e:#}");
+            output::error(&e);
             std::process::exit(1);
         }
     }

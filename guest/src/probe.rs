@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 use sharedos_report::model::tree::{MarkedProcess, TreeRecord};
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 fn ppid_and_comm(pid: i32) -> Option<(i32, String)> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -84,6 +84,26 @@ pub fn is_live(pid: i32) -> bool {
             .unwrap_or(false),
         Err(_) => false,
     }
+}
+
+/// The namespaces a process is in, as the kernel names them (`net:[4026531840]`).
+pub fn namespaces_of(pid: &str) -> BTreeMap<String, String> {
+    ["pid", "mnt", "net", "ipc", "uts"]
+        .iter()
+        .map(|ns| {
+            let link = std::fs::read_link(format!("/proc/{pid}/ns/{ns}"))
+                .map(|l| l.display().to_string())
+                .unwrap_or_else(|e| format!("unreadable: {e}"));
+            (ns.to_string(), link)
+        })
+        .collect()
+}
+
+/// True when every namespace of `a` differs from the same kind in `b`.
+pub fn all_differ(a: &BTreeMap<String, String>, b: &BTreeMap<String, String>) -> bool {
+    !a.is_empty()
+        && a.iter()
+            .all(|(k, v)| !v.starts_with("unreadable") && b.get(k).is_some_and(|w| w != v))
 }
 
 const PF_KTHREAD: u64 = 0x0020_0000;
@@ -235,6 +255,28 @@ pub fn census(marker: &str) -> Census {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn namespaces_differ_only_when_all_do() {
+        let a: BTreeMap<String, String> = [("pid", "1"), ("net", "2")]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let mut b = a.clone();
+        assert!(!all_differ(&a, &b));
+        b.insert("pid".into(), "9".into());
+        assert!(!all_differ(&a, &b), "net is still shared");
+        b.insert("net".into(), "8".into());
+        assert!(all_differ(&a, &b));
+    }
+
+    #[test]
+    fn this_process_is_alive_and_in_its_own_namespaces() {
+        assert!(is_live(std::process::id() as i32));
+        let me = namespaces_of("self");
+        assert_eq!(me.len(), 5);
+        assert!(!all_differ(&me, &namespaces_of("self")));
+    }
 
     #[test]
     fn stat_flags_and_nspid() {

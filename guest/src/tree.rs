@@ -177,6 +177,54 @@ pub fn stateapp_argv(marker: &str) -> Vec<String> {
     ]
 }
 
+/// One program the tree's PID 1 starts; it writes its output to `/tmp/NAME.log` in the tree.
+pub struct Program {
+    pub name: &'static str,
+    pub argv: Vec<String>,
+}
+
+impl Program {
+    pub fn log(&self) -> String {
+        format!("/tmp/{}.log", self.name)
+    }
+}
+
+/// What the tree runs under its PID 1: an X server, and the clients PID 1 starts once the
+/// server's socket is there. Today's workload is the SPEC's: Xvfb, the state app and an xterm.
+pub struct Workload {
+    pub x_server: Program,
+    pub clients: Vec<Program>,
+}
+
+impl Workload {
+    /// Every program, in the order PID 1 starts them.
+    pub fn programs(&self) -> impl Iterator<Item = &Program> {
+        std::iter::once(&self.x_server).chain(&self.clients)
+    }
+}
+
+pub fn workload(spec: &TreeSpec) -> Workload {
+    Workload {
+        x_server: Program {
+            name: "xvfb",
+            argv: xvfb_argv(spec.display),
+        },
+        clients: vec![
+            Program {
+                name: "stateapp",
+                argv: stateapp_argv(&spec.marker),
+            },
+            Program {
+                name: "xterm",
+                argv: xterm_argv(&spec.marker),
+            },
+        ],
+    }
+}
+
+/// The log of the tree's PID 1, beside its programs' logs.
+const INIT_LOG: &str = "/tmp/tree-init.log";
+
 /// The environment of every process in the tree: nothing inherited from the caller.
 pub fn tree_env(spec: &TreeSpec) -> Vec<(String, String)> {
     vec![
@@ -196,17 +244,29 @@ pub fn path_in_tree(tree_pid: i32, inner: &str) -> PathBuf {
     PathBuf::from(format!("/proc/{tree_pid}/root{inner}"))
 }
 
-/// Starts the tree and returns the host pid of its PID 1 with the evidence of the spawn.
-pub fn launch(
-    exe: &Path,
-    spec: &TreeSpec,
-    timeout: Duration,
-    scratch: &Path,
-) -> (Result<i32>, Evidence) {
-    let argv = spawn_argv(exe, spec);
+/// The logs PID 1 and the programs of the tree (`spec`'s) write in its private /tmp, as
+/// evidence of a failed start.
+pub fn log_evidence(spec: &TreeSpec, pid: i32) -> Vec<Evidence> {
+    let w = workload(spec);
+    let logs = std::iter::once(("tree-init", INIT_LOG.to_string()))
+        .chain(w.programs().map(|p| (p.name, p.log())));
+    logs.filter_map(|(name, log)| {
+        let p = path_in_tree(pid, &log);
+        std::fs::read_to_string(&p).ok().map(|text| Evidence {
+            step: format!("log of {name} inside the tree"),
+            note: sharedos_report::text::tail(&text, 20, 3000),
+            ..Evidence::default()
+        })
+    })
+    .collect()
+}
+
+/// How the spawn command runs: with the tree's environment only and, without a user namespace,
+/// after unshare(2) of the five namespaces.
+pub fn spawn_setup(spec: &TreeSpec) -> impl FnOnce(&mut Command) {
     let env = tree_env(spec);
     let userns = spec.userns;
-    let out = exec::run_with("spawn the tree", &argv, timeout, scratch, |cmd| {
+    move |cmd| {
         cmd.env_clear().envs(env);
         // With a user namespace tree-spawn makes every namespace itself: the others must belong
         // to the new user namespace, which needs its map written from outside first.
@@ -216,22 +276,31 @@ pub fn launch(
                 cmd.pre_exec(|| nix::sched::unshare(namespaces()).map_err(std::io::Error::from));
             }
         }
-    });
-    let pid = if out.success() {
-        out.stdout
-            .lines()
-            .find_map(|l| l.strip_prefix("tree-pid "))
-            .and_then(|p| p.trim().parse::<i32>().ok())
-            .with_context(|| format!("tree-spawn printed no pid: {}", out.summary()))
-    } else {
-        Err(anyhow::anyhow!("{}", out.summary()))
-    };
-    (pid, out.evidence)
+    }
+}
+
+/// How `tree-spawn` tells diagnose the host pid of the tree's PID 1, on its standard output.
+pub fn pid_line(pid: i32) -> String {
+    format!("{PID_LINE}{pid}")
+}
+const PID_LINE: &str = "tree-pid ";
+
+/// The host pid of the tree's PID 1, from what the spawn command printed (`pid_line`).
+pub fn spawned_pid(out: &exec::Outcome) -> Result<i32> {
+    if !out.success() {
+        bail!("{}", out.summary());
+    }
+    out.stdout
+        .lines()
+        .find_map(|l| l.strip_prefix(PID_LINE))
+        .and_then(|p| p.trim().parse::<i32>().ok())
+        .with_context(|| format!("tree-spawn printed no pid: {}", out.summary()))
 }
 
 /// `tree-spawn`: runs in the new namespaces but still in the caller's pid namespace; its child
-/// is the new namespace's PID 1.
-pub fn spawn_main(spec: &TreeSpec) -> Result<()> {
+/// is the new namespace's PID 1. Returns, in the process that forked PID 1, its pid (for
+/// `pid_line`), and None in any other; the forked PID 1 returns only with its error.
+pub fn spawn_main(spec: &TreeSpec) -> Result<Option<i32>> {
     // Joined before the fork: PID 1 and everything it starts are born in the group.
     if let Some(cg) = &spec.cgroup {
         let procs = cg.join("cgroup.procs");
@@ -243,25 +312,18 @@ pub fn spawn_main(spec: &TreeSpec) -> Result<()> {
     fork_init(spec)
 }
 
-fn fork_init(spec: &TreeSpec) -> Result<()> {
+fn fork_init(spec: &TreeSpec) -> Result<Option<i32>> {
     // SAFETY: this process was just exec'd and is single-threaded.
     match unsafe { nix::unistd::fork() }.context("fork of the tree's PID 1")? {
-        nix::unistd::ForkResult::Parent { child } => {
-            println!("tree-pid {child}");
-            Ok(())
-        }
-        nix::unistd::ForkResult::Child => {
-            let e = become_init(spec);
-            eprintln!("tree PID 1 setup failed: {e:#}");
-            std::process::exit(1);
-        }
+        nix::unistd::ForkResult::Parent { child } => Ok(Some(child.as_raw())),
+        nix::unistd::ForkResult::Child => Err(become_init(spec).context("tree PID 1 setup failed")),
     }
 }
 
 /// `tree-spawn --userns`: a child makes the user namespace and waits; this process, still
 /// root outside, writes the child's uid and gid maps; then the child becomes root inside, makes
 /// the other namespaces (owned by the new user namespace) and forks PID 1 as without one.
-fn spawn_in_userns(spec: &TreeSpec) -> Result<()> {
+fn spawn_in_userns(spec: &TreeSpec) -> Result<Option<i32>> {
     use std::io::{Read, Write};
     let (ready_r, ready_w) = nix::unistd::pipe().context("pipe")?;
     let (go_r, go_w) = nix::unistd::pipe().context("pipe")?;
@@ -269,7 +331,7 @@ fn spawn_in_userns(spec: &TreeSpec) -> Result<()> {
     match unsafe { nix::unistd::fork() }.context("fork of the user namespace's first process")? {
         nix::unistd::ForkResult::Child => {
             drop((ready_r, go_w));
-            let run = || -> Result<()> {
+            let run = || -> Result<Option<i32>> {
                 // Root inside is no owner of the directories above the root (the work directory
                 // may sit under root's 0700 home): the way there is walked now, while still root
                 // outside, and PID 1 goes on from this working directory.
@@ -293,14 +355,7 @@ fn spawn_in_userns(spec: &TreeSpec) -> Result<()> {
                 nix::sched::unshare(namespaces()).context("unshare of the tree's namespaces")?;
                 fork_init(spec)
             };
-            let code = match run() {
-                Ok(()) => 0,
-                Err(e) => {
-                    eprintln!("tree-spawn in a user namespace: {e:#}");
-                    1
-                }
-            };
-            std::process::exit(code);
+            run().context("tree-spawn in a user namespace")
         }
         nix::unistd::ForkResult::Parent { child } => {
             drop((ready_w, go_r));
@@ -327,7 +382,7 @@ fn spawn_in_userns(spec: &TreeSpec) -> Result<()> {
             let status = nix::sys::wait::waitpid(child, None).context("waiting for the child")?;
             mapped?;
             match status {
-                nix::sys::wait::WaitStatus::Exited(_, 0) => Ok(()),
+                nix::sys::wait::WaitStatus::Exited(_, 0) => Ok(None),
                 other => bail!("the user namespace's first process ended {other:?}"),
             }
         }
@@ -475,7 +530,7 @@ fn setup_root_and_exec(spec: &TreeSpec) -> Result<std::convert::Infallible> {
     nix::unistd::chdir("/").context("chdir /")?;
 
     close_inherited_fds();
-    redirect_stdio("/tmp/tree-init.log")?;
+    redirect_stdio(INIT_LOG)?;
 
     let argv = init_argv(spec);
     let err = Command::new(&argv[0])
@@ -522,8 +577,9 @@ extern "C" fn exit_on_term(_: i32) {
     unsafe { nix::libc::_exit(0) }
 }
 
-fn start(argv: &[String], log: &str) -> Result<u32> {
-    let out = std::fs::File::create(log).with_context(|| format!("creating {log}"))?;
+fn start(p: &Program) -> Result<u32> {
+    let (argv, log) = (&p.argv, p.log());
+    let out = std::fs::File::create(&log).with_context(|| format!("creating {log}"))?;
     let err = out.try_clone()?;
     let child = Command::new(&argv[0])
         .args(&argv[1..])
@@ -535,8 +591,9 @@ fn start(argv: &[String], log: &str) -> Result<u32> {
     Ok(child.id())
 }
 
-/// `tree-init`: PID 1 of the tree, already inside its own root.
-pub fn init_main(spec: &TreeSpec) -> Result<()> {
+/// `tree-init`: PID 1 of the tree, already inside its own root. Starts the workload, then
+/// reaps, for ever; what it does goes to `log`, a line at a time (PID 1's stdout is its log).
+pub fn init_main(spec: &TreeSpec, log: &mut dyn FnMut(&str)) -> Result<()> {
     use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
     let act = SigAction::new(
         SigHandler::Handler(exit_on_term),
@@ -546,28 +603,23 @@ pub fn init_main(spec: &TreeSpec) -> Result<()> {
     // SAFETY: the handler only calls _exit.
     unsafe { sigaction(Signal::SIGTERM, &act) }.context("SIGTERM handler")?;
 
-    let xvfb = start(&xvfb_argv(spec.display), "/tmp/xvfb.log")?;
-    println!("Xvfb pid {xvfb}");
+    let w = workload(spec);
+    log(&format!("{} pid {}", w.x_server.name, start(&w.x_server)?));
     let socket = format!("/tmp/.X11-unix/X{}", spec.display);
-    // Bounded so a broken Xvfb cannot keep PID 1 from starting the rest; the outside observer
-    // reports what did not come up.
+    // Bounded so a broken X server cannot keep PID 1 from starting the rest; the outside
+    // observer reports what did not come up.
     let up = sharedos_report::wait::until("the X socket", Duration::from_secs(300), || {
         Path::new(&socket).exists().then_some(())
     });
     if let Err(e) = up {
-        println!("{e}");
+        log(&e.to_string());
     }
-    println!(
-        "stateapp pid {}",
-        start(&stateapp_argv(&spec.marker), "/tmp/stateapp.log")?
-    );
-    println!(
-        "xterm pid {}",
-        start(&xterm_argv(&spec.marker), "/tmp/xterm.log")?
-    );
+    for p in &w.clients {
+        log(&format!("{} pid {}", p.name, start(p)?));
+    }
     loop {
         match nix::sys::wait::wait() {
-            Ok(status) => println!("reaped {status:?}"),
+            Ok(status) => log(&format!("reaped {status:?}")),
             Err(nix::errno::Errno::EINTR) => {}
             Err(_) => {
                 nix::unistd::pause();

@@ -3,8 +3,12 @@
 //! any tree's pid namespace and no marked process is left. Lists what was ended, what had to be
 //! force-killed, what stayed, and every step that went wrong.
 
-use super::{launch::tree_logs, reap_children, Ctx, GateBuilder};
+use super::copies::kill_step;
+use super::copies::{kill_tree_pid1, reap_children, wait_tree_gone};
+use super::step::{Kind, Step};
+use super::{Config, Ctx, GateBuilder};
 use crate::probe::{self, NsMember, TreeRecordExt};
+use crate::tree;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use serde_json::{json, Value};
@@ -104,21 +108,77 @@ pub fn leftover_checks(
     ]
 }
 
+/// What this gate does: every tree ended through its PID 1, then whatever else carries the
+/// marker. All in-process (kill(2)); the plan shows the equivalent commands.
+pub fn plan(cfg: &Config) -> Vec<Step> {
+    vec![
+        kill_step(
+            "each tree",
+            "SIGKILL to each tree's PID 1 (kill(2)): its whole pid namespace ends; then wait until no process is left in it",
+        ),
+        Step::described(
+            Kind::KillMarked,
+            "then SIGTERM, then SIGKILL, to any other process whose cmdline or environ carries the marker (kill(2))",
+            vec![
+                "kill".into(),
+                "-TERM".into(),
+                format!("<pids marked {}>", cfg.marker),
+            ],
+        ),
+    ]
+}
+
 pub fn run(ctx: &mut Ctx) -> Gate {
     let mut g = GateBuilder::new(GateName::Cleanup);
     let bound = ctx.cfg.step_timeout.min(Duration::from_secs(20));
     let mut failures: Vec<String> = Vec::new();
     // Keep the programs' own logs before their private /tmp goes away.
+    let spec = ctx.cfg.spec();
     for t in ctx.trees.iter().filter(|t| !t.ended && t.pid1_running()) {
-        for mut e in tree_logs(t.pid) {
+        for mut e in tree::log_evidence(&spec, t.pid) {
             e.step = format!("{} ({})", e.step, t.label);
             g.evidence(e);
         }
     }
+    let (running, already_ended) = end_trees(ctx, &mut g, bound, &mut failures);
+    let (terminated, force_killed) = end_marked(&ctx.cfg.marker, bound, &mut failures);
+    let left = final_look(ctx, &mut g, &running, &mut failures);
+    ctx.tree = None;
+    ctx.copies.clear();
+    if ctx.cfg.options.cgroup.is_some() {
+        remove_groups(ctx, &mut g, bound, &mut failures);
+    }
+    g.data("terminated", listing(&terminated));
+    g.data("force_killed", listing(&force_killed));
+    g.data("left", listing(&left.marked));
+    let trees = ctx.trees.clone();
+    for c in leftover_checks(&trees, &left, &failures) {
+        g.check(c);
+    }
+    if ctx.cfg.root_bind().exists() {
+        let _ = nix::mount::umount2(&ctx.cfg.root_bind(), nix::mount::MntFlags::MNT_DETACH);
+    }
+    let (n, e, t, k) = (
+        running.len(),
+        already_ended,
+        terminated.len(),
+        force_killed.len(),
+    );
+    g.finish(&format!(
+        "{n} trees ended here through their PID 1 and their pid namespaces are empty ({e} more were seen gone earlier in the run); no marked process left ({t} other ended on SIGTERM, {k} needed SIGKILL)"
+    ))
+}
 
-    // Each tree still running, as a whole: what its namespace held, SIGKILL to its PID 1 (all
-    // of them first, so no wait holds up another tree's end), then the wait until its
-    // namespace is empty. Trees already seen gone during the run are listed, not looked for.
+/// Ends each tree still running as a whole: what its namespace held, SIGKILL to its PID 1 (all
+/// of them first, so no wait holds up another tree's end), then the wait until its namespace is
+/// empty. Trees already seen gone during the run are listed, not looked for. Returns the trees
+/// that were running, and how many were already gone.
+fn end_trees(
+    ctx: &mut Ctx,
+    g: &mut GateBuilder,
+    bound: Duration,
+    failures: &mut Vec<String>,
+) -> (Vec<TreeRecord>, usize) {
     let (already_ended, running): (Vec<TreeRecord>, Vec<TreeRecord>) =
         ctx.trees.iter().cloned().partition(|t| t.ended);
     let mut ended = Vec::new();
@@ -127,7 +187,7 @@ pub fn run(ctx: &mut Ctx) -> Gate {
         let before = probe::members(&ns);
         let was_running = t.pid1_running();
         if was_running {
-            if let Err(e) = super::kill_tree_pid1(t) {
+            if let Err(e) = kill_tree_pid1(t) {
                 failures.push(format!("{e:#}"));
             }
         }
@@ -135,37 +195,52 @@ pub fn run(ctx: &mut Ctx) -> Gate {
                           "was_running": was_running, "processes": members_listing(&before)}));
     }
     for t in &running {
-        match super::wait_tree_gone(t, bound, true) {
+        match wait_tree_gone(t, bound, true) {
             Ok(()) => ctx.mark_ended(t.pid),
             Err(e) => failures.push(e.to_string()),
         }
     }
     g.data("trees_killed", json!(ended));
     g.data("trees_ended_before_cleanup", json!(already_ended));
+    (running, already_ended.len())
+}
 
-    // Anything else with the marker: outside every tree (a half-started spawn), or escaped.
-    let census = probe::census(&ctx.cfg.marker);
-    let found = census.marked;
+/// Anything else with the marker (outside every tree, as a half-started spawn, or escaped):
+/// SIGTERM, then SIGKILL to what stays. Returns what ended on SIGTERM and what needed SIGKILL.
+fn end_marked(
+    marker: &str,
+    bound: Duration,
+    failures: &mut Vec<String>,
+) -> (Vec<MarkedProcess>, Vec<MarkedProcess>) {
+    let found = probe::census(marker).marked;
     for p in &found {
-        signal(p.pid, Signal::SIGTERM, &mut failures);
+        signal(p.pid, Signal::SIGTERM, failures);
     }
-    let after_term = wait_unmarked(&ctx.cfg.marker, bound);
+    let after_term = wait_unmarked(marker, bound);
     for p in &after_term {
-        signal(p.pid, Signal::SIGKILL, &mut failures);
+        signal(p.pid, Signal::SIGKILL, failures);
     }
-    let still = wait_unmarked(&ctx.cfg.marker, bound);
-    let terminated: Vec<MarkedProcess> = found
+    let still = wait_unmarked(marker, bound);
+    let terminated = found
         .iter()
         .filter(|p| !after_term.iter().any(|q| q.pid == p.pid))
         .cloned()
         .collect();
-    let force_killed: Vec<MarkedProcess> = after_term
+    let force_killed = after_term
         .iter()
         .filter(|p| !still.iter().any(|q| q.pid == p.pid))
         .cloned()
         .collect();
+    (terminated, force_killed)
+}
 
-    // The final look, on its own: nothing above is trusted to have worked.
+/// The final look, on its own: nothing before it is trusted to have worked.
+fn final_look(
+    ctx: &Ctx,
+    g: &mut GateBuilder,
+    running: &[TreeRecord],
+    failures: &mut Vec<String>,
+) -> Leftovers {
     reap_children();
     let all_ns: BTreeSet<String> = running.iter().filter_map(|t| t.pidns.clone()).collect();
     let last = probe::census(&ctx.cfg.marker);
@@ -183,49 +258,28 @@ pub fn run(ctx: &mut Ctx) -> Gate {
         in_tree_namespaces: probe::members(&all_ns),
         marked: last.marked,
     };
-    let root = nix::unistd::geteuid().is_root();
-    if root {
+    if nix::unistd::geteuid().is_root() {
         failures.extend(last.unreadable);
     } else {
         // Without root other users' environments are closed to us; no tree can have started
         // either (launch needs root), so nothing of this run can hide there.
         g.data("unreadable_without_root", json!(last.unreadable.len()));
     }
-    ctx.tree = None;
-    ctx.copies.clear();
-    if ctx.cfg.options.cgroup.is_some() {
-        // A group empties a moment after its last process is reaped: removal is retried until
-        // it succeeds or the bound passes, and what stays is a cleanup failure.
-        let mut left_groups = Vec::new();
-        let removed = wait::until_through_signals("the run's cgroups to be removed", bound, || {
-            left_groups = super::fidelity::remove_run_groups(&ctx.cfg.marker);
-            left_groups.is_empty().then_some(())
-        });
-        if removed.is_err() {
-            failures.extend(left_groups.iter().cloned());
-        }
-        g.data("cgroups_not_removed", json!(left_groups));
-    }
+    left
+}
 
-    g.data("terminated", listing(&terminated));
-    g.data("force_killed", listing(&force_killed));
-    g.data("left", listing(&left.marked));
-    let trees = ctx.trees.clone();
-    for c in leftover_checks(&trees, &left, &failures) {
-        g.check(c);
+/// A group empties a moment after its last process is reaped: removal is retried until it
+/// succeeds or the bound passes, and what stays is a cleanup failure.
+fn remove_groups(ctx: &Ctx, g: &mut GateBuilder, bound: Duration, failures: &mut Vec<String>) {
+    let mut left_groups = Vec::new();
+    let removed = wait::until_through_signals("the run's cgroups to be removed", bound, || {
+        left_groups = super::fidelity::remove_run_groups(&ctx.cfg.marker);
+        left_groups.is_empty().then_some(())
+    });
+    if removed.is_err() {
+        failures.extend(left_groups.iter().cloned());
     }
-    if ctx.cfg.root_bind().exists() {
-        let _ = nix::mount::umount2(&ctx.cfg.root_bind(), nix::mount::MntFlags::MNT_DETACH);
-    }
-    let (n, e, t, k) = (
-        running.len(),
-        already_ended.len(),
-        terminated.len(),
-        force_killed.len(),
-    );
-    g.finish(&format!(
-        "{n} trees ended here through their PID 1 and their pid namespaces are empty ({e} more were seen gone earlier in the run); no marked process left ({t} other ended on SIGTERM, {k} needed SIGKILL)"
-    ))
+    g.data("cgroups_not_removed", json!(left_groups));
 }
 
 #[cfg(test)]

@@ -15,7 +15,9 @@
 //! answer also ends it, and fails the gate: the floor exists so that the search stops before
 //! anything breaks.
 
-use super::{Ctx, GateBuilder};
+use super::copies::{kill_step, restore_steps};
+use super::step::Step;
+use super::{Config, Ctx, GateBuilder};
 use crate::probe::{self, TreeRecordExt};
 use anyhow::{bail, Context, Result};
 use serde_json::json;
@@ -178,7 +180,7 @@ fn copy_mem(ctx: &Ctx, label: &str, pid: i32) -> CopyMem {
 }
 
 /// What one copy answered while all were up.
-struct Answer {
+pub struct Answer {
     label: String,
     token: Check,
     counter: Check,
@@ -250,6 +252,30 @@ pub fn all_of(name: &str, expected: &str, per_copy: &[(String, &Check)]) -> Chec
     )
 }
 
+/// What this gate runs: the earlier gates' copies ended, then one restore per copy, all kept
+/// up, then every copy ended.
+pub fn plan(cfg: &Config) -> Vec<Step> {
+    let copies = cfg
+        .options
+        .copies
+        .map_or_else(|| "N".to_string(), |c| c.to_string());
+    let mut v = vec![kill_step(
+        "each copy of the earlier gates",
+        "SIGKILL to each copy the earlier gates left up (kill(2)): their memory would count against this gate's",
+    )];
+    v.extend(restore_steps(
+        cfg,
+        &cfg.planned_criu(),
+        "density-1",
+        &format!("restore copy density-1, then density-2 and on, all kept up (--copies {copies}); each copy's processes' /proc/PID/smaps_rollup and /proc/meminfo are read in-process"),
+    ));
+    v.push(kill_step(
+        "each density copy",
+        "SIGKILL to each density copy's PID 1 once all were measured (kill(2)); then wait until its pid namespace is empty",
+    ));
+    v
+}
+
 pub fn run(ctx: &mut Ctx) -> Gate {
     let mut g = GateBuilder::new(GateName::Density);
     let Some(req) = ctx.cfg.options.copies else {
@@ -260,29 +286,137 @@ pub fn run(ctx: &mut Ctx) -> Gate {
         g.problem("no dump-time state");
         return g.finish("");
     };
-    // The earlier gates' copies would count against this one's memory: end them first.
-    let earlier: Vec<(String, i32)> = std::mem::take(&mut ctx.copies).into_iter().collect();
-    let mut ended_before = Vec::new();
-    for (label, pid) in earlier {
-        // One tree may sit under two labels (a lying restore): it ends once.
-        if ctx.tree_record(pid).is_none() {
-            continue;
-        }
-        if let Err(e) = ctx.kill_tree(pid) {
-            g.problem(format!("ending copy {label} of an earlier gate: {e:#}"));
+    let ended_before = match end_earlier_copies(ctx) {
+        Ok(labels) => labels,
+        Err(problem) => {
+            g.problem(problem);
             return g.finish("");
         }
-        ended_before.push(label);
-    }
-    let (mem_total, avail_before) = match read_meminfo() {
-        Ok(m) => m,
+    };
+    let plan = match read_meminfo() {
+        Ok((total, avail)) => SearchPlan::new(req, total, avail),
         Err(e) => {
             g.problem(format!("reading the guest's memory: {e:#}"));
             return g.finish("");
         }
     };
-    let limits = Limits::for_request(req, mem_total);
-    let count_mode = matches!(req, Copies::Count(_));
+    let search = restore_copies(ctx, &mut g, &plan, &snap);
+    let measured = measure(ctx, &search.up, &snap);
+    let fresh = fresh_checks(ctx, &search.up);
+    for c in copy_checks(req, &search, &fresh, &measured) {
+        g.check(c);
+    }
+    // Every copy ends here; cleanup looks again.
+    g.check(end_copies(ctx, &search.up));
+    let data = density_data(&plan, search, measured, ended_before);
+    let reason = pass_reason(&data);
+    match serde_json::to_value(&data) {
+        Ok(v) => g.data("density", v),
+        Err(e) => g.problem(format!("recording the figures: {e}")),
+    }
+    g.finish(&reason)
+}
+
+/// The earlier gates' copies would count against this gate's memory: they end first. Returns
+/// their labels, or the problem that stops the gate.
+fn end_earlier_copies(ctx: &mut Ctx) -> Result<Vec<String>, String> {
+    let earlier: Vec<(String, i32)> = std::mem::take(&mut ctx.copies).into_iter().collect();
+    let mut ended = Vec::new();
+    for (label, pid) in earlier {
+        // One tree may sit under two labels (a lying restore): it ends once.
+        if ctx.tree_record(pid).is_none() {
+            continue;
+        }
+        ctx.kill_tree(pid)
+            .map_err(|e| format!("ending copy {label} of an earlier gate: {e:#}"))?;
+        ended.push(label);
+    }
+    Ok(ended)
+}
+
+/// How many copies to restore: the bounds of the request, whether it only counts to a number,
+/// and where memory stood before the first copy.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SearchPlan {
+    pub requested: Copies,
+    pub limits: Limits,
+    /// `--copies N`: restore N, asking and measuring each only once all are up.
+    pub count_mode: bool,
+    pub mem_total_kib: u64,
+    pub avail_before_kib: u64,
+}
+
+impl SearchPlan {
+    pub fn new(requested: Copies, mem_total_kib: u64, avail_before_kib: u64) -> SearchPlan {
+        SearchPlan {
+            requested,
+            limits: Limits::for_request(requested, mem_total_kib),
+            count_mode: matches!(requested, Copies::Count(_)),
+            mem_total_kib,
+            avail_before_kib,
+        }
+    }
+
+    /// Where the search stands with `copies_up` copies up and `avail_kib` MemAvailable.
+    pub fn state(
+        &self,
+        copies_up: usize,
+        elapsed: Duration,
+        avail_kib: u64,
+        largest_copy_pss_kib: u64,
+    ) -> SearchState {
+        SearchState {
+            copies_up: u32::try_from(copies_up).unwrap_or(u32::MAX),
+            elapsed,
+            mem_available_kib: avail_kib,
+            largest_copy_pss_kib,
+            avail_drop_per_copy_kib: self.avail_before_kib.saturating_sub(avail_kib)
+                / (copies_up as u64).max(1),
+        }
+    }
+
+    /// Whether to stop before the next restore: the bound met and what the search saw.
+    pub fn decide(&self, s: &SearchState) -> Option<(Stop, String)> {
+        let stop = stop_before_next(&self.limits, s, self.count_mode)?;
+        let detail = if self.count_mode {
+            format!(
+                "{} copies restored as asked, {} s in",
+                s.copies_up,
+                s.elapsed.as_secs()
+            )
+        } else {
+            format!(
+                "{} copies up, {} s in, MemAvailable {} MiB, next copy estimated at {} MiB (largest copy PSS {} MiB, MemAvailable fell {} MiB per copy)",
+                s.copies_up,
+                s.elapsed.as_secs(),
+                s.mem_available_kib / 1024,
+                s.next_copy_kib() / 1024,
+                s.largest_copy_pss_kib / 1024,
+                s.avail_drop_per_copy_kib / 1024
+            )
+        };
+        Some((stop, detail))
+    }
+}
+
+/// What the restoring did: the copies up (label, PID 1), each restore's time, and why it
+/// stopped.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Search {
+    pub up: Vec<(String, i32)>,
+    pub restore_ms: Vec<u64>,
+    pub stop: Stop,
+    pub detail: String,
+}
+
+/// Restores one copy after another, keeping every copy up, until the plan says stop or a copy
+/// fails: see the module's comment for why one at a time.
+fn restore_copies(
+    ctx: &mut Ctx,
+    g: &mut GateBuilder,
+    plan: &SearchPlan,
+    snap: &Observation,
+) -> Search {
     let started = Instant::now();
     let mut up: Vec<(String, i32)> = Vec::new();
     let mut restore_ms = Vec::new();
@@ -297,79 +431,84 @@ pub fn run(ctx: &mut Ctx) -> Gate {
                 break (Stop::RestoreFailed, detail);
             }
         };
-        let state = SearchState {
-            copies_up: up.len() as u32,
-            elapsed: started.elapsed(),
-            mem_available_kib: avail,
-            largest_copy_pss_kib: largest_pss,
-            avail_drop_per_copy_kib: avail_before.saturating_sub(avail) / (up.len() as u64).max(1),
-        };
-        if let Some(s) = stop_before_next(&limits, &state, count_mode) {
-            let detail = if count_mode {
-                format!(
-                    "{} copies restored as asked, {} s in",
-                    state.copies_up,
-                    state.elapsed.as_secs()
-                )
-            } else {
-                format!(
-                "{} copies up, {} s in, MemAvailable {} MiB, next copy estimated at {} MiB (largest copy PSS {} MiB, MemAvailable fell {} MiB per copy)",
-                state.copies_up,
-                state.elapsed.as_secs(),
-                avail / 1024,
-                state.next_copy_kib() / 1024,
-                largest_pss / 1024,
-                state.avail_drop_per_copy_kib / 1024
-                )
-            };
-            break (s, detail);
+        let state = plan.state(up.len(), started.elapsed(), avail, largest_pss);
+        if let Some(stop) = plan.decide(&state) {
+            break stop;
         }
         let label = format!("density-{}", up.len() + 1);
-        let (pid, ev) = ctx.restore(&label);
-        restore_ms.push(ev.duration_ms);
-        g.evidence(ev);
-        let pid = match pid {
-            Ok(p) => p,
-            Err(e) => {
-                let detail = format!("restoring {label}: {e:#} (log: criu/restore-{label}.log)");
-                break (Stop::RestoreFailed, detail);
-            }
+        let pid = match restore_one(ctx, g, &label, &mut restore_ms) {
+            Ok(pid) => pid,
+            Err(detail) => break (Stop::RestoreFailed, detail),
         };
         up.push((label.clone(), pid));
-        if !count_mode {
-            let a = ask_copy(ctx, &label, pid, &snap);
-            if !a.ok() {
-                let detail = format!("{label} did not answer with the dump-time state");
-                break (Stop::NoAnswer, detail);
+        if !plan.count_mode {
+            match check_new_copy(ctx, &label, pid, snap) {
+                Ok(pss) => largest_pss = largest_pss.max(pss),
+                Err(detail) => break (Stop::NoAnswer, detail),
             }
-            largest_pss = largest_pss.max(copy_mem(ctx, &label, pid).mem.pss_kib);
         }
     };
+    Search {
+        up,
+        restore_ms,
+        stop,
+        detail,
+    }
+}
 
-    // With every copy up: each answers, and what each takes.
-    let answers: Vec<Answer> = up
-        .iter()
-        .map(|(l, p)| ask_copy(ctx, l, *p, &snap))
-        .collect();
+/// Restores copy `label`, timing it; its PID 1, or what went wrong.
+fn restore_one(
+    ctx: &mut Ctx,
+    g: &mut GateBuilder,
+    label: &str,
+    restore_ms: &mut Vec<u64>,
+) -> Result<i32, String> {
+    let (pid, ev) = ctx.restore(label);
+    restore_ms.push(ev.duration_ms);
+    g.evidence(ev);
+    pid.map_err(|e| format!("restoring {label}: {e:#} (log: criu/restore-{label}.log)"))
+}
+
+/// In the search for the most copies, a new copy must answer with the dump-time state before
+/// the next is restored; its PSS feeds the memory floor.
+fn check_new_copy(ctx: &Ctx, label: &str, pid: i32, snap: &Observation) -> Result<u64, String> {
+    if !ask_copy(ctx, label, pid, snap).ok() {
+        return Err(format!("{label} did not answer with the dump-time state"));
+    }
+    Ok(copy_mem(ctx, label, pid).mem.pss_kib)
+}
+
+/// With every copy up: what each answers and what each takes.
+pub struct Measured {
+    pub answers: Vec<Answer>,
+    pub mems: Vec<CopyMem>,
+    pub total: Mem,
+    /// MemTotal - MemAvailable with every copy up.
+    pub used_with: Result<u64, String>,
+}
+
+fn measure(ctx: &Ctx, up: &[(String, i32)], snap: &Observation) -> Measured {
+    let answers = up.iter().map(|(l, p)| ask_copy(ctx, l, *p, snap)).collect();
     let mems: Vec<CopyMem> = up.iter().map(|(l, p)| copy_mem(ctx, l, *p)).collect();
-    let used_with = read_meminfo().map(|(t, a)| t - a);
+    let used_with = read_meminfo()
+        .map(|(t, a)| t.saturating_sub(a))
+        .map_err(|e| format!("{e:#}"));
     let mut total = Mem::default();
     for m in &mems {
         total.add(m.mem);
     }
+    Measured {
+        answers,
+        mems,
+        total,
+        used_with,
+    }
+}
 
-    let restored_ok = stop.is_bound() && !up.is_empty();
-    g.check(check(
-        "all_restored",
-        restored_ok,
-        json!({"requested": req, "restored": up.len(), "stopped_by": stop, "detail": detail}),
-        &match req {
-            Copies::Count(n) => format!("{n} copies restored, each PID 1 of its own pid namespace"),
-            Copies::Max => "at least one copy, and the search stopped at a bound (cap, memory floor, deadline), not at a failed restore or a copy that did not answer".into(),
-        },
-    ));
-    let fresh: Vec<(String, Check)> = up
-        .iter()
+/// Each copy is a tree of its own: its own PID 1 and pid namespace, shared with no other
+/// running tree.
+fn fresh_checks(ctx: &Ctx, up: &[(String, i32)]) -> Vec<(String, Check)> {
+    up.iter()
         .map(|(l, p)| {
             let others: Vec<TreeRecord> = ctx
                 .trees
@@ -383,9 +522,28 @@ pub fn run(ctx: &mut Ctx) -> Gate {
             };
             (l.clone(), c)
         })
-        .collect();
+        .collect()
+}
+
+/// The gate's checks over every copy, from what the search did and what was measured.
+pub fn copy_checks(
+    req: Copies,
+    search: &Search,
+    fresh: &[(String, Check)],
+    m: &Measured,
+) -> Vec<Check> {
+    let restored_ok = search.stop.is_bound() && !search.up.is_empty();
+    let mut v = vec![check(
+        "all_restored",
+        restored_ok,
+        json!({"requested": req, "restored": search.up.len(), "stopped_by": search.stop, "detail": search.detail}),
+        &match req {
+            Copies::Count(n) => format!("{n} copies restored, each PID 1 of its own pid namespace"),
+            Copies::Max => "at least one copy, and the search stopped at a bound (cap, memory floor, deadline), not at a failed restore or a copy that did not answer".into(),
+        },
+    )];
     let fresh: Vec<(String, &Check)> = fresh.iter().map(|(l, c)| (l.clone(), c)).collect();
-    g.check(all_of(
+    v.push(all_of(
         "copies_distinct",
         "each copy its own PID 1 and pid namespace, shared with no other running tree",
         &fresh,
@@ -414,22 +572,25 @@ pub fn run(ctx: &mut Ctx) -> Gate {
         ),
     ];
     for (name, expected, f) in per_answer {
-        let per: Vec<(String, &Check)> = answers.iter().map(|a| (a.label.clone(), f(a))).collect();
-        g.check(all_of(name, expected, &per));
+        let per: Vec<(String, &Check)> =
+            m.answers.iter().map(|a| (a.label.clone(), f(a))).collect();
+        v.push(all_of(name, expected, &per));
     }
-    let mem_errors: Vec<&String> = mems.iter().flat_map(|m| &m.errors).collect();
-    g.check(check(
+    let mem_errors: Vec<&String> = m.mems.iter().flat_map(|c| &c.errors).collect();
+    v.push(check(
         "memory_measured",
-        !mems.is_empty() && mem_errors.is_empty() && used_with.is_ok(),
-        json!({"copies": mems.len(), "errors": mem_errors,
-               "meminfo": used_with.as_ref().map_err(|e| format!("{e:#}"))}),
+        !m.mems.is_empty() && mem_errors.is_empty() && m.used_with.is_ok(),
+        json!({"copies": m.mems.len(), "errors": mem_errors, "meminfo": m.used_with}),
         "smaps_rollup of every process of every copy, and /proc/meminfo, read and parsed",
     ));
+    v
+}
 
-    // Every copy ends here; cleanup looks again.
+/// Ends every copy and checks that each is gone as a whole.
+fn end_copies(ctx: &mut Ctx, up: &[(String, i32)]) -> Check {
     let mut kill_errors = Vec::new();
     let mut ns = BTreeSet::new();
-    for (l, p) in &up {
+    for (l, p) in up {
         ns.extend(ctx.tree_record(*p).and_then(|r| r.pidns.clone()));
         if let Err(e) = ctx.kill_tree(*p) {
             kill_errors.push(format!("{l}: {e:#}"));
@@ -437,38 +598,45 @@ pub fn run(ctx: &mut Ctx) -> Gate {
         ctx.copies.remove(l);
     }
     let left = probe::members(&ns);
-    g.check(check(
+    check(
         "copies_killed",
         kill_errors.is_empty() && left.is_empty(),
         json!({"copies": up.len(), "errors": kill_errors, "left": left}),
         "every copy's PID 1 gone and its pid namespace empty",
-    ));
+    )
+}
 
-    let data = DensityData {
-        requested: req,
-        limits,
-        copies: up.len() as u32,
-        stopped_by: stop,
-        stop_detail: detail,
-        restore_ms_median: median(&restore_ms),
-        restore_ms_p95: p95(&restore_ms),
-        restore_ms,
-        per_copy: mems,
-        total,
-        mem_total_kib: mem_total,
-        mem_used_before_kib: mem_total - avail_before,
-        mem_used_with_copies_kib: used_with.map_or(0, |u| u),
+/// The figures the report keeps under `data.density`.
+pub fn density_data(
+    plan: &SearchPlan,
+    search: Search,
+    measured: Measured,
+    ended_before: Vec<String>,
+) -> DensityData {
+    DensityData {
+        requested: plan.requested,
+        limits: plan.limits,
+        copies: u32::try_from(search.up.len()).unwrap_or(u32::MAX),
+        stopped_by: search.stop,
+        stop_detail: search.detail,
+        restore_ms_median: median(&search.restore_ms),
+        restore_ms_p95: p95(&search.restore_ms),
+        restore_ms: search.restore_ms,
+        per_copy: measured.mems,
+        total: measured.total,
+        mem_total_kib: plan.mem_total_kib,
+        mem_used_before_kib: plan.mem_total_kib.saturating_sub(plan.avail_before_kib),
+        mem_used_with_copies_kib: measured.used_with.unwrap_or(0),
         ended_before,
-    };
-    match serde_json::to_value(&data) {
-        Ok(v) => g.data("density", v),
-        Err(e) => g.problem(format!("recording the figures: {e}")),
     }
-    g.finish(&format!(
+}
+
+fn pass_reason(d: &DensityData) -> String {
+    format!(
         "{} copies up at once from one dump (stopped: {}), each answering with the dump-time token, counter and windows; all killed",
-        data.copies,
-        serde_json::to_value(stop).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
-    ))
+        d.copies,
+        serde_json::to_value(d.stopped_by).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
+    )
 }
 
 #[cfg(test)]
@@ -582,6 +750,195 @@ Swap:                  0 kB
             stop_before_next(&l, &state(3, 0, 900, 0), true),
             Some(Stop::Count)
         );
+    }
+
+    const MIB: u64 = 1024;
+
+    #[test]
+    fn the_search_state_spreads_the_fall_of_memavailable_over_the_copies() {
+        let plan = SearchPlan::new(Copies::Max, 1024 * MIB, 900 * MIB);
+        assert!(!plan.count_mode);
+        assert_eq!(plan.limits, Limits::for_request(Copies::Max, 1024 * MIB));
+        let first = plan.state(0, Duration::ZERO, 900 * MIB, 0);
+        assert_eq!(first.avail_drop_per_copy_kib, 0);
+        let fourth = plan.state(4, Duration::from_secs(9), 700 * MIB, 30 * MIB);
+        assert_eq!(fourth.copies_up, 4);
+        assert_eq!(fourth.avail_drop_per_copy_kib, 50 * MIB);
+        assert_eq!(fourth.next_copy_kib(), 50 * MIB, "the larger estimate");
+        // Memory freed meanwhile is no negative fall.
+        assert_eq!(
+            plan.state(2, Duration::ZERO, 950 * MIB, 0)
+                .avail_drop_per_copy_kib,
+            0
+        );
+    }
+
+    #[test]
+    fn the_decision_names_the_bound_and_what_the_search_saw() {
+        let count = SearchPlan::new(Copies::Count(3), 1024 * MIB, 900 * MIB);
+        assert!(count.count_mode);
+        assert_eq!(count.decide(&count.state(2, Duration::ZERO, MIB, 0)), None);
+        assert_eq!(
+            count.decide(&count.state(3, Duration::from_secs(12), MIB, 0)),
+            Some((Stop::Count, "3 copies restored as asked, 12 s in".into()))
+        );
+        let max = SearchPlan::new(Copies::Max, 1024 * MIB, 900 * MIB);
+        let (stop, detail) = max
+            .decide(&max.state(9, Duration::from_secs(100), 160 * MIB, 40 * MIB))
+            .unwrap();
+        assert_eq!(stop, Stop::MemoryFloor);
+        assert!(
+            detail.starts_with("9 copies up, 100 s in, MemAvailable 160 MiB, next copy estimated at 82 MiB (largest copy PSS 40 MiB, MemAvailable fell 82 MiB per copy)"),
+            "{detail}"
+        );
+    }
+
+    fn answer(label: &str, token_ok: bool) -> Answer {
+        let c = |name: &str, ok: bool| check(name, ok, json!(null), "x");
+        Answer {
+            label: label.into(),
+            token: c("same_token", token_ok),
+            counter: c("counter_continues", true),
+            x_in_copy: c("x_server_in_copy", true),
+            windows: c("same_windows", true),
+        }
+    }
+
+    fn measured(labels: &[&str]) -> Measured {
+        Measured {
+            answers: labels.iter().map(|l| answer(l, true)).collect(),
+            mems: labels
+                .iter()
+                .map(|l| CopyMem {
+                    label: l.to_string(),
+                    pid: 7,
+                    processes: 5,
+                    mem: Mem {
+                        rss_kib: 30 * MIB,
+                        pss_kib: 20 * MIB,
+                        uss_kib: 10 * MIB,
+                    },
+                    errors: vec![],
+                })
+                .collect(),
+            total: Mem::default(),
+            used_with: Ok(400 * MIB),
+        }
+    }
+
+    fn failed(v: &[Check]) -> Vec<&str> {
+        v.iter()
+            .filter(|c| !c.passed)
+            .map(|c| c.name.as_str())
+            .collect()
+    }
+
+    #[test]
+    fn the_copy_checks_fail_on_each_broken_fact() {
+        let search = Search {
+            up: vec![("density-1".into(), 10), ("density-2".into(), 11)],
+            restore_ms: vec![300, 400],
+            stop: Stop::Count,
+            detail: String::new(),
+        };
+        let fresh: Vec<(String, Check)> = ["density-1", "density-2"]
+            .iter()
+            .map(|l| (l.to_string(), check("fresh", true, json!(null), "x")))
+            .collect();
+        let m = measured(&["density-1", "density-2"]);
+        let all = copy_checks(Copies::Count(2), &search, &fresh, &m);
+        let names: Vec<&str> = all.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "all_restored",
+                "copies_distinct",
+                "all_same_token",
+                "all_counters_continue",
+                "all_x_servers_in_copy",
+                "all_windows_as_dumped",
+                "memory_measured"
+            ]
+        );
+        assert!(failed(&all).is_empty(), "{all:?}");
+
+        let broke = Search {
+            stop: Stop::RestoreFailed,
+            ..search.clone()
+        };
+        assert_eq!(
+            failed(&copy_checks(Copies::Count(2), &broke, &fresh, &m)),
+            ["all_restored"]
+        );
+        let mut shared = fresh.clone();
+        shared[1].1.passed = false;
+        assert_eq!(
+            failed(&copy_checks(Copies::Count(2), &search, &shared, &m)),
+            ["copies_distinct"]
+        );
+        let mut wrong = measured(&["density-1", "density-2"]);
+        wrong.answers[1] = answer("density-2", false);
+        assert_eq!(
+            failed(&copy_checks(Copies::Count(2), &search, &fresh, &wrong)),
+            ["all_same_token"]
+        );
+        let mut unread = measured(&["density-1", "density-2"]);
+        unread.mems[0].errors.push("42 (Xvfb): gone".into());
+        assert_eq!(
+            failed(&copy_checks(Copies::Count(2), &search, &fresh, &unread)),
+            ["memory_measured"]
+        );
+        let mut no_meminfo = measured(&["density-1", "density-2"]);
+        no_meminfo.used_with = Err("unreadable".into());
+        assert_eq!(
+            failed(&copy_checks(Copies::Count(2), &search, &fresh, &no_meminfo)),
+            ["memory_measured"]
+        );
+        let none = Search {
+            up: vec![],
+            restore_ms: vec![],
+            stop: Stop::MemoryFloor,
+            detail: String::new(),
+        };
+        let f = copy_checks(Copies::Max, &none, &[], &measured(&[]));
+        for name in [
+            "all_restored",
+            "copies_distinct",
+            "all_same_token",
+            "memory_measured",
+        ] {
+            assert!(
+                failed(&f).contains(&name),
+                "no copy must fail {name}: {f:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_figures_keep_what_was_measured() {
+        let plan = SearchPlan::new(Copies::Max, 1024 * MIB, 900 * MIB);
+        let search = Search {
+            up: vec![("density-1".into(), 10), ("density-2".into(), 11)],
+            restore_ms: vec![300, 500, 400],
+            stop: Stop::RestoreFailed,
+            detail: "restoring density-3: boom".into(),
+        };
+        let d = density_data(
+            &plan,
+            search,
+            measured(&["density-1", "density-2"]),
+            vec!["a".into()],
+        );
+        assert_eq!(d.copies, 2);
+        assert_eq!(d.stopped_by, Stop::RestoreFailed);
+        assert_eq!(d.restore_ms, [300, 500, 400]);
+        assert_eq!(d.restore_ms_median, Some(400.0));
+        assert_eq!(d.restore_ms_p95, Some(500));
+        assert_eq!(d.mem_used_before_kib, 124 * MIB);
+        assert_eq!(d.mem_used_with_copies_kib, 400 * MIB);
+        assert_eq!(d.ended_before, ["a"]);
+        assert!(pass_reason(&d)
+            .starts_with("2 copies up at once from one dump (stopped: restore_failed)"));
     }
 
     #[test]

@@ -1,13 +1,18 @@
 //! dump: CRIU checkpoints the whole tree. The state just before the dump is what every restored
 //! copy is compared with.
 
-use super::{obs_value, Ctx, GateBuilder};
-use crate::{criu, probe, pstree};
+use super::state::obs_value;
+use super::step::{Kind, Step, PID};
+use super::{Config, Ctx, GateBuilder};
+use crate::criu::{self, NetworkLock};
+use crate::{probe, pstree};
 use serde_json::json;
 use sharedos_report::compare::{self, check};
 use sharedos_report::digest::sha256_file;
 use sharedos_report::report::{Gate, GateName};
 use std::collections::BTreeSet;
+use std::fmt::Display;
+use std::path::Path;
 use std::time::Instant;
 
 /// Writes a listing of the CRIU images (name, bytes, sha256): the images themselves are too big
@@ -32,12 +37,59 @@ fn write_listing(ctx: &Ctx) -> anyhow::Result<(u64, usize)> {
     Ok((total, entries.len()))
 }
 
+/// `criu dump` of the tree whose PID 1 is `pid` (its host pid).
+pub fn dump_step(cfg: &Config, criu: &Path, pid: impl Display, lock: NetworkLock) -> Step {
+    Step::new(
+        Kind::CriuDump,
+        "criu dump of the tree",
+        "checkpoint the tree (PID is the tree's PID 1 on the host)",
+        criu::dump_argv(
+            criu,
+            pid,
+            &cfg.dump_dir(),
+            &cfg.criu_log("dump"),
+            lock,
+            &cfg.dump_extra(),
+        ),
+    )
+}
+
+pub fn plan(cfg: &Config) -> Vec<Step> {
+    vec![dump_step(
+        cfg,
+        &cfg.planned_criu(),
+        PID,
+        NetworkLock::detect(),
+    )]
+}
+
 pub fn run(ctx: &mut Ctx) -> Gate {
     let mut g = GateBuilder::new(GateName::Dump);
     let (Some(pid), Some(criu_path)) = (ctx.tree, ctx.criu.clone()) else {
         g.problem("no tree or no usable criu");
         return g.finish("");
     };
+    let Some(seen) = record_dump_time(ctx, &mut g, pid) else {
+        return g.finish("");
+    };
+    if let Err(e) = std::fs::create_dir_all(ctx.cfg.dump_dir()) {
+        g.problem(format!("mkdir {}: {e}", ctx.cfg.dump_dir().display()));
+        return g.finish("");
+    }
+    if !run_dump(ctx, &mut g, &criu_path, pid) {
+        // CRIU resumes a tree it failed to dump; cleanup ends it.
+        return g.finish("");
+    }
+    check_original_ended(ctx, &mut g, pid);
+    check_images(ctx, &mut g);
+    check_pstree(ctx, &mut g, &seen);
+    g.finish("CRIU dumped the whole tree: its pstree lists exactly the tree's processes")
+}
+
+/// The state every copy is compared with, kept as the snapshot, and the tree's processes just
+/// before the dump by their pids inside the tree: what CRIU's pstree must list. None when the
+/// state could not be read.
+fn record_dump_time(ctx: &mut Ctx, g: &mut GateBuilder, pid: i32) -> Option<BTreeSet<i32>> {
     match ctx.observe(pid, "dump-time") {
         Ok(o) => {
             g.data("dump_time_state", obs_value(&o));
@@ -45,18 +97,11 @@ pub fn run(ctx: &mut Ctx) -> Gate {
         }
         Err(e) => {
             g.problem(format!("could not record the dump-time state: {e:#}"));
-            return g.finish("");
+            return None;
         }
     }
-    // The tree's processes as they are just before the dump, by their pids inside the tree: what
-    // CRIU's pstree must list.
     let tree_ns = ctx.tree_record(pid).and_then(|t| t.pidns.clone());
     let marked = probe::scan(&ctx.cfg.marker);
-    let seen: BTreeSet<i32> = marked
-        .iter()
-        .filter(|p| tree_ns.is_some() && p.pidns == tree_ns)
-        .filter_map(|p| p.ns_pid)
-        .collect();
     g.data(
         "tree_at_dump_time",
         json!(marked
@@ -64,20 +109,19 @@ pub fn run(ctx: &mut Ctx) -> Gate {
             .map(|p| json!({"pid": p.pid, "ns_pid": p.ns_pid, "program": p.program(), "pidns": p.pidns}))
             .collect::<Vec<_>>()),
     );
-    if let Err(e) = std::fs::create_dir_all(ctx.cfg.dump_dir()) {
-        g.problem(format!("mkdir {}: {e}", ctx.cfg.dump_dir().display()));
-        return g.finish("");
-    }
-    let argv = criu::dump_argv(
-        &criu_path,
-        pid,
-        &ctx.cfg.dump_dir(),
-        &ctx.cfg.criu_log("dump"),
-        ctx.lock,
-        &ctx.cfg.dump_extra(),
-    );
+    Some(
+        marked
+            .iter()
+            .filter(|p| tree_ns.is_some() && p.pidns == tree_ns)
+            .filter_map(|p| p.ns_pid)
+            .collect(),
+    )
+}
+
+/// Runs `criu dump`; whether it succeeded.
+fn run_dump(ctx: &Ctx, g: &mut GateBuilder, criu: &Path, pid: i32) -> bool {
     let started = Instant::now();
-    let out = ctx.run("criu dump of the tree", &argv);
+    let out = ctx.run(&dump_step(&ctx.cfg, criu, pid, ctx.lock));
     let ms = started.elapsed().as_millis() as u64;
     g.data("dump_ms", json!(ms));
     let dumped = out.success();
@@ -91,16 +135,15 @@ pub fn run(ctx: &mut Ctx) -> Gate {
         || format!("criu dump failed: {} (log: criu/dump.log)", out.summary()),
     );
     g.evidence(out.evidence);
-    if !dumped {
-        // CRIU resumes a tree it failed to dump; cleanup ends it.
-        return g.finish("");
-    }
+    dumped
+}
 
-    // CRIU ends the tree it dumped. Whether it did is observed before we send anything: after
-    // our own SIGKILL the tree would be gone whatever CRIU did.
+/// CRIU ends the tree it dumped. Whether it did is observed before we send anything: after our
+/// own SIGKILL the tree would be gone whatever CRIU did.
+fn check_original_ended(ctx: &mut Ctx, g: &mut GateBuilder, pid: i32) {
     let ended = match ctx.tree_record(pid).cloned() {
         Some(rec) => {
-            let waited = super::wait_tree_gone(&rec, ctx.cfg.quick(), false);
+            let waited = super::copies::wait_tree_gone(&rec, ctx.cfg.quick(), false);
             if waited.is_ok() {
                 ctx.mark_ended(pid);
             } else {
@@ -118,7 +161,9 @@ pub fn run(ctx: &mut Ctx) -> Gate {
         json!({"pid": pid, "ended_by_criu": ended.is_ok(), "error": ended.err()}),
         "CRIU ended the dumped tree: its PID 1 and every process of its pid namespace gone, before any signal of ours",
     ));
+}
 
+fn check_images(ctx: &Ctx, g: &mut GateBuilder) {
     match write_listing(ctx) {
         Ok((bytes, files)) => {
             g.data("image_bytes", json!(bytes));
@@ -132,12 +177,16 @@ pub fn run(ctx: &mut Ctx) -> Gate {
         }
         Err(e) => g.problem(format!("listing the CRIU images: {e:#}")),
     }
+}
+
+/// CRIU's pstree lists exactly the processes `seen` in the tree just before the dump.
+fn check_pstree(ctx: &Ctx, g: &mut GateBuilder, seen: &BTreeSet<i32>) {
     let pstree_img = ctx.cfg.dump_dir().join("pstree.img");
     match pstree::read(&pstree_img) {
         Ok(entries) => {
             let recorded: BTreeSet<i32> = entries.iter().map(|e| e.pid as i32).collect();
             g.data("pstree", json!(entries));
-            g.check(compare::pstree_matches(&recorded, &seen));
+            g.check(compare::pstree_matches(&recorded, seen));
         }
         Err(e) => {
             g.check(check(
@@ -148,5 +197,4 @@ pub fn run(ctx: &mut Ctx) -> Gate {
             ));
         }
     }
-    g.finish("CRIU dumped the whole tree: its pstree lists exactly the tree's processes")
 }

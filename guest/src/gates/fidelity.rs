@@ -2,7 +2,8 @@
 //! copy get them, and the checks that show a restored copy has them. A check reads what the
 //! kernel says about the copy's own processes, never what the rig meant to set up.
 
-use super::{Ctx, GateBuilder};
+use super::step::{Kind, Step};
+use super::{Config, Ctx, GateBuilder};
 use crate::probe;
 use anyhow::{bail, Context, Result};
 use serde_json::json;
@@ -446,7 +447,7 @@ pub fn make_cow_root(
     let cfg = &ctx.cfg;
     let (upper, work, target) = (
         cfg.cow_upper(label),
-        cfg.cow_dir().join(label).join("work"),
+        cfg.cow_work(label),
         cfg.tree_root(label),
     );
     let mut evidence = Vec::new();
@@ -455,10 +456,7 @@ pub fn make_cow_root(
             std::fs::create_dir_all(d).with_context(|| format!("mkdir {}", d.display()))?;
         }
         if let Some(from) = carry {
-            let out = ctx.run(
-                &format!("carry the dump-time upper layer into {label}'s"),
-                &copy_layer_argv(&cfg.cow_upper(from), &upper),
-            );
+            let out = ctx.run(&carry_layer_step(cfg, label, from));
             let ok = out.success();
             let summary = out.summary();
             evidence.push(out.evidence);
@@ -486,7 +484,7 @@ pub fn make_cow_root(
 
 /// The run's tmpfs for the upper layers, in diagnose's private mount namespace: it goes with
 /// the run however the run ends.
-pub fn mount_cow_tmpfs(cfg: &super::Config) -> Result<()> {
+pub fn mount_cow_tmpfs(cfg: &Config) -> Result<()> {
     let dir = cfg.cow_dir();
     std::fs::create_dir_all(&dir).with_context(|| format!("mkdir {}", dir.display()))?;
     nix::mount::mount(
@@ -494,7 +492,7 @@ pub fn mount_cow_tmpfs(cfg: &super::Config) -> Result<()> {
         &dir,
         Some("tmpfs"),
         nix::mount::MsFlags::MS_NOSUID,
-        Some("mode=0755"),
+        Some(COW_TMPFS_DATA),
     )
     .with_context(|| format!("mounting a tmpfs for the upper layers on {}", dir.display()))
 }
@@ -599,6 +597,91 @@ pub fn check_absent(
     let read = ask_file(ctx, pid, "read", name);
     let dump_time = ask_file(ctx, pid, "read", DUMP_TIME_FILE);
     g.check(file_absent_check(check_name, &read, &dump_time, dump_token));
+}
+
+/// The options of the upper layers' tmpfs besides nosuid.
+const COW_TMPFS_DATA: &str = "mode=0755";
+
+/// How a plan line names tree `label`: `the tree`, or `copy b` for `copy-b`.
+fn tree_name(label: &str) -> String {
+    match label.strip_prefix("copy-") {
+        Some(copy) => format!("copy {copy}"),
+        None => format!("the {label}"),
+    }
+}
+
+/// With `--cow-root`: the tmpfs every tree's upper layer lives on (`mount_cow_tmpfs`).
+pub fn cow_tmpfs_step(cfg: &Config) -> Step {
+    Step::described(
+        Kind::CowTmpfs,
+        "--cow-root: a tmpfs for every tree's upper layer at the work directory's cow/ (mount(2))",
+        vec![
+            "mount".into(),
+            "-t".into(),
+            "tmpfs".into(),
+            "-o".into(),
+            format!("nosuid,{COW_TMPFS_DATA}"),
+            "tmpfs".into(),
+            cfg.cow_dir().display().to_string(),
+        ],
+    )
+}
+
+/// With `--cow-root`: the writable root of tree `label` (`make_cow_root`).
+pub fn overlay_step(cfg: &Config, label: &str) -> Step {
+    let what = if label == "tree" {
+        "--cow-root: the tree's writable root, an overlay over the read-only bind with its upper layer on a tmpfs at the work directory's cow/ (mount(2))".to_string()
+    } else {
+        format!(
+            "--cow-root: {}'s writable root (mount(2))",
+            tree_name(label)
+        )
+    };
+    Step::described(
+        Kind::CowOverlay,
+        &what,
+        overlay_mount_argv(
+            &cfg.root_bind(),
+            &cfg.cow_upper(label),
+            &cfg.cow_work(label),
+            &cfg.tree_root(label),
+        ),
+    )
+}
+
+/// With `--cow-root`: tree `label`'s upper layer starts as tree `from`'s was at the dump.
+pub fn carry_layer_step(cfg: &Config, label: &str, from: &str) -> Step {
+    Step::new(
+        Kind::CarryLayer,
+        &format!("carry the dump-time upper layer into {label}'s"),
+        &format!(
+            "--cow-root: {}'s upper layer starts as the original's at the dump",
+            tree_name(label)
+        ),
+        copy_layer_argv(&cfg.cow_upper(from), &cfg.cow_upper(label)),
+    )
+}
+
+/// With `--cgroup`: the group of tree `label` with the limits (`prepare_run_group` for the
+/// original, then `make_tree_group`).
+pub fn group_step(cfg: &Config, label: &str, l: &CgroupLimits) -> Step {
+    let (what, first) = if label == "tree" {
+        (
+            "--cgroup: a group per tree under the run's group (written to cgroup2 files), with these limits; the tree joins its group before PID 1 is forked".to_string(),
+            "echo +cpu +memory > /sys/fs/cgroup/cgroup.subtree_control and <group>/..".to_string(),
+        )
+    } else {
+        (
+            format!(
+                "--cgroup: {}'s own group under the run's group (cgroup2 files), with these limits; criu restore puts the copy in it",
+                tree_name(label)
+            ),
+            format!("mkdir {}", group_dir(&tree_group(&cfg.marker, label)).display()),
+        )
+    };
+    let mut argv = vec![first];
+    argv.extend(limit_files(l).iter().map(|(f, t)| format!("{f}={t}")));
+    Step::described(Kind::Cgroup, &what, argv)
 }
 
 #[cfg(test)]

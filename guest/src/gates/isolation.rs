@@ -1,11 +1,27 @@
 //! isolation: two copies from one dump run at once in their own namespaces; changing the app and
 //! the screen of one leaves the other at the dump-time state.
 
-use super::{all_differ, fidelity, namespaces_of, obs_value, Ctx, GateBuilder, MARK, MARK_RGB};
-use super::{restore_live_process::check_app_state, restore_x_state::check_x_state};
+use super::copies::{only_when, restore_steps};
+use super::state::{change_copy, check_app_state, check_x_state, obs_value};
+use super::step::Step;
+use super::{fidelity, Config, Ctx, GateBuilder};
+use crate::probe::{all_differ, is_live, namespaces_of};
 use serde_json::json;
 use sharedos_report::compare::{self, check};
+use sharedos_report::model::tree::Observation;
 use sharedos_report::report::{Gate, GateName};
+
+/// What this gate runs: copy b restored beside copy a (and copy a again first, when it no
+/// longer runs).
+pub fn plan(cfg: &Config) -> Vec<Step> {
+    let criu = cfg.planned_criu();
+    let mut v = only_when(
+        "the copy a restore_live_process left no longer runs",
+        restore_steps(cfg, &criu, "a", "restore copy a again"),
+    );
+    v.extend(restore_steps(cfg, &criu, "b", "restore copy b"));
+    v
+}
 
 pub fn run(ctx: &mut Ctx) -> Gate {
     let mut g = GateBuilder::new(GateName::Isolation);
@@ -13,18 +29,13 @@ pub fn run(ctx: &mut Ctx) -> Gate {
         g.problem("no dump-time state");
         return g.finish("");
     };
-    let a = match ctx.copies.get("a").copied().filter(|p| super::alive(*p)) {
-        Some(p) => p,
-        None => {
-            let (pid, ev) = ctx.restore("a");
-            g.evidence(ev);
-            match pid {
-                Ok(p) => p,
-                Err(e) => {
-                    g.problem(format!("restoring copy A: {e:#}"));
-                    return g.finish("");
-                }
-            }
+    let (a, ev) = ctx.copy_a();
+    g.evidence_opt(ev);
+    let a = match a {
+        Ok(p) => p,
+        Err(e) => {
+            g.problem(format!("restoring copy A: {e:#}"));
+            return g.finish("");
         }
     };
     let (b, ev) = ctx.restore("b");
@@ -40,14 +51,38 @@ pub fn run(ctx: &mut Ctx) -> Gate {
     };
     g.data("copy_a_pid", json!(a));
     g.data("copy_b_pid", json!(b));
+    check_apart(ctx, &mut g, a, b, &snap);
+    let mutated = change_copy(ctx, &mut g, a, "copy A");
+    g.check(ctx.check_x_server_in_tree("a_x_server_in_copy", a));
+    g.check(ctx.check_x_server_in_tree("b_x_server_in_copy", b));
+    match ctx.observe(a, "isolation-a") {
+        Ok(oa) => {
+            g.check(compare::copy_changed(
+                "a_changed",
+                mutated.as_ref(),
+                &oa,
+                &snap,
+            ));
+        }
+        Err(e) => g.problem(format!("reading copy A after the change: {e:#}")),
+    }
+    check_b_unchanged(ctx, &mut g, b, &snap);
+    g.finish(
+        "two copies ran at once in separate namespaces; changing A left B at the dump-time state",
+    )
+}
+
+/// Both copies run at once, each a tree of its own: its own namespaces and, with the options,
+/// its own cgroup, user namespace and writable root.
+fn check_apart(ctx: &Ctx, g: &mut GateBuilder, a: i32, b: i32, snap: &Observation) {
     g.check(check(
         "two_copies_running",
-        a != b && super::alive(a) && super::alive(b),
+        a != b && is_live(a) && is_live(b),
         json!({"a": a, "b": b}),
         "both copies alive at once",
     ));
-    let cg_a = fidelity::check_tree(ctx, &mut g, a, "copy-a", "a_");
-    let cg_b = fidelity::check_tree(ctx, &mut g, b, "copy-b", "b_");
+    let cg_a = fidelity::check_tree(ctx, g, a, "copy-a", "a_");
+    let cg_b = fidelity::check_tree(ctx, g, b, "copy-b", "b_");
     if ctx.cfg.options.cgroup.is_some() {
         g.check(fidelity::own_cgroups_check(
             cg_a.as_deref(),
@@ -59,8 +94,8 @@ pub fn run(ctx: &mut Ctx) -> Gate {
     }
     if ctx.cfg.options.cow_root {
         let t = &snap.app.token;
-        fidelity::check_write(ctx, &mut g, a, "copy-a", "copy-a", "a_cow_file_written", t);
-        fidelity::check_absent(ctx, &mut g, b, "copy-a", "b_cow_file_absent", t);
+        fidelity::check_write(ctx, g, a, "copy-a", "copy-a", "a_cow_file_written", t);
+        fidelity::check_absent(ctx, g, b, "copy-a", "b_cow_file_absent", t);
     }
     let (na, nb) = (namespaces_of(&a.to_string()), namespaces_of(&b.to_string()));
     g.check(check(
@@ -69,33 +104,14 @@ pub fn run(ctx: &mut Ctx) -> Gate {
         json!({"a": na, "b": nb}),
         "no namespace shared between the copies",
     ));
+}
 
-    let mutated = ctx.app(a, "mutate");
-    let drawn = ctx.x(a, "drawing into copy A", |c| c.fill_rect(MARK, MARK_RGB));
-    if let Err(e) = &mutated {
-        g.problem(format!("changing copy A's app: {e:#}"));
-    }
-    if let Err(e) = &drawn {
-        g.problem(format!("drawing into copy A: {e:#}"));
-    }
-    g.check(ctx.check_x_server_in_tree("a_x_server_in_copy", a));
-    g.check(ctx.check_x_server_in_tree("b_x_server_in_copy", b));
-    match ctx.observe(a, "isolation-a") {
-        Ok(oa) => {
-            g.check(compare::copy_changed(
-                "a_changed",
-                mutated.as_ref().ok(),
-                &oa,
-                &snap,
-            ));
-        }
-        Err(e) => g.problem(format!("reading copy A after the change: {e:#}")),
-    }
-    // Copy B, read after A changed, is compared in full with the dump-time state.
-    check_app_state(ctx, &mut g, b, &snap, "b_");
+/// Copy B, read after A changed, is compared in full with the dump-time state.
+fn check_b_unchanged(ctx: &Ctx, g: &mut GateBuilder, b: i32, snap: &Observation) {
+    check_app_state(ctx, g, b, snap, "b_");
     match ctx.observe(b, "isolation-b") {
         Ok(ob) => {
-            check_x_state(&mut g, &ob, &snap, "b_");
+            check_x_state(g, &ob, snap, "b_");
             g.check(check(
                 "b_no_mark",
                 !ob.mark_drawn,
@@ -106,7 +122,4 @@ pub fn run(ctx: &mut Ctx) -> Gate {
         }
         Err(e) => g.problem(format!("reading copy B after A changed: {e:#}")),
     }
-    g.finish(
-        "two copies ran at once in separate namespaces; changing A left B at the dump-time state",
-    )
 }

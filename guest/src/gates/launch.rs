@@ -1,13 +1,15 @@
 //! launch: the tree comes up in its own namespaces and becomes ready: the X server answers with
 //! the xterm's window mapped, and the app answers.
 
-use super::{all_differ, namespaces_of, Ctx, GateBuilder};
-use crate::tree::{self, XTERM_TITLE};
+use super::step::{Kind, Step};
+use super::{fidelity, Config, Ctx, GateBuilder};
+use crate::probe::{all_differ, namespaces_of};
+use crate::tree::{self, TreeSpec, XTERM_TITLE};
 use anyhow::{Context, Result};
 use nix::mount::{mount, MsFlags};
 use serde_json::json;
 use sharedos_report::compare::check;
-use sharedos_report::report::{Evidence, Gate, GateName};
+use sharedos_report::report::{Gate, GateName};
 use sharedos_report::wait;
 use std::time::Instant;
 
@@ -52,7 +54,7 @@ impl Readiness {
 
 fn readiness(ctx: &Ctx, pid: i32) -> Readiness {
     let mut r = Readiness {
-        init_alive: super::alive(pid),
+        init_alive: crate::probe::is_live(pid),
         x_socket: crate::x11::socket_path(pid, ctx.cfg.display).exists(),
         ..Default::default()
     };
@@ -66,58 +68,124 @@ fn readiness(ctx: &Ctx, pid: i32) -> Readiness {
     r
 }
 
-/// The logs the tree's programs write in its private /tmp, as evidence of a failed start.
-pub fn tree_logs(pid: i32) -> Vec<Evidence> {
-    ["tree-init", "xvfb", "xterm", "stateapp"]
-        .iter()
-        .filter_map(|name| {
-            let p = tree::path_in_tree(pid, &format!("/tmp/{name}.log"));
-            std::fs::read_to_string(&p).ok().map(|text| Evidence {
-                step: format!("log of {name} inside the tree"),
-                note: sharedos_report::text::tail(&text, 20, 3000),
-                ..Evidence::default()
-            })
-        })
-        .collect()
+/// The read-only bind of / that `make_root_bind` makes, as the equivalent command.
+pub fn root_bind_step(cfg: &Config) -> Step {
+    Step::described(
+        Kind::RootBind,
+        "read-only bind of / as the tree's root (mount(2) in diagnose's private mount namespace)",
+        vec![
+            "mount".into(),
+            "--bind".into(),
+            "-o".into(),
+            "ro".into(),
+            "/".into(),
+            cfg.root_bind().display().to_string(),
+        ],
+    )
+}
+
+/// What diagnose runs to start the tree: tree-spawn, after unshare(2) of the namespaces.
+pub fn spawn_step(cfg: &Config, spec: &TreeSpec) -> Step {
+    Step::new(
+        Kind::SpawnTree,
+        "spawn the tree",
+        "start the tree: unshare(2) of pid, mnt, net, ipc, uts, then exec (equivalent: the unshare command below)",
+        tree::spawn_argv(&cfg.exe, spec),
+    )
+}
+
+/// What this gate does, in its order: the tree's root (and, with the options, its writable
+/// root and its cgroup), the spawn, and what the tree's PID 1 runs inside.
+pub fn plan(cfg: &Config) -> Vec<Step> {
+    let spec = cfg.spec();
+    let mut v = vec![root_bind_step(cfg)];
+    if cfg.options.cow_root {
+        v.push(fidelity::cow_tmpfs_step(cfg));
+        v.push(fidelity::overlay_step(cfg, "tree"));
+    }
+    if let Some(l) = cfg.options.cgroup {
+        v.push(fidelity::group_step(cfg, "tree", &l));
+    }
+    v.push(spawn_step(cfg, &spec));
+    v.push(Step::described(
+        Kind::UnshareEquivalent,
+        "equivalent util-linux command",
+        tree::unshare_equivalent_argv(&cfg.exe, &spec),
+    ));
+    v.push(Step::described(
+        Kind::InTree,
+        "PID 1 of the tree, after pivot_root",
+        tree::init_argv(&spec),
+    ));
+    for p in tree::workload(&spec).programs() {
+        v.push(Step::described(
+            Kind::InTree,
+            "inside the tree",
+            p.argv.clone(),
+        ));
+    }
+    v
 }
 
 pub fn run(ctx: &mut Ctx) -> Gate {
     let mut g = GateBuilder::new(GateName::Launch);
-    if let Err(e) = make_root_bind(ctx) {
-        g.problem(format!("cannot prepare the tree's root: {e:#}"));
+    if let Err(problem) = prepare_roots(ctx) {
+        g.problem(problem);
         return g.finish("");
     }
-    if ctx.cfg.options.cow_root {
-        let made = super::fidelity::mount_cow_tmpfs(&ctx.cfg)
-            .and_then(|()| super::fidelity::make_cow_root(ctx, "tree", None).0);
-        if let Err(e) = made {
-            g.problem(format!(
-                "cannot make the tree's writable root for --cow-root: {e:#}"
-            ));
-            return g.finish("");
+    let Some(pid) = spawn(ctx, &mut g) else {
+        return g.finish("");
+    };
+    let ready = wait_ready(ctx, &mut g, pid);
+    if ready {
+        if let Ok(v) = ctx.x(pid, "X server release", |c| Ok(c.server_version())) {
+            ctx.env.xvfb_version = Some(v);
         }
+    }
+    fidelity::check_tree(ctx, &mut g, pid, "tree", "tree_");
+    if ctx.cfg.options.cow_root && ready {
+        write_dump_time_file(ctx, &mut g, pid);
+    }
+    let mine = namespaces_of("self");
+    let theirs = namespaces_of(&pid.to_string());
+    g.check(check(
+        "own_namespaces",
+        all_differ(&theirs, &mine),
+        json!({"tree": theirs, "diagnose": mine}),
+        "pid, mnt, net, ipc and uts namespaces all differ from the caller's",
+    ));
+    g.finish("the tree runs in its own pid, mnt, net, ipc and uts namespaces; X, the xterm window and the app are up")
+}
+
+/// The tree's root, and with the options its writable root and its cgroup; what could not be
+/// made, as the gate's problem.
+fn prepare_roots(ctx: &Ctx) -> Result<(), String> {
+    make_root_bind(ctx).map_err(|e| format!("cannot prepare the tree's root: {e:#}"))?;
+    if ctx.cfg.options.cow_root {
+        fidelity::mount_cow_tmpfs(&ctx.cfg)
+            .and_then(|()| fidelity::make_cow_root(ctx, "tree", None).0)
+            .map_err(|e| format!("cannot make the tree's writable root for --cow-root: {e:#}"))?;
     }
     if let Some(l) = ctx.cfg.options.cgroup {
-        let made = super::fidelity::prepare_run_group(&ctx.cfg.marker)
-            .and_then(|()| super::fidelity::make_tree_group(&ctx.cfg.marker, "tree", &l));
-        if let Err(e) = made {
-            g.problem(format!("cannot make the tree's cgroup for --cgroup: {e:#}"));
-            return g.finish("");
-        }
+        fidelity::prepare_run_group(&ctx.cfg.marker)
+            .and_then(|()| fidelity::make_tree_group(&ctx.cfg.marker, "tree", &l))
+            .map_err(|e| format!("cannot make the tree's cgroup for --cgroup: {e:#}"))?;
     }
+    Ok(())
+}
+
+/// Starts the tree and registers it; its PID 1's host pid, once it heads a pid namespace of its
+/// own (checked), or None when the tree did not start.
+fn spawn(ctx: &mut Ctx, g: &mut GateBuilder) -> Option<i32> {
     let spec = ctx.cfg.spec();
-    let (pid, ev) = tree::launch(
-        &ctx.cfg.exe,
-        &spec,
-        ctx.cfg.step_timeout,
-        &ctx.cfg.scratch(),
-    );
-    g.evidence(ev);
+    let out = ctx.run_with(&spawn_step(&ctx.cfg, &spec), tree::spawn_setup(&spec));
+    let pid = tree::spawned_pid(&out);
+    g.evidence(out.evidence);
     let pid = match pid {
         Ok(p) => p,
         Err(e) => {
             g.problem(format!("the tree did not start: {e:#}"));
-            return g.finish("");
+            return None;
         }
     };
     ctx.tree = Some(pid);
@@ -131,7 +199,12 @@ pub fn run(ctx: &mut Ctx) -> Gate {
         json!({"host_pid": pid, "pid_in_namespace": inner, "pidns": rec.pidns}),
         "the recorded host pid is PID 1 of its own pid namespace",
     ));
+    Some(pid)
+}
 
+/// Waits until the tree is ready (bounded); whether it became ready. A tree that does not
+/// leaves its programs' logs as evidence.
+fn wait_ready(ctx: &Ctx, g: &mut GateBuilder, pid: i32) -> bool {
     let started = Instant::now();
     let mut last = Readiness::default();
     let ready = wait::until("the tree to be ready", ctx.cfg.step_timeout, || {
@@ -154,41 +227,26 @@ pub fn run(ctx: &mut Ctx) -> Gate {
         },
     );
     if !ok {
-        for e in tree_logs(pid) {
+        for e in tree::log_evidence(&ctx.cfg.spec(), pid) {
             g.evidence(e);
         }
     }
+    ok
+}
 
-    if ok {
-        if let Ok(v) = ctx.x(pid, "X server release", |c| Ok(c.server_version())) {
-            ctx.env.xvfb_version = Some(v);
-        }
+/// With `--cow-root`: the file every copy must find as the original left it. The app's token is
+/// the dump-time one, since nothing changes the original's app before the dump.
+fn write_dump_time_file(ctx: &Ctx, g: &mut GateBuilder, pid: i32) {
+    match ctx.app(pid, "get") {
+        Ok(s) => fidelity::check_write(
+            ctx,
+            g,
+            pid,
+            "tree",
+            fidelity::DUMP_TIME_FILE,
+            "tree_cow_file_written",
+            &s.token,
+        ),
+        Err(e) => g.problem(format!("asking the app for its token: {e:#}")),
     }
-
-    super::fidelity::check_tree(ctx, &mut g, pid, "tree", "tree_");
-    if ctx.cfg.options.cow_root && ok {
-        // The file every copy must find as the original left it; the app's token is the
-        // dump-time one, since nothing changes the original's app before the dump.
-        match ctx.app(pid, "get") {
-            Ok(s) => super::fidelity::check_write(
-                ctx,
-                &mut g,
-                pid,
-                "tree",
-                super::fidelity::DUMP_TIME_FILE,
-                "tree_cow_file_written",
-                &s.token,
-            ),
-            Err(e) => g.problem(format!("asking the app for its token: {e:#}")),
-        }
-    }
-    let mine = namespaces_of("self");
-    let theirs = namespaces_of(&pid.to_string());
-    g.check(check(
-        "own_namespaces",
-        all_differ(&theirs, &mine),
-        json!({"tree": theirs, "diagnose": mine}),
-        "pid, mnt, net, ipc and uts namespaces all differ from the caller's",
-    ));
-    g.finish("the tree runs in its own pid, mnt, net, ipc and uts namespaces; X, the xterm window and the app are up")
 }

@@ -1,13 +1,14 @@
 //! prerequisites: root, the tree's tools, a usable work directory and display, and a CRIU whose
 //! `criu check` succeeds on this kernel. Each missing piece is named with its fix.
 
-use super::{Ctx, GateBuilder};
+use super::step::{Kind, Step};
+use super::{Config, Ctx, GateBuilder};
 use crate::criu::{self, NetworkLock};
 use serde_json::json;
 use sharedos_report::compare::check;
 use sharedos_report::report::{Gate, GateName};
 use sharedos_report::which::{find_program, is_executable};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Checks the tree itself needs. When one fails, launch cannot run; when only the CRIU checks
 /// fail, launch, the live-state probe and cleanup still run.
@@ -86,15 +87,85 @@ fn first_line(s: &str) -> String {
         .to_string()
 }
 
+pub fn xvfb_version_step() -> Step {
+    // Xvfb has no version option; its Debian package says it (launch later reads the running
+    // server's release over the wire).
+    Step::new(
+        Kind::PackageVersion,
+        "Xvfb version",
+        "Xvfb version (its package's; launch reads the running server's over the wire)",
+        package_version_argv("xvfb"),
+    )
+}
+
+pub fn xterm_version_step(xterm: &Path) -> Step {
+    Step::new(
+        Kind::ProgramVersion,
+        "xterm version",
+        "xterm version",
+        vec![xterm.display().to_string(), "-version".into()],
+    )
+}
+
+pub fn criu_version_step(criu: &Path) -> Step {
+    Step::new(
+        Kind::CriuVersion,
+        "criu version",
+        "CRIU version",
+        criu::version_argv(criu),
+    )
+}
+
+pub fn criu_check_step(criu: &Path) -> Step {
+    Step::new(
+        Kind::CriuCheck,
+        "criu check",
+        "CRIU works on this kernel",
+        criu::check_argv(criu),
+    )
+}
+
+/// What this gate runs, in its order. The plan names xterm as PATH will find it.
+pub fn plan(cfg: &Config) -> Vec<Step> {
+    let criu = cfg.planned_criu();
+    vec![
+        xvfb_version_step(),
+        xterm_version_step(Path::new("xterm")),
+        criu_version_step(&criu),
+        criu_check_step(&criu),
+    ]
+}
+
 pub fn run(ctx: &mut Ctx) -> Gate {
     let mut g = GateBuilder::new(GateName::Prerequisites);
+    let root = check_root(&mut g);
+    check_dirs(ctx, &mut g);
+    check_namespaces(&mut g);
+    // Commands keep their output in the scratch directory; without it none can run.
+    let can_run = ctx.cfg.scratch().is_dir();
+    check_x_tools(ctx, &mut g, can_run);
+    check_display(ctx, &mut g);
+    check_criu_gate_tools(&mut g);
+    ctx.criu = check_criu(ctx, &mut g, root, can_run);
+    ctx.lock = NetworkLock::detect();
+    g.data("criu_network_lock", json!(ctx.lock.as_str()));
+    g.data("tree_checks", json!(TREE_CHECKS));
+    g.finish("root; criu, Xvfb, xterm, nsenter and a firewall lister present; `criu check` succeeded; work and report directories writable; display free")
+}
+
+/// Whether we are root; namespaces, mounts and CRIU need it.
+fn check_root(g: &mut GateBuilder) -> bool {
     let euid = nix::unistd::geteuid().as_raw();
     g.require(check("root", euid == 0, json!(euid), "euid 0"), || {
         format!(
             "not root (euid {euid}): namespaces and CRIU need root; run as root, e.g. `sudo sharedos-gate diagnose`"
         )
-    });
+    })
+}
 
+/// The work and report directories can be written, and the directories the run writes into
+/// exist.
+fn check_dirs(ctx: &Ctx, g: &mut GateBuilder) {
     for (name, dir, flag) in [
         ("work_dir_writable", ctx.cfg.work.clone(), "--work DIR"),
         ("report_dir_writable", ctx.cfg.report_dir(), "--out FILE"),
@@ -118,7 +189,9 @@ pub fn run(ctx: &mut Ctx) -> Gate {
     let _ = std::fs::create_dir_all(ctx.cfg.scratch());
     let _ = std::fs::create_dir_all(ctx.cfg.report_dir().join("criu"));
     let _ = std::fs::create_dir_all(ctx.cfg.report_dir().join("png"));
+}
 
+fn check_namespaces(g: &mut GateBuilder) {
     let ns_missing: Vec<&str> = ["pid", "mnt", "net", "ipc", "uts"]
         .into_iter()
         .filter(|ns| !Path::new(&format!("/proc/self/ns/{ns}")).exists())
@@ -129,11 +202,13 @@ pub fn run(ctx: &mut Ctx) -> Gate {
         json!({"missing": ns_missing}),
         "pid, mnt, net, ipc and uts namespaces in /proc/self/ns",
     ));
+}
 
-    let scratch_ok = ctx.cfg.scratch().is_dir();
-    for (name, prog, package, key) in [
-        ("xvfb_present", "Xvfb", "xvfb", "xvfb"),
-        ("xterm_present", "xterm", "xterm", "xterm"),
+/// Xvfb and xterm are on PATH; their versions go into the environment record.
+fn check_x_tools(ctx: &mut Ctx, g: &mut GateBuilder, can_run: bool) {
+    for (name, prog, package) in [
+        ("xvfb_present", "Xvfb", "xvfb"),
+        ("xterm_present", "xterm", "xterm"),
     ] {
         let found = find_program(prog);
         g.require(
@@ -145,29 +220,29 @@ pub fn run(ctx: &mut Ctx) -> Gate {
             ),
             || format!("{prog} not found on PATH: install it (`apt-get install {package}`)"),
         );
-        if let (Some(p), true) = (found, scratch_ok) {
-            // Xvfb has no version option; its Debian package says it (launch later reads the
-            // running server's release over the wire).
-            let argv = match key {
-                "xvfb" => package_version_argv(package),
-                _ => vec![p.display().to_string(), "-version".into()],
-            };
-            let out = ctx.run(&format!("{prog} version"), &argv);
-            let v = first_line(&out.stdout);
-            if out.success() && !v.is_empty() {
-                let v = match key {
-                    "xvfb" => format!("{package} {v} (Debian package)"),
-                    _ => v,
-                };
-                match key {
-                    "xvfb" => ctx.env.xvfb_version = Some(v),
-                    _ => ctx.env.xterm_version = Some(v),
-                }
+        let Some(path) = found.filter(|_| can_run) else {
+            continue;
+        };
+        if prog == "Xvfb" {
+            if let Some(v) = tool_version(ctx, g, &xvfb_version_step()) {
+                ctx.env.xvfb_version = Some(format!("{package} {v} (Debian package)"));
             }
-            g.evidence(out.evidence);
+        } else if let Some(v) = tool_version(ctx, g, &xterm_version_step(&path)) {
+            ctx.env.xterm_version = Some(v);
         }
     }
+}
 
+/// The first line a version command printed, when it succeeded; its run is evidence.
+fn tool_version(ctx: &Ctx, g: &mut GateBuilder, step: &Step) -> Option<String> {
+    let out = ctx.run(step);
+    let v = first_line(&out.stdout);
+    let ok = out.success() && !v.is_empty();
+    g.evidence(out.evidence);
+    ok.then_some(v)
+}
+
+fn check_display(ctx: &Ctx, g: &mut GateBuilder) {
     let users = display_users(ctx.cfg.display);
     let c = check(
         "display_free",
@@ -182,9 +257,11 @@ pub fn run(ctx: &mut Ctx) -> Gate {
             users.join(", ")
         )
     });
+}
 
+fn check_criu_gate_tools(g: &mut GateBuilder) {
     let missing = missing_tools(|t| find_program(t).is_some());
-    let found: Vec<(String, Option<std::path::PathBuf>)> = CRIU_GATE_TOOLS
+    let found: Vec<(String, Option<PathBuf>)> = CRIU_GATE_TOOLS
         .iter()
         .flat_map(|(alts, _, _)| alts.iter())
         .map(|t| (t.to_string(), find_program(t)))
@@ -196,7 +273,11 @@ pub fn run(ctx: &mut Ctx) -> Gate {
         "nsenter, and iptables-save or nft, on PATH",
     );
     g.require(c, || missing.join("; "));
+}
 
+/// A criu is there and `criu check` succeeds with it; its version goes into the environment
+/// record. Returns the criu the CRIU gates may use.
+fn check_criu(ctx: &mut Ctx, g: &mut GateBuilder, root: bool, can_run: bool) -> Option<PathBuf> {
     let criu = ctx.cfg.criu_path();
     let criu_found = criu.as_deref().is_some_and(is_executable);
     let criu_value = json!(criu);
@@ -209,63 +290,50 @@ pub fn run(ctx: &mut Ctx) -> Gate {
             None => "criu not found on PATH or in /usr/sbin, /sbin: install it (`apt-get install criu`) or pass --criu PATH".into(),
         }
     });
-    let mut criu_ok = false;
-    if let (Some(criu), true, true) = (criu.as_ref(), criu_found, scratch_ok) {
-        let out = ctx.run("criu version", &criu::version_argv(criu));
-        ctx.env.criu_version = criu::parse_version(&out.stdout);
-        g.evidence(out.evidence);
-        if euid == 0 {
-            let out = ctx.run("criu check", &criu::check_argv(criu));
-            criu_ok = out.success();
-            let seen = json!({"exit_code": out.evidence.exit_code, "last_line": first_line(&out.stderr.lines().rev().collect::<Vec<_>>().join("\n")), "stdout": first_line(&out.stdout)});
-            let kernel = ctx.env.kernel_release.clone();
-            let version = ctx.env.criu_version.clone();
-            g.require(check("criu_check", criu_ok, seen, "`criu check` exits 0"), || {
-                let mut why = format!(
-                    "`criu check` failed on kernel {} with criu {}: {}",
-                    kernel,
-                    version.as_deref().unwrap_or("(unknown version)"),
-                    out.summary()
-                );
-                if out.stderr.contains("vdso") {
-                    why.push_str(
-                        "; this CRIU cannot read this kernel's vDSO (Debian 12's criu 3.17.1 fails on kernels >= 6.13; CRIU >= 4.1 works): run inside the pinned guest with `cargo xtask vm-run`, or pass --criu with a newer build",
-                    );
-                }
-                why
-            });
-            g.evidence(out.evidence);
-        } else {
-            g.record(check(
-                "criu_check",
-                false,
-                json!("not run: criu check needs root"),
-                "`criu check` exits 0",
-            ));
+    let not_run = |why: &str| {
+        check(
+            "criu_check",
+            false,
+            json!(format!("not run: {why}")),
+            "`criu check` exits 0",
+        )
+    };
+    let Some(criu) = criu.filter(|_| criu_found) else {
+        g.record(not_run("no criu"));
+        return None;
+    };
+    if !can_run {
+        g.record(not_run("the work directory is not usable"));
+        return None;
+    }
+    let out = ctx.run(&criu_version_step(&criu));
+    ctx.env.criu_version = criu::parse_version(&out.stdout);
+    g.evidence(out.evidence);
+    if !root {
+        g.record(not_run("criu check needs root"));
+        return None;
+    }
+    let out = ctx.run(&criu_check_step(&criu));
+    let ok = out.success();
+    let seen = json!({"exit_code": out.evidence.exit_code, "last_line": first_line(&out.stderr.lines().rev().collect::<Vec<_>>().join("\n")), "stdout": first_line(&out.stdout)});
+    let kernel = ctx.env.kernel_release.clone();
+    let version = ctx.env.criu_version.clone();
+    g.require(check("criu_check", ok, seen, "`criu check` exits 0"), || {
+        let mut why = format!(
+            "`criu check` failed on kernel {} with criu {}: {}",
+            kernel,
+            version.as_deref().unwrap_or("(unknown version)"),
+            out.summary()
+        );
+        if out.stderr.contains("vdso") {
+            why.push_str(
+                "; this CRIU cannot read this kernel's vDSO (Debian 12's criu 3.17.1 fails on kernels >= 6.13; CRIU >= 4.1 works): run inside the pinned guest with `cargo xtask vm-run`, or pass --criu with a newer build",
+            );
         }
-    } else if criu_found {
-        g.record(check(
-            "criu_check",
-            false,
-            json!("not run: the work directory is not usable"),
-            "`criu check` exits 0",
-        ));
-    } else {
-        g.record(check(
-            "criu_check",
-            false,
-            json!("not run: no criu"),
-            "`criu check` exits 0",
-        ));
-    }
-    if criu_ok {
-        ctx.criu = criu;
-    }
-
-    ctx.lock = NetworkLock::detect();
-    g.data("criu_network_lock", json!(ctx.lock.as_str()));
-    g.data("tree_checks", json!(TREE_CHECKS));
-    g.finish("root; criu, Xvfb, xterm, nsenter and a firewall lister present; `criu check` succeeded; work and report directories writable; display free")
+        why
+    });
+    g.evidence(out.evidence);
+    ok.then_some(criu)
 }
 
 #[cfg(test)]

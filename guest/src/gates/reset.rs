@@ -3,14 +3,32 @@
 //! dump-time state. Without a change of its own, a reset would only prove that a second
 //! restore works.
 
-use super::restore_live_process::check_app_state;
-use super::restore_x_state::check_x_state;
-use super::{obs_value, Ctx, GateBuilder, MARK, MARK_RGB};
+use super::copies::{kill_step, only_when, restore_steps};
+use super::state::{change_copy, check_app_state, check_x_state, obs_value};
+use super::step::Step;
+use super::{fidelity, Config, Ctx, GateBuilder};
 use crate::probe;
 use serde_json::json;
 use sharedos_report::compare::{self, check};
+use sharedos_report::model::tree::Observation;
 use sharedos_report::report::{Gate, GateName};
 use std::collections::BTreeSet;
+
+/// What this gate runs: the changed copy (copy a, restored again first when it no longer runs)
+/// killed as a whole, and a new restore.
+pub fn plan(cfg: &Config) -> Vec<Step> {
+    let criu = cfg.planned_criu();
+    let mut v = only_when(
+        "the copy a restore_live_process left no longer runs",
+        restore_steps(cfg, &criu, "a", "restore copy a again, to change it"),
+    );
+    v.push(kill_step(
+        "the changed copy",
+        "SIGKILL to the changed copy's PID 1 (kill(2)): its whole pid namespace ends; then wait until no process is left in it",
+    ));
+    v.extend(restore_steps(cfg, &criu, "reset", "restore copy reset"));
+    v
+}
 
 pub fn run(ctx: &mut Ctx) -> Gate {
     let mut g = GateBuilder::new(GateName::Reset);
@@ -18,40 +36,44 @@ pub fn run(ctx: &mut Ctx) -> Gate {
         g.problem("no dump-time state");
         return g.finish("");
     };
-    // The copy to reset: copy A when it still runs, else a fresh restore, so reset does not
-    // depend on what isolation managed to do.
-    let target = match ctx.copies.get("a").copied().filter(|p| super::alive(*p)) {
-        Some(p) => p,
-        None => {
-            let (pid, ev) = ctx.restore("a");
-            g.evidence(ev);
-            match pid {
-                Ok(p) => p,
-                Err(e) => {
-                    g.problem(format!(
-                        "restoring the copy to change: {e:#} (log: criu/restore-a.log)"
-                    ));
-                    return g.finish("");
-                }
-            }
+    let (target, ev) = ctx.copy_a();
+    g.evidence_opt(ev);
+    let target = match target {
+        Ok(p) => p,
+        Err(e) => {
+            g.problem(format!(
+                "restoring the copy to change: {e:#} (log: criu/restore-a.log)"
+            ));
+            return g.finish("");
         }
     };
     g.data("changed_copy_pid", json!(target));
+    change_and_look(ctx, &mut g, target, &snap);
+    kill_changed(ctx, &mut g, target);
+    let (pid, ev) = ctx.restore("reset");
+    g.evidence(ev);
+    let pid = match pid {
+        Ok(p) => p,
+        Err(e) => {
+            g.problem(format!(
+                "restoring again: {e:#} (log: criu/restore-reset.log)"
+            ));
+            return g.finish("");
+        }
+    };
+    g.data("copy_pid", json!(pid));
+    check_reset_copy(ctx, &mut g, pid, &snap);
+    g.finish("a change of app state and pixels was seen, the changed copy killed as a whole, and the new restore has the dump-time token, counter, window and pixels")
+}
 
-    // Our own change, then a look at it.
-    let mutated = ctx.app(target, "mutate");
-    if let Err(e) = &mutated {
-        g.problem(format!("changing the copy's app: {e:#}"));
-    }
-    if let Err(e) = ctx.x(target, "drawing into the copy", |c| {
-        c.fill_rect(MARK, MARK_RGB)
-    }) {
-        g.problem(format!("drawing into the copy: {e:#}"));
-    }
+/// Our own change of the copy, then a look at it: without it a reset would only prove that a
+/// second restore works.
+fn change_and_look(ctx: &Ctx, g: &mut GateBuilder, target: i32, snap: &Observation) {
+    let mutated = change_copy(ctx, g, target, "the copy");
     if ctx.cfg.options.cow_root {
-        super::fidelity::check_write(
+        fidelity::check_write(
             ctx,
-            &mut g,
+            g,
             target,
             "copy-a",
             "reset-change",
@@ -63,15 +85,18 @@ pub fn run(ctx: &mut Ctx) -> Gate {
         Ok(o) => {
             g.check(compare::copy_changed(
                 "change_seen",
-                mutated.as_ref().ok(),
+                mutated.as_ref(),
                 &o,
-                &snap,
+                snap,
             ));
         }
         Err(e) => g.problem(format!("reading the changed copy: {e:#}")),
     }
+}
 
-    // Kill it as a whole and see it gone: PID 1 and every process of its pid namespace.
+/// Kills the changed copy as a whole and sees it gone: PID 1 and every process of its pid
+/// namespace.
+fn kill_changed(ctx: &mut Ctx, g: &mut GateBuilder, target: i32) {
     let rec = ctx.tree_record(target).cloned();
     let ns: BTreeSet<String> = rec.iter().filter_map(|r| r.pidns.clone()).collect();
     let before = probe::members(&ns).len();
@@ -85,19 +110,10 @@ pub fn run(ctx: &mut Ctx) -> Gate {
                "left": left, "error": killed.err().map(|e| format!("{e:#}"))}),
         "the changed copy's PID 1 is gone and its pid namespace is empty",
     ));
+}
 
-    let (pid, ev) = ctx.restore("reset");
-    g.evidence(ev);
-    let pid = match pid {
-        Ok(p) => p,
-        Err(e) => {
-            g.problem(format!(
-                "restoring again: {e:#} (log: criu/restore-reset.log)"
-            ));
-            return g.finish("");
-        }
-    };
-    g.data("copy_pid", json!(pid));
+/// The new restore is a new tree, back at the dump-time state, without the change.
+fn check_reset_copy(ctx: &Ctx, g: &mut GateBuilder, pid: i32, snap: &Observation) {
     match ctx.tree_record(pid).cloned() {
         Some(rec) => g.check(compare::fresh_copy(
             "new_copy",
@@ -111,11 +127,11 @@ pub fn run(ctx: &mut Ctx) -> Gate {
             "a registered new tree",
         )),
     };
-    super::fidelity::check_tree(ctx, &mut g, pid, "copy-reset", "");
+    fidelity::check_tree(ctx, g, pid, "copy-reset", "");
     if ctx.cfg.options.cow_root {
-        super::fidelity::check_absent(
+        fidelity::check_absent(
             ctx,
-            &mut g,
+            g,
             pid,
             "reset-change",
             "cow_file_discarded",
@@ -123,10 +139,10 @@ pub fn run(ctx: &mut Ctx) -> Gate {
         );
     }
     g.check(ctx.check_x_server_in_tree("x_server_in_copy", pid));
-    check_app_state(ctx, &mut g, pid, &snap, "");
+    check_app_state(ctx, g, pid, snap, "");
     match ctx.observe(pid, "reset") {
         Ok(now) => {
-            check_x_state(&mut g, &now, &snap, "");
+            check_x_state(g, &now, snap, "");
             g.check(check(
                 "no_mark",
                 !now.mark_drawn,
@@ -137,5 +153,4 @@ pub fn run(ctx: &mut Ctx) -> Gate {
         }
         Err(e) => g.problem(format!("reading the reset copy: {e:#}")),
     }
-    g.finish("a change of app state and pixels was seen, the changed copy killed as a whole, and the new restore has the dump-time token, counter, window and pixels")
 }

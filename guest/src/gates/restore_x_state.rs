@@ -1,27 +1,11 @@
 //! restore_x_state: the restored X server answers, lists the same mapped window with the same
 //! title, and its framebuffer has the dump-time pixels.
 
-use super::{obs_value, Ctx, GateBuilder};
+use super::state::{check_x_state, obs_value};
+use super::{Ctx, GateBuilder};
 use serde_json::json;
-use sharedos_report::compare::{self, check};
-use sharedos_report::model::tree::Observation;
+use sharedos_report::compare::check;
 use sharedos_report::report::{Gate, GateName, Status};
-
-/// Compares a copy's X state with the dump-time one. `prefix` names the copy in the check names
-/// when a gate looks at more than one.
-pub fn check_x_state(g: &mut GateBuilder, now: &Observation, snap: &Observation, prefix: &str) {
-    g.check(compare::same_windows(
-        &format!("{prefix}same_windows"),
-        &snap.windows,
-        &now.windows,
-    ));
-    g.check(compare::same_framebuffer(
-        &format!("{prefix}same_framebuffer"),
-        (&snap.frame_sha256, &snap.png),
-        (&now.frame_sha256, &now.png),
-        "the dump-time pixels",
-    ));
-}
 
 pub fn run(ctx: &mut Ctx) -> Gate {
     let mut g = GateBuilder::new(GateName::RestoreXState);
