@@ -1,6 +1,7 @@
 //! The one progress type of the host crate: what a long job (an image build, a vm-run, a
 //! matrix) tells the person waiting. One spinner per stage on a terminal, plain `[scope] ...`
-//! lines otherwise (stdout is for the result a caller captures, e.g. `dir=$(...)`).
+//! lines otherwise (stdout is for the result a caller captures, e.g. `dir=$(...)`). The phases
+//! below it send typed events; their front ends turn each into a line and print it here.
 
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal;
@@ -32,6 +33,12 @@ impl Progress {
 
     pub fn note(&self, msg: &str) {
         eprintln!("[{}] {msg}", self.scope);
+    }
+
+    /// A line of the job's result on stdout, for a caller to capture: the report directory, a
+    /// plan, the output of a command run in the guest.
+    pub fn result(&self, line: &str) {
+        println!("{line}");
     }
 
     /// The job's own failure, as the last word before its exit code.
