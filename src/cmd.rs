@@ -203,9 +203,10 @@ pub fn end_group(child: &mut Child, grace: Duration) {
     let group = Pid::from_raw(-(child.id() as i32));
     let _ = kill(group, Signal::SIGTERM);
     // The wait runs because of a signal, often: it must not end at once because of one.
-    let gone = sharedos_report::wait::until_through_signals("the group's leader to exit", grace, || {
-        child.try_wait().ok().flatten()
-    });
+    let gone =
+        sharedos_report::wait::until_through_signals("the group's leader to exit", grace, || {
+            child.try_wait().ok().flatten()
+        });
     // What the leader left behind in its group goes too.
     let _ = kill(group, Signal::SIGKILL);
     if gone.is_err() {

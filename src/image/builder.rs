@@ -2,9 +2,9 @@
 //! genext2fs to a disk image, the kernel and initrd out of the tarball, the manifest.
 //! Every external command comes from a pure `*_cmd` function below.
 
+use super::contract::{kernel_cmdline, GUEST_INIT_PATH};
 use super::definition::{
-    Definition, ImageDir, GUEST_INIT_PATH, INITRD_INIT_FILE, PID1_FILE, SSHD_CONFIG_FILE,
-    SSHD_CONFIG_PATH,
+    Definition, ImageDir, INITRD_INIT_FILE, PID1_FILE, SSHD_CONFIG_FILE, SSHD_CONFIG_PATH,
 };
 use super::exec::{self, Cmd, Progress};
 use super::in_guest;
@@ -15,7 +15,6 @@ use super::manifest::{
     tool_versions, Manifest, PackageVersion, DISK_FILE, INITRD_FILE, KERNEL_FILE, MANIFEST_VERSION,
 };
 use super::mode::BuilderMode;
-use crate::vm::qemu::kernel_cmdline;
 use anyhow::{bail, Context, Result};
 use sharedos_report::text::quote;
 use std::path::{Path, PathBuf};

@@ -13,8 +13,6 @@ pub const INITRD_INIT_FILE: &str = "initrd-init";
 /// sshd config, installed at [`SSHD_CONFIG_PATH`].
 pub const SSHD_CONFIG_FILE: &str = "sshd_config";
 
-/// Where PID 1 lives in the image; the VM passes it as `init=`.
-pub const GUEST_INIT_PATH: &str = "/usr/sbin/sharedos-init";
 pub const SSHD_CONFIG_PATH: &str = "/etc/ssh/sharedos_sshd_config";
 
 /// The files of an image directory that decide the image's bytes, besides the lock.

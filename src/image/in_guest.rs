@@ -198,7 +198,7 @@ pub fn plan_lines(plan: &BuildPlan) -> Vec<String> {
         &vm_dir,
         format!(
             "{} sharedos.authorized_key=<run key>",
-            super::kernel_cmdline()
+            super::contract::kernel_cmdline()
         ),
         0,
         vm::sandbox_available(),
@@ -433,7 +433,9 @@ fn boot_builder(
                 return Ok((booted, guest));
             }
             // Another process took the port between our probe and QEMU's bind.
-            Err(_) if attempt < 3 && vm::log_tail(&qemu_log).contains("hostfwd") => continue,
+            Err(_) if attempt < 3 && vm::serial::log_tail(&qemu_log).contains("hostfwd") => {
+                continue
+            }
             Err(e) => return Err(e),
         }
     }

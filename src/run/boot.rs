@@ -147,8 +147,8 @@ pub fn overlay_cmd(disk: &Path, run_dir: &Path) -> Cmd {
 pub fn kernel_append(pubkey_line: &str) -> Result<String> {
     Ok(format!(
         "{} {}",
-        image::kernel_cmdline(),
-        image::authorized_key_param(pubkey_line)?
+        image::contract::kernel_cmdline(),
+        image::contract::authorized_key_param(pubkey_line)?
     ))
 }
 
@@ -241,7 +241,7 @@ fn start_and_wait(
     qemu_log: &Path,
     sandbox: bool,
     obs: &mut Observed,
-) -> Result<(Booted, u16, vm::serial::SerialState)> {
+) -> Result<(Booted, u16, image::contract::ConsoleState)> {
     let mut attempt = 0;
     loop {
         attempt += 1;
@@ -266,7 +266,7 @@ fn start_and_wait(
         match vm::wait_ready(&mut booted, serial_log, limit) {
             Ok(s) => return Ok((booted, port, s)),
             Err(e) => {
-                let log = vm::log_tail(qemu_log);
+                let log = vm::serial::log_tail(qemu_log);
                 // Another process took the port between our probe and QEMU's bind.
                 if attempt < 3 && log.contains("hostfwd") {
                     super::progress()

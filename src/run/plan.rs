@@ -29,7 +29,7 @@ pub fn qemu_cmd(opts: &VmRunOptions, accel: qemu::Accel, sandbox: bool, report_d
         overlay: run.join("overlay.qcow2"),
         append: format!(
             "{} sharedos.authorized_key=<run key>",
-            image::kernel_cmdline()
+            image::contract::kernel_cmdline()
         ),
     };
     let serial_log = report_dir.join("serial.log");

@@ -30,7 +30,7 @@ const NO_ROOT: &str = "Unable to mount root fs";
 /// what it showed last. Any other end (another panic, no panic) would make the time mean
 /// something else.
 pub fn judge_console(text: &str) -> Result<String> {
-    let state = serial::parse(text);
+    let state = crate::image::contract::parse_console(text);
     match state.panic {
         Some(p) if p.contains(NO_ROOT) => Ok(p),
         Some(p) => bail!(
@@ -73,7 +73,7 @@ pub fn boot_bare(
     let bytes = std::fs::read(&serial_log)
         .with_context(|| format!("reading the floor's console {}", serial_log.display()))?;
     let panic = judge_console(&String::from_utf8_lossy(&bytes)).with_context(|| {
-        let qemu_said = super::log_tail(&qemu_log);
+        let qemu_said = serial::log_tail(&qemu_log);
         format!(
             "QEMU exited ({how}) after {:.2} s; QEMU said: {}",
             elapsed.as_secs_f64(),

@@ -40,21 +40,6 @@ pub fn kvm_openable() -> Result<(), String> {
         })
 }
 
-/// The first line of `qemu-system-x86_64 --version`.
-/// The end of a log QEMU or the guest writes (the console, QEMU's own output), for messages:
-/// only its last 64 KiB are read, however large it grew; empty when it cannot be read.
-pub fn log_tail(path: &Path) -> String {
-    use std::io::{Read, Seek, SeekFrom};
-    const LAST: u64 = 64 << 10;
-    let mut bytes = Vec::new();
-    if let Ok(mut f) = std::fs::File::open(path) {
-        let len = f.metadata().map(|m| m.len()).unwrap_or(0);
-        let _ = f.seek(SeekFrom::Start(len.saturating_sub(LAST)));
-        let _ = f.take(LAST).read_to_end(&mut bytes);
-    }
-    String::from_utf8_lossy(&bytes).into_owned()
-}
-
 /// Whether this QEMU was built with its seccomp sandbox: `-sandbox` is then a known option, and
 /// `-version` after it exits 0 without starting a machine.
 pub fn sandbox_available() -> bool {
@@ -66,6 +51,7 @@ pub fn sandbox_available() -> bool {
         .is_ok_and(|s| s.success())
 }
 
+/// The first line of `qemu-system-x86_64 --version`.
 pub fn qemu_version() -> Result<String> {
     let out = crate::cmd::capture(&qemu::version_cmd())
         .context("reading QEMU's version (Debian/Ubuntu: apt-get install qemu-system-x86)")?;
@@ -174,7 +160,7 @@ pub fn boot_cmd(
                     });
                 }
                 if let Some(how) = qemu.exited() {
-                    let log = log_tail(qemu_log);
+                    let log = serial::log_tail(qemu_log);
                     let last = log.lines().last().unwrap_or("").to_string();
                     drop(qemu);
                     return tcg(
@@ -214,7 +200,7 @@ pub fn wait_ready(
     booted: &mut Booted,
     serial_log: &Path,
     timeout: Duration,
-) -> Result<serial::SerialState> {
+) -> Result<crate::image::contract::ConsoleState> {
     let started = Instant::now();
     loop {
         let s = serial::read(serial_log);

@@ -1,7 +1,6 @@
 //! QEMU and qemu-img command lines, built by pure functions so the plan prints exactly what runs.
 
 use crate::cmd::Cmd;
-use crate::image::GUEST_INIT_PATH;
 use std::path::{Path, PathBuf};
 
 pub const QEMU: &str = "qemu-system-x86_64";
@@ -218,11 +217,6 @@ pub fn sandbox_probe_cmd() -> Cmd {
 
 pub fn version_cmd() -> Cmd {
     Cmd::new(vec![QEMU.into(), "--version".into()])
-}
-
-/// The kernel command line the image boots with, minus `sharedos.authorized_key=`.
-pub fn kernel_cmdline() -> String {
-    format!("console=ttyS0 earlyprintk=serial,ttyS0 root=/dev/vda rootfstype=ext4 rw init={GUEST_INIT_PATH} panic=-1")
 }
 
 #[cfg(test)]
@@ -459,20 +453,5 @@ mod tests {
             a.join(" "),
             "qemu-img create -q -f qcow2 -F raw -b /cache/disk.img /run/o.qcow2"
         );
-    }
-
-    #[test]
-    fn kernel_cmdline_matches_the_vm_contract() {
-        let c = kernel_cmdline();
-        for part in [
-            "console=ttyS0",
-            "root=/dev/vda",
-            "rootfstype=ext4",
-            "rw",
-            "init=/usr/sbin/sharedos-init",
-            "panic=-1",
-        ] {
-            assert!(c.split(' ').any(|w| w == part), "{part} missing from {c}");
-        }
     }
 }
