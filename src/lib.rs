@@ -1,6 +1,7 @@
 //! sharedos-rig: the host side. Builds the pinned guest image, boots it in QEMU, runs the gate
 //! binary over SSH and archives, renders, reviews and verifies the reports it brings back.
 
+pub mod builder_vm;
 pub mod cmd;
 pub mod diff;
 pub mod gate_binary;
@@ -13,6 +14,5 @@ pub mod render;
 pub mod review;
 pub mod run;
 pub mod sign;
-pub mod ssh;
 pub mod verify;
 pub mod vm;

@@ -7,7 +7,7 @@ use super::definition::{
     Definition, ImageDir, INITRD_INIT_FILE, PID1_FILE, SSHD_CONFIG_FILE, SSHD_CONFIG_PATH,
 };
 use super::exec::{self, Cmd, Progress};
-use super::in_guest;
+use super::guest_builder::{self, SharedGuestBuilder};
 use super::index;
 use super::initrd::{self, build_initrd, BUSYBOX_IN_TAR};
 use super::lock::{parse_debs, parse_installed, Lock, PkgKey};
@@ -200,6 +200,8 @@ pub struct BuildPlan {
     pub cache_root: PathBuf,
     /// None for `--update-lock`: the build resolves what the mirror has.
     pub lock: Option<Lock>,
+    /// Runs mmdebstrap in guest mode; None where the caller cannot start a VM.
+    pub guest_builder: Option<SharedGuestBuilder>,
 }
 
 impl BuildPlan {
@@ -209,7 +211,13 @@ impl BuildPlan {
         let mut out = Vec::new();
         for c in self.commands(release_hint) {
             if self.mode == BuilderMode::Guest && c.argv[0] == "mmdebstrap" {
-                out.extend(in_guest::plan_lines(self));
+                match &self.guest_builder {
+                    Some(g) => out.extend(g.plan_lines(self)),
+                    None => out.push(format!(
+                        "# {}",
+                        guest_builder::unavailable(&self.image.name)
+                    )),
+                }
             } else {
                 out.push(c.display());
             }
@@ -320,7 +328,10 @@ pub fn build(plan: &BuildPlan, progress: &Progress) -> Result<BuildResult> {
 
     let st = progress.stage(&format!("mmdebstrap ({} mode)", plan.mode.as_str()));
     let guest_build = if plan.mode == BuilderMode::Guest {
-        Some(in_guest::mmdebstrap(plan, progress, &|m| st.message(m))?)
+        let Some(g) = &plan.guest_builder else {
+            return Err(guest_builder::unavailable(&plan.image.name));
+        };
+        Some(g.mmdebstrap(plan, progress, &|m| st.message(m))?)
     } else {
         let cmd = mmdebstrap_cmd(def, &plan.image.dir, &plan.mirror, plan.mode, work);
         exec::run(&cmd, &st, &work.log, Some(&work.dir))?;

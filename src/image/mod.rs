@@ -7,7 +7,7 @@ pub mod cache;
 pub mod contract;
 pub mod definition;
 pub mod exec;
-pub mod in_guest;
+pub mod guest_builder;
 pub mod index;
 pub mod initrd;
 pub mod lock;
@@ -53,6 +53,9 @@ pub struct BuildOptions {
     /// The cache root (default: $SHAREDOS_RIG_CACHE, $XDG_CACHE_HOME/sharedos-rig, ~/.cache/sharedos-rig).
     #[arg(long)]
     pub cache_dir: Option<PathBuf>,
+    /// Runs mmdebstrap in a guest for guest mode: given by the front ends that can start one.
+    #[arg(skip)]
+    pub guest_builder: Option<guest_builder::SharedGuestBuilder>,
 }
 
 impl BuildOptions {
@@ -205,6 +208,7 @@ fn make_plan(
         work,
         cache_root: root.to_path_buf(),
         lock,
+        guest_builder: opts.guest_builder.clone(),
     })
 }
 

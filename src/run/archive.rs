@@ -3,9 +3,10 @@
 //! never taken: verify compares them with the gates, and a difference fails the run.
 
 use super::fetch::GUEST_DIR;
-use super::{boot, Observed, VmRunOptions};
+use super::{Observed, VmRunOptions};
 use crate::render::text::one_line;
 use crate::verify;
+use crate::vm::{session::short_id, watchdog};
 use anyhow::{bail, Result};
 use sharedos_report::report::{
     Artifact, Environment, Gate, GateName, Report, Status, REPORT_FILE, REVIEW_FILE,
@@ -18,10 +19,9 @@ use std::path::{Path, PathBuf};
 pub fn report_dir_for(opts: &VmRunOptions) -> PathBuf {
     match &opts.out {
         Some(d) => d.clone(),
-        None => {
-            opts.reports_root
-                .join(format!("{}-{}", clock::compact_utc_now(), boot::short_id()))
-        }
+        None => opts
+            .reports_root
+            .join(format!("{}-{}", clock::compact_utc_now(), short_id())),
     }
 }
 
@@ -58,9 +58,9 @@ pub fn finish(mut obs: Observed, result: Result<Report>, sign_key: Option<&Path>
             // console says what really happened.
             let console = crate::vm::serial::read(&obs.report_dir.join("serial.log"));
             let e = match console.panic {
-                _ if super::boot::console_flooded() => e.context(format!(
+                _ if watchdog::console_flooded() => e.context(format!(
                     "the guest wrote more than {} MiB to its serial console, so QEMU was stopped",
-                    super::boot::CONSOLE_CAP >> 20
+                    watchdog::CONSOLE_CAP >> 20
                 )),
                 Some(p) if !format!("{e:#}").contains("panicked") => {
                     e.context(format!("the guest kernel panicked ({p})"))
@@ -96,7 +96,7 @@ pub fn finish(mut obs: Observed, result: Result<Report>, sign_key: Option<&Path>
             Ok(fp) => super::progress().note(&format!("signed report.json.sig with {fp}")),
             Err(e) => {
                 super::progress().error(&format!("signing the report: {e:#}"));
-                println!("{}", obs.report_dir.display());
+                super::progress().result(&obs.report_dir.display().to_string());
                 return RIG_FAILURE_EXIT;
             }
         }
@@ -107,7 +107,7 @@ pub fn finish(mut obs: Observed, result: Result<Report>, sign_key: Option<&Path>
         judge(&obs.report_dir)
     };
     print_summary(&report, code);
-    println!("{}", obs.report_dir.display());
+    super::progress().result(&obs.report_dir.display().to_string());
     code
 }
 
@@ -231,7 +231,7 @@ fn partial_report(obs: &Observed) -> Report {
                 g.reason = format!(
                     "{} (from the guest's progress line; its full report was not retrieved: see {})",
                     g.reason,
-                    super::session::TRANSCRIPT_FILE
+                    super::gates::TRANSCRIPT_FILE
                 );
                 g
             }

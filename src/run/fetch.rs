@@ -6,8 +6,8 @@
 //! error.
 
 use super::{Bounds, Observed, GUEST_REPORT_DIR};
-use crate::ssh::Guest;
 use crate::verify;
+use crate::vm::ssh::Guest;
 use anyhow::{bail, Context, Result};
 use sharedos_report::digest;
 use sharedos_report::report::{Report, REPORT_FILE};

@@ -228,7 +228,7 @@ pub fn bench(opts: &VmRunOptions, n: Counts) -> Result<String> {
                 opts.cpus,
                 &kernel,
                 &dir,
-                &mut |s| progress.note(&format!("floor {}/{}: {s}", i + 1, n.floor_runs)),
+                &mut |e| progress.note(&format!("floor {}/{}: {}", i + 1, n.floor_runs, e.line())),
             )
             .with_context(|| {
                 format!(

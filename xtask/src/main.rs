@@ -4,8 +4,10 @@
 
 mod bench;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
+use sharedos_report::signals;
+use sharedos_rig::builder_vm::BuilderVm;
 use sharedos_rig::gate_binary;
 use sharedos_rig::image::{self, BuildOptions};
 use sharedos_rig::run::{self, VmRunOptions};
@@ -108,6 +110,7 @@ fn vm_matrix(a: MatrixArgs) -> Result<i32> {
     build.cache_dir = a.cache_dir;
     build.mirror = a.mirror;
     build.mode = a.mode;
+    build.guest_builder = Some(BuilderVm::shared(a.accel));
     let mut opts = MatrixOptions {
         images: a
             .images
@@ -126,12 +129,7 @@ fn vm_matrix(a: MatrixArgs) -> Result<i32> {
         ],
         extra_args: vec![
             "--accel".into(),
-            match a.accel {
-                AccelChoice::Auto => "auto",
-                AccelChoice::Kvm => "kvm",
-                AccelChoice::Tcg => "tcg",
-            }
-            .into(),
+            a.accel.as_str().into(),
             "--memory".into(),
             a.memory.to_string(),
             "--cpus".into(),
@@ -214,10 +212,17 @@ fn workspace() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("."))
 }
 
+/// The image options of a command that may build an image: guest mode gets the builder VM,
+/// under the accelerator the command was asked for.
+fn with_builder(mut image: BuildOptions, accel: AccelChoice) -> BuildOptions {
+    image.guest_builder = Some(BuilderVm::shared(accel));
+    image
+}
+
 fn boot_options(b: BootArgs) -> VmRunOptions {
     VmRunOptions {
         plan: b.image.plan,
-        image: b.image,
+        image: with_builder(b.image, b.accel),
         accel: b.accel,
         out: None,
         reports_root: PathBuf::from("reports"),
@@ -264,7 +269,11 @@ fn main() {
 
 fn run_cli(cli: Cli) -> Result<i32> {
     match cli.command {
-        Command::Image(opts) => image::cli_main_image(&opts).map(|()| 0),
+        Command::Image(opts) => {
+            // A guest-mode build waits on a VM for minutes: Ctrl-C must end it, and its VM.
+            signals::install().context("installing signal handlers")?;
+            image::cli_main_image(&with_builder(opts, AccelChoice::Auto)).map(|()| 0)
+        }
         Command::VmRun(a) => Ok(run::vm_run(&vm_options(a)?)),
         Command::VmExec {
             boot,
@@ -284,6 +293,7 @@ fn run_cli(cli: Cli) -> Result<i32> {
         }
         Command::VmMatrix(a) => vm_matrix(a),
         Command::BenchImage { opts, iterations } => {
+            let opts = with_builder(opts, AccelChoice::Auto);
             print!("{}", bench::bench_image(&opts, iterations.max(1))?);
             Ok(0)
         }
