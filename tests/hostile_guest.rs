@@ -6,6 +6,9 @@
 //!
 //! Minutes, so `#[ignore]`d in a plain `cargo test`; the README's test command runs it.
 
+// Tests start the binaries and system tools as a user would: std's Command is theirs to use.
+#![allow(clippy::disallowed_methods)]
+
 mod common;
 
 use common::{last_line, processes_mentioning, vm_run_args, Sandbox};

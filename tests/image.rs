@@ -6,6 +6,9 @@
 //! `cargo test`; CI runs them with
 //! `cargo test -p sharedos-rig --test image -- --ignored --test-threads=1`.
 
+// Tests start the binaries and system tools as a user would: std's Command is theirs to use.
+#![allow(clippy::disallowed_methods)]
+
 mod common;
 
 use sharedos_report::digest::sha256_file;

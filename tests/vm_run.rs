@@ -5,6 +5,9 @@
 //! Minutes each, so `#[ignore]`d in a plain `cargo test`; the README's test command and CI run
 //! them with `--include-ignored`.
 
+// Tests start the binaries and system tools as a user would: std's Command is theirs to use.
+#![allow(clippy::disallowed_methods)]
+
 mod common;
 
 use common::{last_line, processes_mentioning, vm_run_args, Sandbox};
