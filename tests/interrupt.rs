@@ -47,7 +47,10 @@ fn an_interrupt_ends_a_running_commands_whole_process_group() {
     );
     let took = started.elapsed();
     watcher.join().unwrap();
-    let e = format!("{:#}", result.expect_err("an interrupted command succeeded"));
+    let e = format!(
+        "{:#}",
+        result.expect_err("an interrupted command succeeded")
+    );
     assert!(e.contains("interrupted by SIGINT"), "{e}");
     assert!(e.contains("its process group was ended"), "{e}");
     // A liveness bound, not a benchmark: without the interrupt this waits an hour.

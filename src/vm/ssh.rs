@@ -19,8 +19,20 @@ pub const POLL: Duration = Duration::from_millis(500);
 /// Fails naming the signal when one arrived while `command` ran.
 fn check_interrupt(command: &str) -> Result<()> {
     match signals::interrupted() {
-        Some(sig) => bail!("interrupted by {sig} while `{command}` ran in the guest"),
+        Some(sig) => bail!(
+            "interrupted by {sig} while `{}` ran in the guest",
+            shown(command)
+        ),
         None => Ok(()),
+    }
+}
+
+/// A guest command as messages name it: a long one (a whole build's shell line) cut short.
+fn shown(command: &str) -> String {
+    const MAX: usize = 160;
+    match command.char_indices().nth(MAX) {
+        Some((at, _)) => format!("{} ...", &command[..at]),
+        None => command.to_string(),
     }
 }
 
@@ -129,15 +141,15 @@ impl Guest {
         ch.handle_extended_data(stderr)
             .context("setting how the channel treats standard error")?;
         ch.exec(command)
-            .with_context(|| format!("starting `{command}` in the guest"))?;
+            .with_context(|| format!("starting `{}` in the guest", shown(command)))?;
         Ok(ch)
     }
 
     fn finish(mut ch: ssh2::Channel, command: &str) -> Result<i32> {
         ch.wait_close()
-            .with_context(|| format!("closing the channel of `{command}`"))?;
+            .with_context(|| format!("closing the channel of `{}`", shown(command)))?;
         ch.exit_status()
-            .with_context(|| format!("reading the exit status of `{command}`"))
+            .with_context(|| format!("reading the exit status of `{}`", shown(command)))
     }
 
     /// Runs a short command; its output (standard error merged in, so no stream can fill while
@@ -195,7 +207,7 @@ impl Guest {
         deadline: Instant,
         buf: &mut [u8],
     ) -> Result<usize> {
-        let late = || anyhow::anyhow!("`{command}` was still running at its deadline");
+        let late = || anyhow::anyhow!("`{}` was still running at its deadline", shown(command));
         loop {
             check_interrupt(command)?;
             let left = deadline.saturating_duration_since(Instant::now());
@@ -215,7 +227,7 @@ impl Guest {
                         return Err(late());
                     }
                     return Err(anyhow::Error::from(e)
-                        .context(format!("reading the output of `{command}`")));
+                        .context(format!("reading the output of `{}`", shown(command))));
                 }
             }
         }
@@ -273,7 +285,10 @@ impl Guest {
         self.read_each(&mut ch, command, deadline, &mut |bytes| {
             total += bytes.len() as u64;
             if total > max {
-                bail!("`{command}` wrote more than {max} bytes; stopped reading it");
+                bail!(
+                    "`{}` wrote more than {max} bytes; stopped reading it",
+                    shown(command)
+                );
             }
             out.write_all(bytes)
                 .with_context(|| format!("writing {}", local.display()))?;
@@ -312,7 +327,8 @@ impl Guest {
         let status = Self::finish(ch, &command)?;
         if status != 0 {
             bail!(
-                "`{command}` exited {status}: {}",
+                "`{}` exited {status}: {}",
+                shown(&command),
                 String::from_utf8_lossy(&said).trim()
             );
         }
@@ -466,6 +482,14 @@ mod tests {
             assert!(s.pending.len() <= 8);
         }
         assert_eq!(n, 1);
+    }
+
+    #[test]
+    fn messages_cut_a_long_command_short() {
+        assert_eq!(shown("uname -r"), "uname -r");
+        let long = "x".repeat(10_000);
+        assert_eq!(shown(&long).len(), 164);
+        assert!(shown(&"é".repeat(200)).ends_with("é ..."));
     }
 
     #[test]
