@@ -213,8 +213,23 @@ fn logs_dir(plan: &BuildPlan) -> PathBuf {
     plan.work.dir.join("builder-vm")
 }
 
-/// What `--plan` prints in place of the host's mmdebstrap line.
+/// What `--plan` prints in place of the host's mmdebstrap line: the session, then what runs
+/// over it.
 pub fn plan_lines(accel: AccelChoice, plan: &BuildPlan) -> Vec<String> {
+    let mut v = vec![format!(
+        "# guest mode: the {BUILDER_IMAGE} image from this cache (built first when missing, by unshare or fakechroot) boots in QEMU; mmdebstrap runs as root in it"
+    )];
+    v.extend(session_plan_lines(accel, plan));
+    v.push(
+        "# then over one SSH session to 127.0.0.1:<free port>, host key pinned from the console:"
+            .into(),
+    );
+    v.extend(over_ssh_plan_lines(plan));
+    v
+}
+
+/// The builder VM's session, from the session's own plan.
+fn session_plan_lines(accel: AccelChoice, plan: &BuildPlan) -> Vec<String> {
     let entry = Path::new("<bookworm entry>");
     let media = GuestMedia {
         kernel: entry.join("vmlinuz"),
@@ -222,26 +237,20 @@ pub fn plan_lines(accel: AccelChoice, plan: &BuildPlan) -> Vec<String> {
         disk: entry.join("disk.img"),
     };
     let p = session::plan(&spec(accel, &logs_dir(plan)), &media);
-    let mut v = vec![
-        format!(
-            "# guest mode: the {BUILDER_IMAGE} image from this cache (built first when missing, by unshare or fakechroot) boots in QEMU; mmdebstrap runs as root in it"
-        ),
-        p.keygen.display(),
-        p.overlay.display(),
-    ];
+    let mut v = vec![p.keygen.display(), p.overlay.display()];
     for (_, when, cmd) in &p.qemu {
-        let when = if when.is_empty() {
-            String::new()
-        } else {
-            format!("   ({when})")
+        let when = match when.is_empty() {
+            true => String::new(),
+            false => format!("   ({when})"),
         };
         v.push(format!("{}{when}", cmd.display()));
     }
-    v.push(
-        "# then over one SSH session to 127.0.0.1:<free port>, host key pinned from the console:"
-            .into(),
-    );
-    v.push(prep_command("<host epoch seconds>"));
+    v
+}
+
+/// The scratch, the uploads, mmdebstrap, its log and the hook outputs read back.
+fn over_ssh_plan_lines(plan: &BuildPlan) -> Vec<String> {
+    let mut v = vec![prep_command("<host epoch seconds>")];
     let scripts = host_scripts().unwrap_or_else(|_| {
         SCRIPTS
             .iter()

@@ -330,11 +330,6 @@ fn boot(
     sink: Sink,
 ) -> Result<Up> {
     let since = Instant::now();
-    let (serial_log, qemu_log) = (spec.serial_log(), spec.qemu_log());
-    let logs = Logs {
-        serial: &serial_log,
-        qemu: &qemu_log,
-    };
     let mut inst = Instance {
         run_dir: run_dir.to_path_buf(),
         append: match spec.start {
@@ -343,30 +338,18 @@ fn boot(
         port: 0,
         sandbox: super::sandbox_available(),
     };
+    let qemu_log = spec.qemu_log();
     for attempt in 1..=PORT_ATTEMPTS {
         inst.port = free_port()?;
-        let cmd_for = |accel| qemu_cmd(spec, media, &inst, accel);
-        let mut started = accel::start(spec.accel, &cmd_for, logs, spec.keep, sink)?;
-        sink(&Event::Booting {
-            pid: started.qemu.pid,
-            port: inst.port,
-            argv: started.cmd.argv.clone(),
-        });
-        let limit = bounds(started.accel).boot;
-        match wait_ready(&mut started, &serial_log, limit) {
-            Ok(console) => {
-                let host_key = console
-                    .host_key
-                    .context("the guest said it is ready but printed no host key")?;
-                sink(&Event::Ready {
-                    host_key: host_key.clone(),
-                });
+        let mut started = start_qemu(spec, media, &inst, sink)?;
+        match ready(&mut started, spec, sink) {
+            Ok(host_key) => {
                 return Ok(Up {
                     started,
                     port: inst.port,
                     host_key,
                     since,
-                });
+                })
             }
             Err(_) if attempt < PORT_ATTEMPTS && port_taken(&qemu_log) => sink(&Event::PortRetry {
                 port: inst.port,
@@ -376,6 +359,41 @@ fn boot(
         }
     }
     unreachable!("the last attempt returns")
+}
+
+/// QEMU for `inst` under the accelerator the spec's choice gets through to.
+fn start_qemu(
+    spec: &SessionSpec,
+    media: &GuestMedia,
+    inst: &Instance,
+    sink: Sink,
+) -> Result<Started> {
+    let (serial_log, qemu_log) = (spec.serial_log(), spec.qemu_log());
+    let logs = Logs {
+        serial: &serial_log,
+        qemu: &qemu_log,
+    };
+    let cmd_for = |accel| qemu_cmd(spec, media, inst, accel);
+    let started = accel::start(spec.accel, &cmd_for, logs, spec.keep, sink)?;
+    sink(&Event::Booting {
+        pid: started.qemu.pid,
+        port: inst.port,
+        argv: started.cmd.argv.clone(),
+    });
+    Ok(started)
+}
+
+/// The guest's ready line, within the accelerator's bound: the host key it announced.
+fn ready(started: &mut Started, spec: &SessionSpec, sink: Sink) -> Result<String> {
+    let limit = bounds(started.accel).boot;
+    let console = wait_ready(started, &spec.serial_log(), limit)?;
+    let host_key = console
+        .host_key
+        .context("the guest said it is ready but printed no host key")?;
+    sink(&Event::Ready {
+        host_key: host_key.clone(),
+    });
+    Ok(host_key)
 }
 
 /// Whether QEMU could not set up the port forward: another process took the port between our
