@@ -265,6 +265,20 @@ fn a_pin_the_mirror_lacks_fails_fast_naming_it() {
     eprintln!("failed in {:.1} s", took.as_secs_f64());
 }
 
+/// `xtask image` of trixie with the sandbox's images into `cache`: in guest mode when the user
+/// has no user namespaces, as trixie's glibc is newer than this host's.
+fn trixie_args<'a>(sb: &'a Sandbox, cache: &'a std::path::Path) -> [&'a str; 7] {
+    [
+        "image",
+        "--image",
+        "trixie",
+        "--images-dir",
+        sb.images.to_str().unwrap(),
+        "--cache-dir",
+        cache.to_str().unwrap(),
+    ]
+}
+
 #[test]
 #[ignore = "slow: a fakechroot build of bookworm, then trixie built in a QEMU guest under TCG and again in unshare mode (~10 min); run with --ignored"]
 fn without_user_namespaces_a_newer_suite_builds_in_a_guest() {
@@ -274,18 +288,7 @@ fn without_user_namespaces_a_newer_suite_builds_in_a_guest() {
     let sb = Sandbox::new("guest");
     let cache = sb.dir.join("cache");
     let started = std::time::Instant::now();
-    let out = sb.run_as_user_without_userns(
-        &sb.xtask,
-        &[
-            "image",
-            "--image",
-            "trixie",
-            "--images-dir",
-            sb.images.to_str().unwrap(),
-            "--cache-dir",
-            cache.to_str().unwrap(),
-        ],
-    );
+    let out = sb.run_as_user_without_userns(&sb.xtask, &trixie_args(&sb, &cache));
     let took = started.elapsed();
     let err = String::from_utf8_lossy(&out.stderr);
     // Auto mode: no user namespaces, and trixie's glibc is newer than this host's.
@@ -351,18 +354,7 @@ fn ctrl_c_ends_a_guest_mode_build_promptly() {
     }
     let sb = Sandbox::new("guest-sigint");
     let cache = sb.dir.join("cache");
-    let mut child = sb.spawn_as_user_without_userns(
-        &sb.xtask,
-        &[
-            "image",
-            "--image",
-            "trixie",
-            "--images-dir",
-            sb.images.to_str().unwrap(),
-            "--cache-dir",
-            cache.to_str().unwrap(),
-        ],
-    );
+    let mut child = sb.spawn_as_user_without_userns(&sb.xtask, &trixie_args(&sb, &cache));
     // Every step of spawn_as_user_without_userns execs the next: this is the rig's pid.
     let rig = child.id();
     let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
