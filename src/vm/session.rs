@@ -232,6 +232,9 @@ impl Session {
     /// Opens a session: key and overlay, QEMU, the ready line, the SSH login. Every failure
     /// ends what was started; a failed boot says what QEMU said.
     pub fn open(spec: &SessionSpec, media: &GuestMedia, sink: Sink) -> Result<Session> {
+        // Whoever opens a session, Ctrl-C and SIGTERM reach the waits below as a flag, and the
+        // watchdog ends QEMU on it, instead of killing the rig before it cleans up.
+        signals::install().context("installing signal handlers")?;
         let run_dir = RunDir::create()?;
         let key_param = prepare(spec.start, media, &run_dir.path)?;
         let up = boot(spec, media, &run_dir.path, &key_param, sink)?;
