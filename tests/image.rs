@@ -390,7 +390,7 @@ fn ctrl_c_ends_a_guest_mode_build_promptly() {
     let status = child.wait().unwrap();
     let took = sent.elapsed();
     let said = format!("{}\n{}", seen.join("\n"), rest.join("\n"));
-    eprintln!("{said}");
+    eprintln!("{said}\n--- the rig ended {took:?} after SIGINT");
     assert!(!status.success(), "the interrupted build succeeded");
     // A liveness bound, not a benchmark: the build itself would take many minutes more.
     assert!(
