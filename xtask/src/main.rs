@@ -105,12 +105,11 @@ struct MatrixArgs {
 
 fn vm_matrix(a: MatrixArgs) -> Result<i32> {
     use sharedos_rig::matrix::{self, MatrixOptions};
-    let mut build = BuildOptions::new(image::DEFAULT_IMAGE);
+    let mut build = with_builder(BuildOptions::new(image::DEFAULT_IMAGE), a.accel);
     build.images_dir = a.images_dir.map(|d| std::path::absolute(&d).unwrap_or(d));
     build.cache_dir = a.cache_dir;
     build.mirror = a.mirror;
     build.mode = a.mode;
-    build.guest_builder = Some(BuilderVm::shared(a.accel));
     let mut opts = MatrixOptions {
         images: a
             .images
