@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 pub const DEFINITION_FILE: &str = "image.conf";
 pub const LOCK_FILE: &str = "packages.lock";
-/// The guest's PID 1, installed at [`GUEST_INIT_PATH`].
+/// The guest's PID 1, installed at [`GUEST_INIT_PATH`](super::contract::GUEST_INIT_PATH).
 pub const PID1_FILE: &str = "sharedos-init";
 /// The initrd's /init.
 pub const INITRD_INIT_FILE: &str = "initrd-init";
