@@ -1,5 +1,8 @@
 //! Embeds the git commit the rig was built from, so every report names the code that made it.
 
+// A build script cannot use the crate's own Cmd, which it builds.
+#![allow(clippy::disallowed_methods)]
+
 use std::process::Command;
 
 fn main() {

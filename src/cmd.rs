@@ -5,12 +5,19 @@
 
 use crate::progress::Stage;
 use anyhow::{bail, Context, Result};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use sharedos_report::signals;
 use sharedos_report::text::quote;
 use std::collections::VecDeque;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
 
 /// One external command, fully described, so `--plan` can print it and tests can assert it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,6 +40,8 @@ impl Cmd {
     }
 
     /// `std::process::Command` for it, stdin from /dev/null; the caller picks stdout and stderr.
+    /// The one place the crate makes a `Command` (clippy.toml disallows it everywhere else).
+    #[allow(clippy::disallowed_methods)]
     pub fn command(&self) -> Command {
         let mut c = Command::new(&self.argv[0]);
         c.args(&self.argv[1..]).stdin(Stdio::null());
@@ -56,7 +65,15 @@ impl Cmd {
 
 const TAIL_LINES: usize = 30;
 
-/// Runs `cmd`, logging all output to `log` and showing its latest line on the stage.
+/// How often a running command's wait looks for an interrupt.
+const POLL: Duration = Duration::from_millis(200);
+
+/// How long an ended process group gets between SIGTERM and SIGKILL.
+pub const GRACE: Duration = Duration::from_secs(5);
+
+/// Runs `cmd` in a process group of its own, logging all output to `log` and showing its latest
+/// line on the stage. Ctrl-C and SIGTERM reach only the rig, which ends the whole group here and
+/// fails with the signal's name, instead of waiting out a build.
 pub fn run(cmd: &Cmd, stage: &Stage, log: &Path, cwd: Option<&Path>) -> Result<()> {
     let mut logf = std::fs::OpenOptions::new()
         .create(true)
@@ -65,59 +82,28 @@ pub fn run(cmd: &Cmd, stage: &Stage, log: &Path, cwd: Option<&Path>) -> Result<(
         .with_context(|| format!("opening log {}", log.display()))?;
     writeln!(logf, "$ {}", cmd.display()).ok();
     let mut c = cmd.command();
-    c.stdout(Stdio::piped()).stderr(Stdio::piped());
+    c.stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
     if let Some(d) = cwd {
         c.current_dir(d);
     }
     let mut child = c
         .spawn()
         .with_context(|| format!("starting `{}`", cmd.display()))?;
-    let tail = Arc::new(Mutex::new(VecDeque::<String>::new()));
-    let logf = Arc::new(Mutex::new(logf));
-    let mut readers = Vec::new();
-    let (tx, rx) = std::sync::mpsc::channel::<String>();
-    let out: Box<dyn std::io::Read + Send> = match child.stdout.take() {
-        Some(s) => Box::new(s),
-        None => bail!("no stdout pipe"),
-    };
-    let err: Box<dyn std::io::Read + Send> = match child.stderr.take() {
-        Some(s) => Box::new(s),
-        None => bail!("no stderr pipe"),
-    };
-    for stream in [out, err] {
-        let tail = Arc::clone(&tail);
-        let logf = Arc::clone(&logf);
-        let tx = tx.clone();
-        readers.push(std::thread::spawn(move || {
-            for line in BufReader::new(stream).lines().map_while(|l| l.ok()) {
-                if let Ok(mut f) = logf.lock() {
-                    let _ = writeln!(f, "{line}");
-                }
-                if let Ok(mut t) = tail.lock() {
-                    if t.len() == TAIL_LINES {
-                        t.pop_front();
-                    }
-                    t.push_back(line.clone());
-                }
-                let _ = tx.send(line);
-            }
-        }));
-    }
-    drop(tx);
-    for line in rx {
-        stage.message(&line);
-    }
-    for r in readers {
-        let _ = r.join();
+    let output = Output::follow(&mut child, logf)?;
+    if let Err(e) = output.show_until_closed(stage) {
+        end_group(&mut child, GRACE);
+        return Err(e.context(format!(
+            "`{}` did not finish; its process group was ended",
+            cmd.display()
+        )));
     }
     let status = child
         .wait()
         .with_context(|| format!("waiting for `{}`", cmd.display()))?;
     if !status.success() {
-        let tail: Vec<String> = tail
-            .lock()
-            .map(|t| t.iter().cloned().collect())
-            .unwrap_or_default();
+        let tail = output.tail();
         stage.suspend_println(&format!("command failed: {}", cmd.display()));
         bail!(
             "`{}` failed ({status})\n--- last {} lines of its output (full log: {}) ---\n{}",
@@ -128,6 +114,104 @@ pub fn run(cmd: &Cmd, stage: &Stage, log: &Path, cwd: Option<&Path>) -> Result<(
         );
     }
     Ok(())
+}
+
+/// A child's standard output and error, each read by a thread into the log, the last lines and
+/// a channel of lines.
+struct Output {
+    lines: Receiver<String>,
+    tail: Arc<Mutex<VecDeque<String>>>,
+    readers: Vec<JoinHandle<()>>,
+}
+
+impl Output {
+    fn follow(child: &mut Child, log: std::fs::File) -> Result<Output> {
+        let out: Box<dyn Read + Send> = match child.stdout.take() {
+            Some(s) => Box::new(s),
+            None => bail!("no stdout pipe"),
+        };
+        let err: Box<dyn Read + Send> = match child.stderr.take() {
+            Some(s) => Box::new(s),
+            None => bail!("no stderr pipe"),
+        };
+        let tail = Arc::new(Mutex::new(VecDeque::<String>::new()));
+        let log = Arc::new(Mutex::new(log));
+        let (tx, lines) = std::sync::mpsc::channel::<String>();
+        let readers = [out, err]
+            .into_iter()
+            .map(|stream| {
+                let (tail, log, tx) = (Arc::clone(&tail), Arc::clone(&log), tx.clone());
+                std::thread::spawn(move || {
+                    for line in BufReader::new(stream).lines().map_while(|l| l.ok()) {
+                        if let Ok(mut f) = log.lock() {
+                            let _ = writeln!(f, "{line}");
+                        }
+                        if let Ok(mut t) = tail.lock() {
+                            if t.len() == TAIL_LINES {
+                                t.pop_front();
+                            }
+                            t.push_back(line.clone());
+                        }
+                        let _ = tx.send(line);
+                    }
+                })
+            })
+            .collect();
+        Ok(Output {
+            lines,
+            tail,
+            readers,
+        })
+    }
+
+    /// Shows each line on the stage until both streams close; fails at once on an interrupt.
+    /// The reader threads are joined only when the streams closed: after an interrupt a
+    /// process that left the group may still hold them open.
+    fn show_until_closed(&self, stage: &Stage) -> Result<()> {
+        loop {
+            match self.lines.recv_timeout(POLL) {
+                Ok(line) => stage.message(&line),
+                Err(RecvTimeoutError::Disconnected) => return Ok(()),
+                Err(RecvTimeoutError::Timeout) => {
+                    if let Some(sig) = signals::interrupted() {
+                        bail!("interrupted by {sig}");
+                    }
+                }
+            }
+        }
+    }
+
+    fn tail(self) -> Vec<String> {
+        for r in self.readers {
+            let _ = r.join();
+        }
+        self.tail
+            .lock()
+            .map(|t| t.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+}
+
+/// Ends `child`'s process group (the child leads it, see `process_group(0)`): SIGTERM, up to
+/// `grace` for the leader to exit, then SIGKILL to the group. The leader is always reaped.
+pub fn end_group(child: &mut Child, grace: Duration) {
+    if let Ok(Some(_)) = child.try_wait() {
+        // Reaped already: its id may name another process by now; its group may live on, but
+        // without a leader to name it.
+        return;
+    }
+    let group = Pid::from_raw(-(child.id() as i32));
+    let _ = kill(group, Signal::SIGTERM);
+    // The wait runs because of a signal, often: it must not end at once because of one.
+    let gone =
+        sharedos_report::wait::until_through_signals("the group's leader to exit", grace, || {
+            child.try_wait().ok().flatten()
+        });
+    // What the leader left behind in its group goes too.
+    let _ = kill(group, Signal::SIGKILL);
+    if gone.is_err() {
+        let _ = child.wait();
+    }
 }
 
 /// Runs a short command and returns its stdout; used for probes, version strings and the

@@ -57,11 +57,27 @@ fn push_char(out: &mut String, ch: char) {
 /// An error and its causes as the commands print them: `error: ...` then one
 /// `  caused by: ...` line per cause, each escaped.
 pub fn error_chain(e: &anyhow::Error) -> String {
-    let mut out = format!("error: {}\n", line(&e.to_string()));
-    for cause in e.chain().skip(1) {
-        out.push_str(&format!("  caused by: {}\n", line(&cause.to_string())));
+    let mut out = String::new();
+    for (i, cause) in e.chain().enumerate() {
+        let head = if i == 0 { "error: " } else { "  caused by: " };
+        push_message(&mut out, head, &cause.to_string());
     }
     out
+}
+
+/// One message of an error chain: its first line after `head`, and every further line (a
+/// command's output tail, say) indented under it, so that only the rig starts a line with
+/// `error:` or `caused by:`, whatever a line of the message says.
+fn push_message(out: &mut String, head: &str, msg: &str) {
+    for (i, l) in msg.lines().enumerate() {
+        out.push_str(if i == 0 { head } else { "      | " });
+        push_visible(out, l.trim_end());
+        out.push('\n');
+    }
+    if msg.is_empty() {
+        out.push_str(head);
+        out.push('\n');
+    }
 }
 
 /// Text made inert in GitHub-flavoured Markdown, on one line: it opens no tag, link, emphasis
@@ -173,9 +189,10 @@ mod tests {
         let t = error_chain(&e);
         assert_eq!(
             t,
-            "error: reading report A at /r\n  caused by: unknown variant `X\\u{1b}[2J error: none`\n"
+            "error: reading report A at /r\n  caused by: unknown variant `X\\u{1b}[2J\n      | error: none`\n"
         );
-        assert_eq!(t.lines().count(), 2);
+        let heads = t.lines().filter(|l| l.starts_with("error:")).count();
+        assert_eq!(heads, 1, "only the rig starts a line with error: {t}");
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! sharedos-rig: the host side. Builds the pinned guest image, boots it in QEMU, runs the gate
 //! binary over SSH and archives, renders, reviews and verifies the reports it brings back.
 
+pub mod builder_vm;
 pub mod cmd;
 pub mod escape;
 pub mod gate_binary;
@@ -10,5 +11,4 @@ pub mod matrix;
 pub mod progress;
 pub mod render;
 pub mod run;
-pub mod ssh;
 pub mod vm;

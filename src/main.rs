@@ -1,5 +1,5 @@
 //! The `sharedos-rig` CLI: parses arguments, calls the library, maps outcomes to exit codes.
-//! Exit codes: 0 / 1 / 3 as the SPEC's verdict for verify; 2 for usage and I/O problems.
+//! Exit codes: 0 / 1 / 3 as verify's verdict; 2 for usage and I/O problems.
 //! A reader that stops early (`sharedos-rig show DIR | head`) is not an error: the output just
 //! ends, quietly, and the exit code stays what the command decided.
 

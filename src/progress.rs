@@ -1,6 +1,7 @@
 //! The one progress type of the host crate: what a long job (an image build, a vm-run, a
 //! matrix) tells the person waiting. One spinner per stage on a terminal, plain `[scope] ...`
-//! lines otherwise (stdout is for the result a caller captures, e.g. `dir=$(...)`).
+//! lines otherwise (stdout is for the result a caller captures, e.g. `dir=$(...)`). The phases
+//! below it send typed events; their front ends turn each into a line and print it here.
 
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal;
@@ -34,9 +35,17 @@ impl Progress {
         eprintln!("[{}] {msg}", self.scope);
     }
 
+    /// A line of the job's result on stdout, for a caller to capture: the report directory, a
+    /// plan, the output of a command run in the guest.
+    pub fn result(&self, line: &str) {
+        println!("{line}");
+    }
+
     /// The job's own failure, as the last word before its exit code.
-    pub fn error(&self, msg: &str) {
-        eprintln!("error: {msg}");
+    /// The job's own failure, as the last word before its exit code, in the one format every
+    /// command prints errors in (`escape::error_chain`: escaped, one `caused by:` per cause).
+    pub fn error(&self, e: &anyhow::Error) {
+        eprint!("{}", crate::escape::error_chain(e));
     }
 
     pub fn stage(&self, name: &str) -> Stage {

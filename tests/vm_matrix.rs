@@ -9,6 +9,9 @@
 //!
 //! Minutes, so `#[ignore]`d in a plain `cargo test`; CI runs it with `--include-ignored`.
 
+// Tests start the binaries and system tools as a user would: std's Command is theirs to use.
+#![allow(clippy::disallowed_methods)]
+
 mod common;
 
 use common::{last_line, Sandbox};

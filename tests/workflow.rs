@@ -6,6 +6,9 @@
 //! accelerator steps' own lines on constructed reports, and the install step's --open-kvm and
 //! --allow-userns helpers on stand-ins for /dev/kvm, udev and the AppArmor setting.
 
+// Tests start the binaries and system tools as a user would: std's Command is theirs to use.
+#![allow(clippy::disallowed_methods)]
+
 mod common;
 
 use sharedos_report::report::{self, VmProvenance};

@@ -1,11 +1,11 @@
 //! CRIU command lines. Each is a pure function so the plan prints exactly what runs and tests can
-//! check the flags FIELD-NOTES found necessary.
+//! check the flags the tree was found to need.
 
 use std::path::Path;
 
 /// How CRIU locks the tree's network while it dumps. The default lock runs iptables-restore;
 /// with only nft present, criu 3.17.1 leaves its drop table behind in restored copies
-/// (FIELD-NOTES), so iptables is preferred whenever it is installed.
+/// (seen with criu 3.17.1), so iptables is preferred whenever it is installed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NetworkLock {
     Iptables,

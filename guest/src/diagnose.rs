@@ -11,7 +11,7 @@ use sharedos_report::{digest, environment, signals};
 use std::path::Path;
 use std::time::Instant;
 
-/// Why `name` cannot run given the gates before it, or None when it may run. The SPEC's rule:
+/// Why `name` cannot run given the gates before it, or None when it may run. The rule:
 /// a gate whose prerequisite failed or did not run is NOT_RUN, never PASS.
 pub fn blocked(name: GateName, done: &[Gate]) -> Option<String> {
     let status = |n: GateName| done.iter().find(|g| g.name == n).map(|g| g.status);

@@ -8,7 +8,7 @@ use serde::Serialize;
 use sharedos_report::report::{GateName, Report, Status};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+
 use std::time::Duration;
 
 /// One lie: the criu call it hits, what it does there, the gate that must catch it and the
@@ -266,7 +266,7 @@ pub fn hits(lie: &Lie, args: &[String]) -> bool {
 }
 
 fn run_real(real: &Path, args: &[String]) -> Result<i32> {
-    let status = Command::new(real)
+    let status = crate::exec::command(real)
         .args(args)
         .status()
         .with_context(|| format!("running {}", real.display()))?;
@@ -313,7 +313,7 @@ pub fn wrapper_main(
     let lie = lie(lie_name).with_context(|| format!("no lie named {lie_name}"))?;
     let lied = state.join(format!("{lie_name}.lied"));
     if !hits(&lie, args) || lied.exists() {
-        let err = Command::new(real).args(args).exec();
+        let err = crate::exec::command(real).args(args).exec();
         bail!("exec {}: {err}", real.display());
     }
     std::fs::create_dir_all(state).with_context(|| format!("mkdir {}", state.display()))?;
@@ -435,7 +435,7 @@ pub fn outside_userns_argv(pid: i32) -> Vec<String> {
 /// Starts that process and waits until it is seen in the tree: it ends with the tree's PID 1.
 fn start_outside_userns(pid: i32) -> Result<()> {
     let argv = outside_userns_argv(pid);
-    Command::new(&argv[0])
+    crate::exec::command(&argv[0])
         .args(&argv[1..])
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
@@ -562,7 +562,7 @@ fn refuse_unusable(cfg: &SuiteConfig) -> Result<()> {
     }
     // Where CRIU itself does not work, every lie would go "uncaught" for want of a dump: say so
     // once instead.
-    let check = std::process::Command::new(&cfg.real_criu)
+    let check = crate::exec::command(&cfg.real_criu)
         .arg("check")
         .output()
         .with_context(|| format!("running {} check", cfg.real_criu.display()))?;
@@ -602,7 +602,7 @@ fn run_under(
     let wrapper = install_wrapper(exe, &cfg.real_criu, work, lie)?;
     let out = cfg.out.join(lie.name).join("report.json");
     let marker = format!("lie-{}-{}", i, sharedos_report::random::random_hex(4)?);
-    let status = Command::new(exe)
+    let status = crate::exec::command(exe)
         .args(["diagnose", "--work"])
         .arg(work.join("run"))
         .arg("--out")

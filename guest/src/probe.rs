@@ -298,6 +298,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::disallowed_methods)] // a bare child to find, not a step of the run
     fn finds_a_marked_child_and_not_itself() {
         let marker = format!("probe-test-{}", std::process::id());
         let mut child = std::process::Command::new("sleep")

@@ -190,7 +190,7 @@ impl Program {
 }
 
 /// What the tree runs under its PID 1: an X server, and the clients PID 1 starts once the
-/// server's socket is there. Today's workload is the SPEC's: Xvfb, the state app and an xterm.
+/// server's socket is there. Today's workload: Xvfb, the state app and an xterm.
 pub struct Workload {
     pub x_server: Program,
     pub clients: Vec<Program>,
@@ -533,7 +533,7 @@ fn setup_root_and_exec(spec: &TreeSpec) -> Result<std::convert::Infallible> {
     redirect_stdio(INIT_LOG)?;
 
     let argv = init_argv(spec);
-    let err = Command::new(&argv[0])
+    let err = crate::exec::command(&argv[0])
         .args(&argv[1..])
         .env_clear()
         .envs(tree_env(spec))
@@ -541,7 +541,7 @@ fn setup_root_and_exec(spec: &TreeSpec) -> Result<std::convert::Infallible> {
     bail!("exec {}: {err}", argv[0])
 }
 
-/// Leaked host descriptors made CRIU's dump fail (FIELD-NOTES): the tree keeps only 0, 1, 2.
+/// Leaked host descriptors made CRIU's dump fail: the tree keeps only 0, 1, 2.
 fn close_inherited_fds() {
     let fds: Vec<i32> = std::fs::read_dir("/proc/self/fd")
         .map(|d| {
@@ -581,7 +581,7 @@ fn start(p: &Program) -> Result<u32> {
     let (argv, log) = (&p.argv, p.log());
     let out = std::fs::File::create(&log).with_context(|| format!("creating {log}"))?;
     let err = out.try_clone()?;
-    let child = Command::new(&argv[0])
+    let child = crate::exec::command(&argv[0])
         .args(&argv[1..])
         .stdin(Stdio::null())
         .stdout(out)

@@ -2,12 +2,12 @@
 //! genext2fs to a disk image, the kernel and initrd out of the tarball, the manifest.
 //! Every external command comes from a pure `*_cmd` function below.
 
+use super::contract::{kernel_cmdline, GUEST_INIT_PATH};
 use super::definition::{
-    Definition, ImageDir, GUEST_INIT_PATH, INITRD_INIT_FILE, PID1_FILE, SSHD_CONFIG_FILE,
-    SSHD_CONFIG_PATH,
+    Definition, ImageDir, INITRD_INIT_FILE, PID1_FILE, SSHD_CONFIG_FILE, SSHD_CONFIG_PATH,
 };
 use super::exec::{self, Cmd, Progress};
-use super::in_guest;
+use super::guest_builder::{self, SharedGuestBuilder};
 use super::index;
 use super::initrd::{self, build_initrd, BUSYBOX_IN_TAR};
 use super::lock::{parse_debs, parse_installed, DebHashes, Lock, PkgKey};
@@ -15,7 +15,6 @@ use super::manifest::{
     tool_versions, Manifest, PackageVersion, DISK_FILE, INITRD_FILE, KERNEL_FILE, MANIFEST_VERSION,
 };
 use super::mode::BuilderMode;
-use crate::vm::qemu::kernel_cmdline;
 use anyhow::{bail, Context, Result};
 use sharedos_report::text::quote;
 use std::path::{Path, PathBuf};
@@ -202,6 +201,8 @@ pub struct BuildPlan {
     pub cache_root: PathBuf,
     /// None for `--update-lock`: the build resolves what the mirror has.
     pub lock: Option<Lock>,
+    /// Runs mmdebstrap in guest mode; None where the caller cannot start a VM.
+    pub guest_builder: Option<SharedGuestBuilder>,
 }
 
 impl BuildPlan {
@@ -211,7 +212,13 @@ impl BuildPlan {
         let mut out = Vec::new();
         for c in self.commands(release_hint) {
             if self.mode == BuilderMode::Guest && c.argv[0] == "mmdebstrap" {
-                out.extend(in_guest::plan_lines(self));
+                match &self.guest_builder {
+                    Some(g) => out.extend(g.plan_lines(self)),
+                    None => out.push(format!(
+                        "# {}",
+                        guest_builder::unavailable(&self.image.name)
+                    )),
+                }
             } else {
                 out.push(c.display());
             }
@@ -368,10 +375,13 @@ pub fn lock_fits_definition(lock: &Lock, def: &Definition, image: &str) -> Resul
 
 /// Stage "mmdebstrap": the root tarball, on the host or in the builder VM (whose description
 /// the manifest records).
-fn bootstrap(plan: &BuildPlan, progress: &Progress) -> Result<Option<in_guest::GuestBuild>> {
+fn bootstrap(plan: &BuildPlan, progress: &Progress) -> Result<Option<guest_builder::GuestBuild>> {
     let st = progress.stage(&format!("mmdebstrap ({} mode)", plan.mode.as_str()));
     let guest_build = if plan.mode == BuilderMode::Guest {
-        Some(in_guest::mmdebstrap(plan, progress, &|m| st.message(m))?)
+        let Some(g) = &plan.guest_builder else {
+            return Err(guest_builder::unavailable(&plan.image.name));
+        };
+        Some(g.mmdebstrap(plan, progress, &|m| st.message(m))?)
     } else {
         let cmd = mmdebstrap_cmd(
             &plan.image.definition,
@@ -905,6 +915,7 @@ mod tests {
             work: WorkPaths::new(Path::new("/c/tmp/k.1")),
             cache_root: "/c".into(),
             lock: None,
+            guest_builder: None,
         };
         let lock = small_lock(None);
         let m = manifest_of(

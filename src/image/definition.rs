@@ -12,15 +12,13 @@ pub const LOCK_FILE: &str = "packages.lock";
 /// The directory under images/ every image builds on: its image.conf holds the shared
 /// settings, and the guest files live there, once. It is not an image itself.
 pub const BASE_DIR: &str = "base";
-/// The guest's PID 1, installed at [`GUEST_INIT_PATH`].
+/// The guest's PID 1, installed at [`GUEST_INIT_PATH`](super::contract::GUEST_INIT_PATH).
 pub const PID1_FILE: &str = "sharedos-init";
 /// The initrd's /init.
 pub const INITRD_INIT_FILE: &str = "initrd-init";
 /// sshd config, installed at [`SSHD_CONFIG_PATH`].
 pub const SSHD_CONFIG_FILE: &str = "sshd_config";
 
-/// Where PID 1 lives in the image; the VM passes it as `init=`.
-pub const GUEST_INIT_PATH: &str = "/usr/sbin/sharedos-init";
 pub const SSHD_CONFIG_PATH: &str = "/etc/ssh/sharedos_sshd_config";
 
 /// The files of images/base/ that decide every image's bytes, besides definitions and locks.

@@ -5,9 +5,10 @@
 pub mod builder;
 pub mod cache;
 pub mod compose;
+pub mod contract;
 pub mod definition;
 pub mod exec;
-pub mod in_guest;
+pub mod guest_builder;
 pub mod index;
 pub mod initrd;
 pub mod lock;
@@ -16,9 +17,7 @@ pub mod mode;
 #[cfg(test)]
 mod shipped_tests;
 
-pub use crate::vm::qemu::kernel_cmdline;
 pub use cache::cache_root;
-pub use definition::GUEST_INIT_PATH;
 pub use manifest::{Manifest, PackageVersion};
 pub use mode::BuilderMode;
 
@@ -57,6 +56,9 @@ pub struct BuildOptions {
     /// The cache root (default: $SHAREDOS_RIG_CACHE, $XDG_CACHE_HOME/sharedos-rig, ~/.cache/sharedos-rig).
     #[arg(long)]
     pub cache_dir: Option<PathBuf>,
+    /// Runs mmdebstrap in a guest for guest mode: given by the front ends that can start one.
+    #[arg(skip)]
+    pub guest_builder: Option<guest_builder::SharedGuestBuilder>,
 }
 
 impl BuildOptions {
@@ -87,22 +89,6 @@ impl ImageEntry {
     pub fn initrd(&self) -> PathBuf {
         self.dir.join(&self.manifest.initrd)
     }
-}
-
-/// The kernel parameter that hands the guest the client's public key: the OpenSSH public key
-/// line (`type base64 [comment]`) without its comment, its one space written as a comma.
-pub fn authorized_key_param(pubkey_line: &str) -> Result<String> {
-    let f: Vec<&str> = pubkey_line.split_whitespace().collect();
-    if f.len() < 2 || !f[0].starts_with("ssh-") && !f[0].starts_with("ecdsa-") {
-        bail!("{pubkey_line:?} is not an OpenSSH public key line");
-    }
-    if !f[1]
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || b"+/=".contains(&b))
-    {
-        bail!("the key's base64 part has characters a kernel command line cannot carry");
-    }
-    Ok(format!("sharedos.authorized_key={},{}", f[0], f[1]))
 }
 
 /// Fails, listing the images that exist, when `opts.image` is not one: the check to make before
@@ -220,6 +206,7 @@ fn make_plan(
         work,
         cache_root: root.to_path_buf(),
         lock,
+        guest_builder: opts.guest_builder.clone(),
     })
 }
 
@@ -555,16 +542,6 @@ pub fn bench_cached_image(opts: &BuildOptions, iterations: usize) -> Result<Vec<
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn authorized_key_param_replaces_the_space() {
-        assert_eq!(
-            authorized_key_param("ssh-ed25519 AAAAC3Nza+/= me@host\n").unwrap(),
-            "sharedos.authorized_key=ssh-ed25519,AAAAC3Nza+/="
-        );
-        assert!(authorized_key_param("garbage").is_err());
-        assert!(authorized_key_param("ssh-ed25519 AA\"x").is_err());
-    }
 
     #[test]
     fn plan_runs_nothing_and_lists_every_command() {

@@ -1,4 +1,4 @@
-//! What a report.json says about itself, held against its own gates: the SPEC's gate list, a
+//! What a report.json says about itself, held against its own gates: the gate list, a
 //! GUI gate only a review can pass, a PASS that stands on checks, verdict fields its gates
 //! give, every fidelity difference no option closed, durations that add up; and, in a vm-run
 //! archive, the host's report.json against the guest's own (guest/report.json).
@@ -15,7 +15,7 @@ pub fn rig_error(r: &Report) -> Option<&str> {
     r.vm.as_ref().and_then(|vm| vm.rig_error.as_deref())
 }
 
-/// The SPEC's shape of a report: the ten gates, once each, in order, and the density gate after
+/// The shape of a report: the ten gates, once each, in order, and the density gate after
 /// reset exactly when the report's options asked for it (`--copies`). Empty when it holds.
 pub fn gate_list_problems(gates: &[Gate], options: &RunOptions) -> Vec<String> {
     let names: Vec<GateName> = gates.iter().map(|g| g.name).collect();
@@ -44,7 +44,7 @@ pub fn gate_list_problems(gates: &[Gate], options: &RunOptions) -> Vec<String> {
     if out.is_empty() {
         let got: Vec<&str> = names.iter().map(|n| n.as_str()).collect();
         out.push(format!(
-            "report.json's gates are out of the SPEC's order: {}",
+            "report.json's gates are out of gate order: {}",
             got.join(", ")
         ));
     }

@@ -344,7 +344,6 @@ fn glob(pattern: &str, s: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::process::Command;
 
     fn scratch(name: &str) -> std::path::PathBuf {
         let d = std::env::temp_dir().join(format!("sign-{name}-{}", std::process::id()));
@@ -355,7 +354,8 @@ mod tests {
 
     fn keygen(dir: &Path, name: &str) -> (std::path::PathBuf, String) {
         let key = dir.join(name);
-        let st = Command::new("ssh-keygen")
+        let st = crate::cmd::Cmd::new(vec!["ssh-keygen".into()])
+            .command()
             .args(["-q", "-t", "ed25519", "-N", "", "-C", name, "-f"])
             .arg(&key)
             .status()
@@ -459,7 +459,8 @@ mod tests {
         sign(&d, "report.json", &key).unwrap();
         std::fs::write(d.join("allowed"), format!("ci@example {public}\n")).unwrap();
         let verify = |data: &[u8]| {
-            let mut c = Command::new("ssh-keygen")
+            let mut c = crate::cmd::Cmd::new(vec!["ssh-keygen".into()])
+                .command()
                 .args(["-Y", "verify", "-f"])
                 .arg(d.join("allowed"))
                 .args(["-I", "ci@example", "-n", NAMESPACE, "-s"])

@@ -100,7 +100,7 @@ pub struct Cell {
     pub kernel_release: String,
     pub criu_version: String,
     pub accelerator: String,
-    /// The ten gates in SPEC order; all NOT_RUN when nothing ran.
+    /// The ten gates in gate order; all NOT_RUN when nothing ran.
     pub gates: Vec<CellGate>,
     pub dump_seconds: Option<f64>,
     pub restore_seconds: Option<f64>,

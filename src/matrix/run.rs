@@ -146,7 +146,7 @@ pub fn vm_matrix_with(
             code
         }
         Err(e) => {
-            progress().error(&escape::line(&format!("{e:#}")));
+            progress().error(&e);
             RIG_FAILURE_EXIT
         }
     }

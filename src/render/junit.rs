@@ -1,4 +1,4 @@
-//! JUnit XML for CI: one testcase per gate of the SPEC, always ten (eleven with `--copies`, whose
+//! JUnit XML for CI: one testcase per gate, always ten (eleven with `--copies`, whose
 //! density gate is one), in run order.
 //!
 //! FAIL is a <failure>, NOT_RUN and REVIEW_REQUIRED are <skipped>. When the report itself cannot

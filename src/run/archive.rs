@@ -3,10 +3,11 @@
 //! never taken: verify compares them with the gates, and a difference fails the run.
 
 use super::fetch::GUEST_DIR;
-use super::{boot, Observed, VmRunOptions};
+use super::{Observed, VmRunOptions};
 use crate::escape::line as one_line;
 use crate::judge::ledger::Ledger;
 use crate::judge::verdict::{self, How};
+use crate::vm::{session::short_id, watchdog};
 use anyhow::{bail, Result};
 use sharedos_report::report::{
     Artifact, Environment, Gate, GateName, Report, Status, REPORT_FILE, REVIEW_FILE,
@@ -19,10 +20,9 @@ use std::path::{Path, PathBuf};
 pub fn report_dir_for(opts: &VmRunOptions) -> PathBuf {
     match &opts.out {
         Some(d) => d.clone(),
-        None => {
-            opts.reports_root
-                .join(format!("{}-{}", clock::compact_utc_now(), boot::short_id()))
-        }
+        None => opts
+            .reports_root
+            .join(format!("{}-{}", clock::compact_utc_now(), short_id())),
     }
 }
 
@@ -59,9 +59,9 @@ pub fn finish(mut obs: Observed, result: Result<Report>, sign_key: Option<&Path>
             // console says what really happened.
             let console = crate::vm::serial::read(&obs.report_dir.join("serial.log"));
             let e = match console.panic {
-                _ if super::boot::console_flooded() => e.context(format!(
+                _ if watchdog::console_flooded() => e.context(format!(
                     "the guest wrote more than {} MiB to its serial console, so QEMU was stopped",
-                    super::boot::CONSOLE_CAP >> 20
+                    watchdog::CONSOLE_CAP >> 20
                 )),
                 Some(p) if !format!("{e:#}").contains("panicked") => {
                     e.context(format!("the guest kernel panicked ({p})"))
@@ -69,7 +69,7 @@ pub fn finish(mut obs: Observed, result: Result<Report>, sign_key: Option<&Path>
                 _ => e,
             };
             let msg = format!("{e:#}");
-            super::progress().error(&format!("the rig failed: {}", one_line(&msg)));
+            super::progress().error(&anyhow::anyhow!("the rig failed: {msg}"));
             obs.vm.rig_error = Some(msg);
             partial_report(&obs)
         }
@@ -89,15 +89,15 @@ pub fn finish(mut obs: Observed, result: Result<Report>, sign_key: Option<&Path>
             digest::replace_in_report(&obs.report_dir, REPORT_FILE, (text + "\n").as_bytes())
         });
     if let Err(e) = written {
-        super::progress().error(&format!("writing the report: {e:#}"));
+        super::progress().error(&e.context("writing the report"));
         return RIG_FAILURE_EXIT;
     }
     if let Some(key) = sign_key {
         match crate::judge::sign::sign(&obs.report_dir, REPORT_FILE, key) {
             Ok(fp) => super::progress().note(&format!("signed report.json.sig with {fp}")),
             Err(e) => {
-                super::progress().error(&format!("signing the report: {e:#}"));
-                println!("{}", obs.report_dir.display());
+                super::progress().error(&e.context("signing the report"));
+                super::progress().result(&obs.report_dir.display().to_string());
                 return RIG_FAILURE_EXIT;
             }
         }
@@ -108,7 +108,7 @@ pub fn finish(mut obs: Observed, result: Result<Report>, sign_key: Option<&Path>
         judge(&obs.report_dir)
     };
     print_summary(&report, code);
-    println!("{}", obs.report_dir.display());
+    super::progress().result(&obs.report_dir.display().to_string());
     code
 }
 
@@ -124,7 +124,9 @@ fn judge(dir: &Path) -> i32 {
             o.exit_code
         }
         Err(e) => {
-            super::progress().error(&format!("the archived report does not read back: {e:#}"));
+            super::progress().error(&anyhow::anyhow!(
+                "the archived report does not read back: {e}"
+            ));
             RIG_FAILURE_EXIT
         }
     }
@@ -233,7 +235,7 @@ fn partial_report(obs: &Observed) -> Report {
                 g.reason = format!(
                     "{} (from the guest's progress line; its full report was not retrieved: see {})",
                     g.reason,
-                    super::session::TRANSCRIPT_FILE
+                    super::gates::TRANSCRIPT_FILE
                 );
                 g
             }

@@ -7,7 +7,7 @@
 
 use super::{Bounds, Observed, GUEST_REPORT_DIR};
 use crate::judge::{artifacts, reader::ReportDir, verdict};
-use crate::ssh::Guest;
+use crate::vm::ssh::Guest;
 use anyhow::{bail, Context, Result};
 use sharedos_report::report::{Report, REPORT_FILE};
 use sharedos_report::text::shell_words;

@@ -1,24 +1,27 @@
 //! `vm-run`: the phases in order, one module each. The image comes from `crate::image`; then
-//! `boot` (keys, overlay, QEMU, the console's ready line), `session` (SSH, copy, gates), `fetch`
+//! `boot` (the run's `vm::Session`: QEMU up to a pinned SSH login), `gates` (copy, gates), `fetch`
 //! (the guest's report as one tar stream), `archive` (the report directory, the verdict, the exit
-//! code), with `provenance` recording where it all ran. `plan` prints the steps those modules
-//! build, from the same builders. A failure of the rig itself exits 2 and still archives
-//! everything observed so far.
+//! code), with `provenance` recording where it all ran and `record` what the phases sent. `plan`
+//! prints the steps those modules build, from the same builders. A failure of the rig itself
+//! exits 2 and still archives everything observed so far.
 
 pub mod archive;
 pub mod boot;
 pub mod fetch;
+pub mod gates;
 pub mod plan;
 pub mod provenance;
-pub mod session;
+pub mod record;
+
+pub use record::{Event, Observed};
 
 use crate::image::{self, BuildOptions, ImageEntry};
 use crate::progress::Progress;
-use crate::vm::{qemu, AccelChoice};
+use crate::vm::{self, qemu, AccelChoice, Session};
 use anyhow::{Context, Result};
-use sharedos_report::report::{Phase, Report, VmProvenance};
+use sharedos_report::report::Report;
 use sharedos_report::{clock, signals};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// Where the gate binary, its work and its report live inside the guest.
@@ -50,10 +53,10 @@ pub struct VmRunOptions {
     pub command_line: Vec<String>,
 }
 
-/// Bounds that scale with the accelerator.
+/// The run's bounds over its session, which scale with the accelerator.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Bounds {
-    pub boot: Duration,
+    /// Each blocking SSH call: the session's own bound.
     pub ssh: Duration,
     /// Passed to the guest as `--step-timeout`.
     pub guest_step: Duration,
@@ -66,8 +69,7 @@ pub struct Bounds {
 pub fn bounds(accel: qemu::Accel) -> Bounds {
     let k = u64::from(accel.slowdown());
     Bounds {
-        boot: Duration::from_secs(45 * k),
-        ssh: Duration::from_secs(15 * k),
+        ssh: vm::session::bounds(accel).ssh,
         guest_step: Duration::from_secs(45 * k),
         // Ten gates of a few steps each; a real run takes a tenth of this.
         gates: Duration::from_secs(450 * k),
@@ -80,39 +82,17 @@ pub(crate) fn progress() -> Progress {
     Progress::new("vm-run")
 }
 
-/// What the run has observed so far; on a rig failure it becomes the partial report.
-pub struct Observed {
-    pub report_dir: PathBuf,
-    pub started_at: String,
-    pub vm: VmProvenance,
-    /// Lines the diagnostic printed as it went (gate by gate), bounded.
-    pub transcript: Vec<String>,
-    pub guest_report: Option<Report>,
-    /// What the fetch refused to unpack (links, FIFOs, devices, odd names): a rig error.
-    pub refused: Vec<String>,
-}
-
-impl Observed {
-    pub fn phase(&mut self, name: &str, since: Instant) {
-        self.vm.phases.push(Phase {
-            name: name.to_string(),
-            duration_ms: since.elapsed().as_millis() as u64,
-        });
-    }
-}
-
 /// Runs the whole job; returns the exit code (0, 3, 1 as verify judges the archived report; 2
 /// for the rig).
 pub fn vm_run(opts: &VmRunOptions) -> i32 {
     match start(opts) {
         Ok(Some(mut obs)) => {
-            boot::start_signal_watchdog();
             let result = run_phases(opts, &mut obs);
             archive::finish(obs, result, opts.sign_key.as_deref())
         }
         Ok(None) => 0,
         Err(e) => {
-            progress().error(&format!("{e:#}"));
+            progress().error(&e);
             RIG_FAILURE_EXIT
         }
     }
@@ -125,7 +105,7 @@ fn start(opts: &VmRunOptions) -> Result<Option<Observed>> {
     // Before the report directory: a name that is not an image is bad input, not a run.
     image::require_image(&opts.image)?;
     if opts.plan {
-        print!("{}", plan::plan(opts)?);
+        progress().result(plan::plan(opts)?.trim_end());
         return Ok(None);
     }
     if !opts.gate_binary.is_file() {
@@ -139,105 +119,103 @@ fn start(opts: &VmRunOptions) -> Result<Option<Observed>> {
         crate::judge::sign::load_key(key).context("--sign-key")?;
     }
     let report_dir = archive::create_report_dir(opts)?;
-    let started_at = clock::now_rfc3339();
+    Ok(Some(observe(opts, report_dir)))
+}
+
+/// Nothing observed yet but where the run is and the host.
+fn observe(opts: &VmRunOptions, report_dir: PathBuf) -> Observed {
     let mut vm = provenance::host(opts);
-    vm.started_at = started_at.clone();
-    Ok(Some(Observed {
-        report_dir,
-        started_at,
-        vm,
-        transcript: Vec::new(),
-        guest_report: None,
-        refused: Vec::new(),
-    }))
+    vm.started_at = clock::now_rfc3339();
+    Observed::new(report_dir, vm)
 }
 
 fn run_phases(opts: &VmRunOptions, obs: &mut Observed) -> Result<Report> {
     let entry = image_phase(opts, obs)?;
-    let mut vm = boot::boot(opts, &entry, obs)?;
-    let guest = session::connect(&vm, obs)?;
-    session::copy(&guest, opts, obs)?;
-    let mut b = vm.bounds();
-    if let Some(t) = opts.gates_timeout {
-        b.gates = t;
-    }
-    session::gates(&guest, opts, b, obs)?;
-    let report = fetch::fetch(&guest, vm.bounds(), obs)?;
-    boot::end(&mut vm, opts.keep_vm);
+    let session = boot::open(opts, &entry, obs)?;
+    let guest = session.guest();
+    gates::copy(guest, opts, obs)?;
+    let b = bounds(session.accel());
+    let gates_bound = Bounds {
+        gates: opts.gates_timeout.unwrap_or(b.gates),
+        ..b
+    };
+    gates::gates(guest, opts, gates_bound, obs)?;
+    let report = fetch::fetch(guest, b, obs)?;
+    boot::end(session, obs);
     Ok(report)
 }
 
 /// `vm-exec`: boots the image as a run would, copies the gate binary in when one is given, runs
 /// `command` (its words joined by spaces, for the guest's shell, as ssh does) over the pinned
-/// session, streams its output, and returns its exit code. The way into the guest when a gate fails. The boot's logs go to a scratch
-/// directory, kept and named only when the rig fails.
+/// session, streams its output, and returns its exit code. The way into the guest when a gate
+/// fails. The boot's logs go to a scratch directory, kept and named only when the rig fails.
 pub fn vm_exec(opts: &VmRunOptions, command: &[String], timeout: Duration) -> i32 {
     if opts.plan {
-        print!("{}", plan::plan_exec(opts, command));
+        progress().result(plan::plan_exec(opts, command).trim_end());
         return 0;
     }
     let scratch = std::env::temp_dir().join(format!(
         "sharedos-rig-exec-{}-{}",
         std::process::id(),
-        boot::short_id()
+        vm::session::short_id()
     ));
     let result = signals::install()
         .context("installing signal handlers")
         .and_then(|()| {
             std::fs::create_dir(&scratch).with_context(|| format!("creating {}", scratch.display()))
         })
-        .and_then(|()| {
-            let mut obs = Observed {
-                report_dir: scratch.clone(),
-                started_at: clock::now_rfc3339(),
-                vm: provenance::host(opts),
-                transcript: Vec::new(),
-                guest_report: None,
-                refused: Vec::new(),
-            };
-            boot::start_signal_watchdog();
-            let entry = image_phase(opts, &mut obs)?;
-            let mut vm = boot::boot(opts, &entry, &mut obs)?;
-            let guest = session::connect(&vm, &mut obs)?;
-            if !opts.gate_binary.as_os_str().is_empty() {
-                session::copy(&guest, opts, &mut obs)?;
-            }
-            let code = guest.exec_lines(
-                &command.join(" "),
-                Instant::now() + timeout,
-                session::MAX_LINE,
-                &mut |line| println!("{line}"),
-            );
-            boot::end(&mut vm, opts.keep_vm);
-            code
-        });
+        .and_then(|()| exec_in_guest(opts, command, timeout, &scratch));
     match result {
         Ok(code) => {
             let _ = std::fs::remove_dir_all(&scratch);
             code
         }
         Err(e) => {
-            progress().error(&format!(
-                "{e:#}\n(the boot's serial console and QEMU log are in {})",
+            progress().error(&e.context(format!(
+                "vm-exec (the boot's serial console and QEMU log are kept in {})",
                 scratch.display()
-            ));
+            )));
             RIG_FAILURE_EXIT
         }
     }
 }
 
+/// vm-exec's phases: the image, the session, the gate binary when given, the command.
+fn exec_in_guest(
+    opts: &VmRunOptions,
+    command: &[String],
+    timeout: Duration,
+    scratch: &Path,
+) -> Result<i32> {
+    let mut obs = observe(opts, scratch.to_path_buf());
+    let entry = image_phase(opts, &mut obs)?;
+    let session: Session = boot::open(opts, &entry, &mut obs)?;
+    if !opts.gate_binary.as_os_str().is_empty() {
+        gates::copy(session.guest(), opts, &mut obs)?;
+    }
+    let code = session.guest().exec_lines(
+        &command.join(" "),
+        Instant::now() + timeout,
+        gates::MAX_LINE,
+        &mut |line| progress().result(line),
+    );
+    boot::end(session, &mut obs);
+    code
+}
+
 fn image_phase(opts: &VmRunOptions, obs: &mut Observed) -> Result<ImageEntry> {
     let t = Instant::now();
-    progress().note(&format!("image {} ...", opts.image.image));
+    obs.send(Event::ImageWanted {
+        name: opts.image.image.clone(),
+    });
     let entry = image::ensure_image(&opts.image);
     obs.phase("image", t);
     let entry = entry.context("ensuring the guest image")?;
     provenance::image(&mut obs.vm, &entry);
-    progress().note(&format!(
-        "image {} ({})",
-        entry.dir.display(),
-        &entry.manifest.image_sha256
-    ));
+    obs.send(Event::Image {
+        dir: entry.dir.clone(),
+        sha256: entry.manifest.image_sha256.clone(),
+    });
     Ok(entry)
 }
 
@@ -248,7 +226,7 @@ mod tests {
     #[test]
     fn tcg_bounds_are_wider() {
         let (k, t) = (bounds(qemu::Accel::Kvm), bounds(qemu::Accel::Tcg));
-        assert!(t.boot > k.boot && t.ssh > k.ssh && t.guest_step > k.guest_step);
+        assert!(t.ssh > k.ssh && t.guest_step > k.guest_step);
         assert!(t.gates > k.gates && t.fetch > k.fetch);
     }
 }

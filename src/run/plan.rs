@@ -1,47 +1,22 @@
 //! `--plan`: every step a run would take, printed from the same builders the run executes, with
 //! placeholders only where a value exists once the run is under way (its id, port, key).
 
-use super::{archive, boot, bounds, fetch, session, VmRunOptions, GUEST_GATE};
-use crate::cmd::Cmd;
+use super::{archive, boot, bounds, fetch, gates, VmRunOptions, GUEST_GATE};
+use crate::cmd::{self, Cmd};
 use crate::image;
-use crate::ssh;
-use crate::vm::{self, qemu, AccelChoice};
+use crate::vm::{qemu, session, ssh, GuestMedia};
 use anyhow::Result;
 use sharedos_report::text::shell_words;
 use std::fmt::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-/// The accelerators a run may boot under, in the order it tries them.
-pub fn accels(choice: AccelChoice) -> Vec<qemu::Accel> {
-    match choice {
-        AccelChoice::Tcg => vec![qemu::Accel::Tcg],
-        AccelChoice::Kvm => vec![qemu::Accel::Kvm],
-        AccelChoice::Auto => vec![qemu::Accel::Kvm, qemu::Accel::Tcg],
-    }
-}
-
-/// The QEMU line the run would start under `accel`, from `boot::qemu_spec`.
-pub fn qemu_cmd(opts: &VmRunOptions, accel: qemu::Accel, sandbox: bool, report_dir: &Path) -> Cmd {
-    let run = PathBuf::from("<run dir>");
-    let media = boot::Media {
+/// The image's files, where the run will find them once the image phase has run.
+fn media() -> GuestMedia {
+    GuestMedia {
         kernel: "<cache entry>/vmlinuz".into(),
         initrd: "<cache entry>/initrd.img".into(),
-        overlay: run.join("overlay.qcow2"),
-        append: format!(
-            "{} sharedos.authorized_key=<run key>",
-            image::kernel_cmdline()
-        ),
-    };
-    let serial_log = report_dir.join("serial.log");
-    qemu::qemu_cmd(&boot::qemu_spec(
-        opts,
-        "<id>",
-        accel,
-        &media,
-        &serial_log,
-        0,
-        sandbox,
-    ))
+        disk: "<cache entry>/disk.img".into(),
+    }
 }
 
 pub fn plan(opts: &VmRunOptions) -> Result<String> {
@@ -74,31 +49,17 @@ fn write_boot(s: &mut String, opts: &VmRunOptions, report_dir: &Path) -> std::fm
         }
         Err(e) => writeln!(s, "    (cannot plan the image: {e:#})")?,
     }
-    let run = Path::new("<run dir>");
-    writeln!(s, "[keys]\n    {}", boot::keygen_cmd(run).display())?;
-    writeln!(
-        s,
-        "[overlay]\n    {}",
-        boot::overlay_cmd(Path::new("<cache entry>/disk.img"), run).display()
-    )?;
-    let sandbox = vm::sandbox_available();
-    for a in accels(opts.accel) {
-        let when = match (opts.accel, a) {
-            (AccelChoice::Auto, qemu::Accel::Kvm) => format!(
-                " (auto: only if /dev/kvm opens read-write; kept if 'Linux version' shows on the console within {} s)",
-                vm::KVM_PROBE.as_secs()
-            ),
-            (AccelChoice::Auto, qemu::Accel::Tcg) => " (auto: otherwise)".into(),
-            _ => String::new(),
+    let p = session::plan(&boot::spec(opts, "<id>", report_dir), &media());
+    writeln!(s, "[keys]\n    {}", p.keygen.display())?;
+    writeln!(s, "[overlay]\n    {}", p.overlay.display())?;
+    for (accel, when, cmd) in &p.qemu {
+        let when = match when.is_empty() {
+            true => String::new(),
+            false => format!(" ({when})"),
         };
-        writeln!(
-            s,
-            "[qemu {}]{when}\n    {}",
-            a.as_str(),
-            qemu_cmd(opts, a, sandbox, report_dir).display()
-        )?;
+        writeln!(s, "[qemu {}]{when}\n    {}", accel.as_str(), cmd.display())?;
     }
-    if !sandbox {
+    if !p.sandbox {
         writeln!(
             s,
             "    (this QEMU has no -sandbox: it was built without seccomp)"
@@ -116,15 +77,15 @@ fn write_run(s: &mut String, opts: &VmRunOptions, report_dir: &Path) -> std::fmt
         ssh::upload_command(GUEST_GATE, 0o755),
         opts.gate_binary.display()
     )?;
-    writeln!(s, "    {}", session::prep_command("<host epoch seconds>"))?;
+    writeln!(s, "    {}", gates::prep_command("<host epoch seconds>"))?;
     writeln!(
         s,
         "    {}   (--step-timeout shown for tcg; kvm uses {} s; the whole gate phase is bounded by {} s under tcg)",
-        shell_words(&session::diagnose_argv(b.guest_step, &opts.diagnose_args)),
+        shell_words(&gates::diagnose_argv(b.guest_step, &opts.diagnose_args)),
         bounds(qemu::Accel::Kvm).guest_step.as_secs(),
         b.gates.as_secs()
     )?;
-    writeln!(s, "    {}", session::MEMINFO)?;
+    writeln!(s, "    {}", gates::MEMINFO)?;
     writeln!(
         s,
         "    {}   | on the host: unpacked into {} (regular files and directories only)",
@@ -141,35 +102,13 @@ fn write_run(s: &mut String, opts: &VmRunOptions, report_dir: &Path) -> std::fmt
 /// The gate binary's own plan, run here with the very arguments the guest gets. Its lines name
 /// the binary where it will be in the guest, not where it is on this host.
 fn guest_plan(opts: &VmRunOptions, b: super::Bounds) -> Vec<String> {
-    let argv = session::diagnose_argv(b.guest_step, &opts.diagnose_args);
+    let argv = gates::diagnose_argv(b.guest_step, &opts.diagnose_args);
     let local = opts.gate_binary.display().to_string();
-    let out = std::process::Command::new(&opts.gate_binary)
-        .args(&argv[1..])
-        .arg("--plan")
-        .output();
-    match out {
-        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout)
-            .lines()
-            .map(|l| l.replace(&local, GUEST_GATE))
-            .collect(),
-        Ok(o) => vec![format!(
-            "(the gate binary's plan failed: {})",
-            String::from_utf8_lossy(&o.stderr).trim()
-        )],
-        Err(e) => vec![format!("(cannot run {local}: {e})")],
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn auto_tries_kvm_then_tcg() {
-        assert_eq!(
-            accels(AccelChoice::Auto),
-            vec![qemu::Accel::Kvm, qemu::Accel::Tcg]
-        );
-        assert_eq!(accels(AccelChoice::Tcg), vec![qemu::Accel::Tcg]);
+    let mut run_here = vec![local.clone()];
+    run_here.extend(argv[1..].iter().cloned());
+    run_here.push("--plan".into());
+    match cmd::capture(&Cmd::new(run_here)) {
+        Ok(out) => out.lines().map(|l| l.replace(&local, GUEST_GATE)).collect(),
+        Err(e) => vec![format!("(the gate binary's plan failed: {e:#})")],
     }
 }

@@ -2,7 +2,9 @@
 //! would get, from QEMU's spawn to its exit after the kernel's no-root panic. It is what any
 //! boot of that kernel in that QEMU costs, so the rig's phases can be read as multiples of it.
 
-use super::{boot_cmd, qemu, serial, AccelChoice};
+use super::accel::{self, AccelChoice, Logs};
+use super::event::Sink;
+use super::{qemu, serial};
 use anyhow::{bail, Context, Result};
 use std::path::Path;
 use std::time::Duration;
@@ -30,7 +32,7 @@ const NO_ROOT: &str = "Unable to mount root fs";
 /// what it showed last. Any other end (another panic, no panic) would make the time mean
 /// something else.
 pub fn judge_console(text: &str) -> Result<String> {
-    let state = serial::parse(text);
+    let state = crate::image::contract::parse_console(text);
     match state.panic {
         Some(p) if p.contains(NO_ROOT) => Ok(p),
         Some(p) => bail!(
@@ -52,7 +54,7 @@ pub fn boot_bare(
     cpus: u32,
     kernel: &Path,
     dir: &Path,
-    say: &mut dyn FnMut(&str),
+    sink: Sink,
 ) -> Result<FloorBoot> {
     std::fs::create_dir_all(dir)
         .with_context(|| format!("creating the floor's directory {}", dir.display()))?;
@@ -60,7 +62,11 @@ pub fn boot_bare(
     let qemu_log = dir.join("qemu.log");
     let sandbox = super::sandbox_available();
     let cmd_for = |accel| qemu::floor_cmd(accel, memory_mib, cpus, kernel, &serial_log, sandbox);
-    let mut booted = boot_cmd(choice, &cmd_for, &serial_log, &qemu_log, false, say)?;
+    let logs = Logs {
+        serial: &serial_log,
+        qemu: &qemu_log,
+    };
+    let mut booted = accel::start(choice, &cmd_for, logs, false, sink)?;
     let limit = bound(booted.accel);
     let Some((how, elapsed)) = booted.qemu.wait_exit(limit)? else {
         bail!(
@@ -73,7 +79,7 @@ pub fn boot_bare(
     let bytes = std::fs::read(&serial_log)
         .with_context(|| format!("reading the floor's console {}", serial_log.display()))?;
     let panic = judge_console(&String::from_utf8_lossy(&bytes)).with_context(|| {
-        let qemu_said = super::log_tail(&qemu_log);
+        let qemu_said = serial::log_tail(&qemu_log);
         format!(
             "QEMU exited ({how}) after {:.2} s; QEMU said: {}",
             elapsed.as_secs_f64(),
@@ -82,7 +88,7 @@ pub fn boot_bare(
     })?;
     Ok(FloorBoot {
         accel: booted.accel,
-        accel_reason: booted.accel_reason.clone(),
+        accel_reason: booted.reason.clone(),
         elapsed,
         panic,
     })

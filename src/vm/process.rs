@@ -1,7 +1,8 @@
-//! The QEMU process: started in its own process group, killed with us even if we are killed,
-//! and ended on every path by Drop.
+//! The QEMU process: started in its own process group, under the watchdog, killed with us even
+//! if we are killed, and ended on every path by Drop.
 
-use crate::cmd::Cmd;
+use super::watchdog::{self, Watch};
+use crate::cmd::{self, Cmd};
 use anyhow::{Context, Result};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
@@ -10,18 +11,21 @@ use std::time::{Duration, Instant};
 
 pub struct QemuProcess {
     child: Option<Child>,
+    /// Held while QEMU may still be running, given up before it is reaped.
+    watch: Option<Watch>,
     pub pid: u32,
     /// Taken just before the spawn, so a measured lifetime includes QEMU's own start-up.
     pub started: Instant,
     /// `--keep-vm`, set only once the run reached its end: leave it running. Until then every
     /// path, a failure or a signal, ends it.
-    pub keep: bool,
+    keep: bool,
 }
 
 impl QemuProcess {
-    /// `may_outlive`: `--keep-vm` asked for QEMU to survive the rig, so it is not tied to the
-    /// rig's death; Drop still ends it unless `keep` is set.
-    pub fn spawn(qemu: &Cmd, log: &Path, may_outlive: bool) -> Result<QemuProcess> {
+    /// Starts `qemu`, its output into `log`, its guest console (the file `console`) under the
+    /// watchdog's cap. `may_outlive`: `--keep-vm` asked for QEMU to survive the rig, so it is
+    /// not tied to the rig's death; Drop still ends it unless [`QemuProcess::keep`] was called.
+    pub fn spawn(qemu: &Cmd, log: &Path, console: &Path, may_outlive: bool) -> Result<QemuProcess> {
         let out =
             std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
         let err = out.try_clone()?;
@@ -49,6 +53,7 @@ impl QemuProcess {
         })?;
         Ok(QemuProcess {
             pid: child.id(),
+            watch: Some(watchdog::watch(child.id(), console)),
             child: Some(child),
             started,
             keep: false,
@@ -78,30 +83,27 @@ impl QemuProcess {
     /// None while running, else how it ended.
     pub fn exited(&mut self) -> Option<String> {
         let child = self.child.as_mut()?;
-        match child.try_wait() {
-            Ok(None) => None,
-            Ok(Some(s)) => Some(s.to_string()),
-            Err(e) => Some(format!("unknown ({e})")),
-        }
+        let how = match child.try_wait() {
+            Ok(None) => return None,
+            Ok(Some(s)) => s.to_string(),
+            Err(e) => format!("unknown ({e})"),
+        };
+        self.watch = None;
+        Some(how)
+    }
+
+    /// Leaves QEMU running past this handle: `--keep-vm` at the end of a run. Nothing watches
+    /// it any more.
+    pub fn keep(&mut self) {
+        self.keep = true;
+        self.watch = None;
     }
 
     /// SIGTERM, a short grace, then SIGKILL; always reaped.
     pub fn stop(&mut self) {
-        let Some(mut child) = self.child.take() else {
-            return;
-        };
-        // Already reaped: its pid may belong to another process by now.
-        if let Ok(Some(_)) = child.try_wait() {
-            return;
-        }
-        let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-        let gone = sharedos_report::wait::until("QEMU to exit", Duration::from_secs(5), || {
-            child.try_wait().ok().flatten()
-        });
-        if gone.is_err() {
-            let _ = child.kill();
-            let _ = child.wait();
+        self.watch = None;
+        if let Some(mut child) = self.child.take() {
+            cmd::end_group(&mut child, Duration::from_secs(5));
         }
     }
 }

@@ -1,7 +1,6 @@
 //! QEMU and qemu-img command lines, built by pure functions so the plan prints exactly what runs.
 
 use crate::cmd::Cmd;
-use crate::image::GUEST_INIT_PATH;
 use std::path::{Path, PathBuf};
 
 pub const QEMU: &str = "qemu-system-x86_64";
@@ -31,13 +30,25 @@ impl Accel {
         }
     }
 
-    /// Emulation is 2.5-6x slower than KVM (FIELD-NOTES): every bound scales with it.
+    /// Emulation is 2.5-6x slower than KVM (measured here and in public reports): every bound scales with it.
     pub fn slowdown(self) -> u32 {
         match self {
             Accel::Kvm => 1,
             Accel::Tcg => 4,
         }
     }
+}
+
+/// The guest's network: QEMU's user network either way, the host reaching the guest's sshd only
+/// through one forwarded loopback port.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Network {
+    /// `restrict=on`: the guest reaches nothing. Every guest a gate run examines gets this.
+    Restricted,
+    /// The guest reaches out through QEMU's NAT, so apt in it reaches the mirror. Only the image
+    /// builder's VM gets it: it runs the pinned bookworm image and Debian's packages, never the
+    /// guest a gate run examines.
+    Outbound,
 }
 
 /// Everything that varies between boots.
@@ -53,6 +64,7 @@ pub struct QemuSpec {
     pub append: String,
     pub serial_log: PathBuf,
     pub ssh_port: u16,
+    pub network: Network,
     /// QEMU's seccomp filter, where this QEMU was built with it (`vm::sandbox_available`).
     pub sandbox: bool,
 }
@@ -111,25 +123,15 @@ pub fn drive_args(overlay: &Path) -> Vec<String> {
     ]
 }
 
-/// QEMU's user network with `restrict=on`: the guest reaches nothing, and the host reaches its
-/// sshd only through the one forwarded loopback port.
-pub fn net_args(ssh_port: u16) -> Vec<String> {
+/// QEMU's user network with the one forwarded loopback port to the guest's sshd.
+pub fn net_args(network: Network, ssh_port: u16) -> Vec<String> {
+    let restrict = match network {
+        Network::Restricted => "restrict=on,",
+        Network::Outbound => "",
+    };
     vec![
         "-netdev".into(),
-        format!("user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:{ssh_port}-:22"),
-        "-device".into(),
-        "virtio-net-pci,netdev=n0".into(),
-    ]
-}
-
-/// The image builder's VM network: QEMU's user network without `restrict=on`, so apt in the
-/// guest reaches the mirror through QEMU's NAT; the host reaches the guest's sshd only through
-/// the one forwarded loopback port. Only the builder VM gets it: it runs the pinned bookworm
-/// image and Debian's packages, never the guest a gate run examines.
-pub fn builder_net_args(ssh_port: u16) -> Vec<String> {
-    vec![
-        "-netdev".into(),
-        format!("user,id=n0,hostfwd=tcp:127.0.0.1:{ssh_port}-:22"),
+        format!("user,id=n0,{restrict}hostfwd=tcp:127.0.0.1:{ssh_port}-:22"),
         "-device".into(),
         "virtio-net-pci,netdev=n0".into(),
     ]
@@ -147,26 +149,16 @@ pub fn sandbox_args(on: bool) -> Vec<String> {
     ]
 }
 
-/// The vm-run's QEMU.
+/// A session's QEMU: a vm-run's, a vm-exec's, the image builder's.
 pub fn qemu_cmd(s: &QemuSpec) -> Cmd {
-    cmd_with_net(s, net_args(s.ssh_port))
-}
-
-fn cmd_with_net(s: &QemuSpec, net: Vec<String>) -> Cmd {
     let mut v = vec![QEMU.into(), "-name".into(), s.name.clone()];
     v.extend(machine_args(s.accel, s.memory_mib, s.cpus));
     v.extend(console_args(&s.serial_log));
     v.extend(kernel_args(&s.kernel, Some(&s.initrd), &s.append));
     v.extend(drive_args(&s.overlay));
-    v.extend(net);
+    v.extend(net_args(s.network, s.ssh_port));
     v.extend(sandbox_args(s.sandbox));
     Cmd::new(v)
-}
-
-/// The image builder's QEMU (`--mode guest`): the vm-run's machine, console, kernel and overlay,
-/// with the builder's outbound network instead of the restricted one.
-pub fn builder_cmd(s: &QemuSpec) -> Cmd {
-    cmd_with_net(s, builder_net_args(s.ssh_port))
 }
 
 /// The floor's kernel command line: with no initrd and no disk the kernel cannot mount a root
@@ -220,11 +212,6 @@ pub fn version_cmd() -> Cmd {
     Cmd::new(vec![QEMU.into(), "--version".into()])
 }
 
-/// The kernel command line the image boots with, minus `sharedos.authorized_key=`.
-pub fn kernel_cmdline() -> String {
-    format!("console=ttyS0 earlyprintk=serial,ttyS0 root=/dev/vda rootfstype=ext4 rw init={GUEST_INIT_PATH} panic=-1")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -245,6 +232,7 @@ mod tests {
             append: "console=ttyS0 root=/dev/vda".into(),
             serial_log: "/r/serial.log".into(),
             ssh_port: 40022,
+            network: Network::Restricted,
             sandbox: false,
         }
     }
@@ -376,7 +364,7 @@ mod tests {
             ]
         );
         assert_eq!(
-            net_args(2222).join(" "),
+            net_args(Network::Restricted, 2222).join(" "),
             "-netdev user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:2222-:22 -device virtio-net-pci,netdev=n0"
         );
     }
@@ -438,7 +426,10 @@ mod tests {
     #[test]
     fn only_the_builder_vm_reaches_out() {
         let run = qemu_argv(&spec(Accel::Tcg));
-        let b = builder_cmd(&spec(Accel::Tcg)).argv;
+        let b = qemu_argv(&QemuSpec {
+            network: Network::Outbound,
+            ..spec(Accel::Tcg)
+        });
         assert_eq!(
             after(&b, "-netdev"),
             "user,id=n0,hostfwd=tcp:127.0.0.1:40022-:22"
@@ -459,20 +450,5 @@ mod tests {
             a.join(" "),
             "qemu-img create -q -f qcow2 -F raw -b /cache/disk.img /run/o.qcow2"
         );
-    }
-
-    #[test]
-    fn kernel_cmdline_matches_the_vm_contract() {
-        let c = kernel_cmdline();
-        for part in [
-            "console=ttyS0",
-            "root=/dev/vda",
-            "rootfstype=ext4",
-            "rw",
-            "init=/usr/sbin/sharedos-init",
-            "panic=-1",
-        ] {
-            assert!(c.split(' ').any(|w| w == part), "{part} missing from {c}");
-        }
     }
 }

@@ -7,7 +7,7 @@ pub mod skip;
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output};
 
 /// Created by the tests when missing; useradd gives it subuid/subgid ranges, which the image
 /// builder's unshare mode needs.
@@ -169,7 +169,9 @@ impl Sandbox {
     /// create no user namespace, as on hosts that block them, while this host's own setting is
     /// left alone. Root maps the namespace from outside (newuidmap would want root's subuid
     /// range), and the shell inside execs again once mapped, to hold root's capabilities there.
-    pub fn run_as_user_without_userns(&self, program: &Path, args: &[&str]) -> Output {
+    /// Every step execs the next, so the child's pid is the program's. Its stdout and stderr
+    /// are piped.
+    pub fn spawn_as_user_without_userns(&self, program: &Path, args: &[&str]) -> Child {
         use std::io::Write;
         let inner = self.command_as_user(program, args);
         let mut child = Command::new("unshare")
@@ -203,6 +205,12 @@ impl Sandbox {
         let mut stdin = child.stdin.take().unwrap();
         stdin.write_all(b"go\n").unwrap();
         drop(stdin);
+        child
+    }
+
+    /// [`Sandbox::spawn_as_user_without_userns`], waited for.
+    pub fn run_as_user_without_userns(&self, program: &Path, args: &[&str]) -> Output {
+        let child = self.spawn_as_user_without_userns(program, args);
         let out = child.wait_with_output().expect("waiting for the command");
         eprintln!(
             "--- (no user namespaces) {} {args:?} ({}) stderr:\n{}",

@@ -205,7 +205,6 @@ fn machine_line() -> String {
 /// `cargo xtask bench`: the cached image no-op, then floor boots and warm vm-runs in turn.
 pub fn bench(opts: &VmRunOptions, n: Counts) -> Result<String> {
     signals::install().context("installing signal handlers")?;
-    let progress = Progress::new("bench");
     let mut m = Measured {
         machine: machine_line(),
         qemu_version: vm::qemu_version()?,
@@ -213,103 +212,22 @@ pub fn bench(opts: &VmRunOptions, n: Counts) -> Result<String> {
         ..Measured::default()
     };
     let entry = image::ensure_image(&opts.image).context("finding the cached guest image")?;
-    let kernel = entry.kernel();
-    let root = opts.out.clone().unwrap_or_else(|| {
-        opts.reports_root
-            .join(format!("bench-{}", clock::compact_utc_now()))
-    });
-    m.reports = root.clone();
+    let sitting = Sitting {
+        opts,
+        kernel: entry.kernel(),
+        root: opts.out.clone().unwrap_or_else(|| {
+            opts.reports_root
+                .join(format!("bench-{}", clock::compact_utc_now()))
+        }),
+        progress: Progress::new("bench"),
+    };
+    m.reports = sitting.root.clone();
     for i in 0..n.floor_runs.max(n.runs) {
         if i < n.floor_runs {
-            let dir = root.join(format!("floor-{i}"));
-            let f = floor::boot_bare(
-                opts.accel,
-                opts.memory_mib,
-                opts.cpus,
-                &kernel,
-                &dir,
-                &mut |s| progress.note(&format!("floor {}/{}: {s}", i + 1, n.floor_runs)),
-            )
-            .with_context(|| {
-                format!(
-                    "floor boot {} (console and QEMU log in {})",
-                    i + 1,
-                    dir.display()
-                )
-            })?;
-            progress.note(&format!(
-                "floor {}/{}: {:.2} s under {}: {}",
-                i + 1,
-                n.floor_runs,
-                f.elapsed.as_secs_f64(),
-                f.accel.as_str(),
-                f.panic
-            ));
-            if m.accel_reason.is_empty() {
-                m.accel_reason = f.accel_reason.clone();
-            }
-            m.floor_accels.push(f.accel.as_str().into());
-            m.floor.push(f.elapsed.as_secs_f64());
+            sitting.floor_boot(i, n.floor_runs, &mut m)?;
         }
         if i < n.runs {
-            let dir = root.join(format!("run-{i}"));
-            let mut o = opts.clone();
-            o.out = Some(dir.clone());
-            progress.note(&format!(
-                "warm run {}/{} -> {}",
-                i + 1,
-                n.runs,
-                dir.display()
-            ));
-            let started = Instant::now();
-            let code = run::vm_run(&o);
-            let total = started.elapsed().as_secs_f64();
-            if code == RIG_FAILURE_EXIT {
-                bail!("warm run {} failed (exit 2): see {}", i + 1, dir.display());
-            }
-            // Exit 1 means a gate failed, and the gates that depend on it did not run: that
-            // run timed a shorter job, so its figures would drag the medians down.
-            if !matches!(code, 0 | 3) {
-                m.excluded.push(format!(
-                    "run {} (exit {code}: a gate failed, so gates after it may not have run; see {})",
-                    i + 1,
-                    dir.display()
-                ));
-                continue;
-            }
-            let r = ReportDir::open(&dir)
-                .and_then(|d| verdict::read_report(&d))
-                .map_err(anyhow::Error::msg)?
-                .report;
-            let Some(vmp) = r.vm else {
-                bail!(
-                    "warm run {}'s report has no vm section: see {}",
-                    i + 1,
-                    dir.display()
-                );
-            };
-            for p in vmp.phases {
-                m.phases
-                    .entry(p.name)
-                    .or_default()
-                    .push(p.duration_ms as f64 / 1000.0);
-            }
-            m.phases.entry(END_TO_END.into()).or_default().push(total);
-            m.run_accels.push(vmp.accel);
-
-            let started = Instant::now();
-            let code = run::vm_exec(
-                &o,
-                &["true".to_string()],
-                std::time::Duration::from_secs(300),
-            );
-            if code != 0 {
-                bail!("vm-exec -- true {} exited {code}", i + 1);
-            }
-            m.first_command.push(started.elapsed().as_secs_f64());
-            if let Some(t) = time_vng(&kernel)? {
-                m.vng.get_or_insert_with(Vec::new).push(t);
-            }
+            sitting.warm_run(i, n.runs, &mut m)?;
         }
     }
     if m.phases.is_empty() {
@@ -319,6 +237,123 @@ pub fn bench(opts: &VmRunOptions, n: Counts) -> Result<String> {
         );
     }
     Ok(summary(&m))
+}
+
+/// What every measurement of one sitting shares.
+struct Sitting<'a> {
+    opts: &'a VmRunOptions,
+    /// The image's kernel, which the floor boots bare.
+    kernel: PathBuf,
+    /// Where the runs' reports and the floor's logs go.
+    root: PathBuf,
+    progress: Progress,
+}
+
+impl Sitting<'_> {
+    /// Floor boot `i` of `of`, into `m`.
+    fn floor_boot(&self, i: usize, of: usize, m: &mut Measured) -> Result<()> {
+        let dir = self.root.join(format!("floor-{i}"));
+        let o = self.opts;
+        let f = floor::boot_bare(
+            o.accel,
+            o.memory_mib,
+            o.cpus,
+            &self.kernel,
+            &dir,
+            &mut |e| {
+                self.progress
+                    .note(&format!("floor {}/{of}: {}", i + 1, e.line()))
+            },
+        )
+        .with_context(|| {
+            format!(
+                "floor boot {} (console and QEMU log in {})",
+                i + 1,
+                dir.display()
+            )
+        })?;
+        self.progress.note(&format!(
+            "floor {}/{of}: {:.2} s under {}: {}",
+            i + 1,
+            f.elapsed.as_secs_f64(),
+            f.accel.as_str(),
+            f.panic
+        ));
+        if m.accel_reason.is_empty() {
+            m.accel_reason = f.accel_reason.clone();
+        }
+        m.floor_accels.push(f.accel.as_str().into());
+        m.floor.push(f.elapsed.as_secs_f64());
+        Ok(())
+    }
+
+    /// Warm run `i` of `of`, then `vm-exec -- true` and virtme-ng where installed, into `m`.
+    fn warm_run(&self, i: usize, of: usize, m: &mut Measured) -> Result<()> {
+        let dir = self.root.join(format!("run-{i}"));
+        let mut o = self.opts.clone();
+        o.out = Some(dir.clone());
+        self.progress
+            .note(&format!("warm run {}/{of} -> {}", i + 1, dir.display()));
+        if !self.timed_vm_run(&o, i, m)? {
+            return Ok(());
+        }
+        let started = Instant::now();
+        let code = run::vm_exec(
+            &o,
+            &["true".to_string()],
+            std::time::Duration::from_secs(300),
+        );
+        if code != 0 {
+            bail!("vm-exec -- true {} exited {code}", i + 1);
+        }
+        m.first_command.push(started.elapsed().as_secs_f64());
+        if let Some(t) = time_vng(&self.kernel)? {
+            m.vng.get_or_insert_with(Vec::new).push(t);
+        }
+        Ok(())
+    }
+
+    /// One vm-run into `o.out`, its phases and its whole time into `m`; false when it is left
+    /// out of the medians.
+    fn timed_vm_run(&self, o: &VmRunOptions, i: usize, m: &mut Measured) -> Result<bool> {
+        let dir = o.out.clone().unwrap_or_default();
+        let started = Instant::now();
+        let code = run::vm_run(o);
+        let total = started.elapsed().as_secs_f64();
+        if code == RIG_FAILURE_EXIT {
+            bail!("warm run {} failed (exit 2): see {}", i + 1, dir.display());
+        }
+        // Exit 1 means a gate failed, and the gates that depend on it did not run: that run
+        // timed a shorter job, so its figures would drag the medians down.
+        if !matches!(code, 0 | 3) {
+            m.excluded.push(format!(
+                "run {} (exit {code}: a gate failed, so gates after it may not have run; see {})",
+                i + 1,
+                dir.display()
+            ));
+            return Ok(false);
+        }
+        let r = ReportDir::open(&dir)
+            .and_then(|d| verdict::read_report(&d))
+            .map_err(anyhow::Error::msg)?
+            .report;
+        let Some(vmp) = r.vm else {
+            bail!(
+                "warm run {}'s report has no vm section: see {}",
+                i + 1,
+                dir.display()
+            );
+        };
+        for p in vmp.phases {
+            m.phases
+                .entry(p.name)
+                .or_default()
+                .push(p.duration_ms as f64 / 1000.0);
+        }
+        m.phases.entry(END_TO_END.into()).or_default().push(total);
+        m.run_accels.push(vmp.accel);
+        Ok(true)
+    }
 }
 
 #[cfg(test)]

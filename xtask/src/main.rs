@@ -4,8 +4,10 @@
 
 mod bench;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
+use sharedos_report::signals;
+use sharedos_rig::builder_vm::BuilderVm;
 use sharedos_rig::gate_binary;
 use sharedos_rig::image::{self, BuildOptions};
 use sharedos_rig::run::{self, VmRunOptions};
@@ -103,7 +105,7 @@ struct MatrixArgs {
 
 fn vm_matrix(a: MatrixArgs) -> Result<i32> {
     use sharedos_rig::matrix::{self, MatrixOptions};
-    let mut build = BuildOptions::new(image::DEFAULT_IMAGE);
+    let mut build = with_builder(BuildOptions::new(image::DEFAULT_IMAGE), a.accel);
     build.images_dir = a.images_dir.map(|d| std::path::absolute(&d).unwrap_or(d));
     build.cache_dir = a.cache_dir;
     build.mirror = a.mirror;
@@ -126,12 +128,7 @@ fn vm_matrix(a: MatrixArgs) -> Result<i32> {
         ],
         extra_args: vec![
             "--accel".into(),
-            match a.accel {
-                AccelChoice::Auto => "auto",
-                AccelChoice::Kvm => "kvm",
-                AccelChoice::Tcg => "tcg",
-            }
-            .into(),
+            a.accel.as_str().into(),
             "--memory".into(),
             a.memory.to_string(),
             "--cpus".into(),
@@ -214,10 +211,17 @@ fn workspace() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("."))
 }
 
+/// The image options of a command that may build an image: guest mode gets the builder VM,
+/// under the accelerator the command was asked for.
+fn with_builder(mut image: BuildOptions, accel: AccelChoice) -> BuildOptions {
+    image.guest_builder = Some(BuilderVm::shared(accel));
+    image
+}
+
 fn boot_options(b: BootArgs) -> VmRunOptions {
     VmRunOptions {
         plan: b.image.plan,
-        image: b.image,
+        image: with_builder(b.image, b.accel),
         accel: b.accel,
         out: None,
         reports_root: PathBuf::from("reports"),
@@ -255,7 +259,7 @@ fn main() {
     let code = match run_cli(cli) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprint!("{}", sharedos_rig::escape::error_chain(&e));
             run::RIG_FAILURE_EXIT
         }
     };
@@ -265,7 +269,9 @@ fn main() {
 fn run_cli(cli: Cli) -> Result<i32> {
     match cli.command {
         Command::Image(opts) => {
-            for line in image::cli_main_image(&opts)? {
+            // A guest-mode build waits on a VM for minutes: Ctrl-C must end it, and its VM.
+            signals::install().context("installing signal handlers")?;
+            for line in image::cli_main_image(&with_builder(opts, AccelChoice::Auto))? {
                 println!("{line}");
             }
             Ok(0)
@@ -289,6 +295,7 @@ fn run_cli(cli: Cli) -> Result<i32> {
         }
         Command::VmMatrix(a) => vm_matrix(a),
         Command::BenchImage { opts, iterations } => {
+            let opts = with_builder(opts, AccelChoice::Auto);
             print!("{}", bench::bench_image(&opts, iterations.max(1))?);
             Ok(0)
         }

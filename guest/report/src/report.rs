@@ -48,7 +48,7 @@ impl fmt::Display for Status {
     }
 }
 
-/// The ten gates, in the order of the SPEC, and the optional density gate in its place. The order
+/// The ten gates, in their defined order, and the optional density gate in its place. The order
 /// of the variants is the run order.
 #[derive(Serialize, Deserialize, Clone, Copy, PartialEq, Eq, Debug, Hash, PartialOrd, Ord)]
 #[serde(rename_all = "snake_case")]
@@ -464,7 +464,7 @@ impl fmt::Display for Verdict {
     }
 }
 
-/// The verdict rules of the SPEC: PASS only when all ten gates are present and PASS (and the
+/// The verdict rules: PASS only when all ten gates are present and PASS (and the
 /// density gate, when the report has one); REVIEW_REQUIRED when the only gate short of PASS is
 /// the GUI review waiting for a human. Whether a density gate belongs in the report is the
 /// report's options' to say: the host's verify holds the gate list against them.

@@ -1,4 +1,4 @@
-//! live_state_probe: the eight live-state checks of the SPEC, all made from outside the tree,
+//! live_state_probe: the eight live-state checks, all made from outside the tree,
 //! and the census: every process carrying the marker runs inside the tree's pid namespace.
 
 use super::{Ctx, GateBuilder};

@@ -1,4 +1,4 @@
-//! The ten gates of the SPEC and the optional density gate, one file each, registered in
+//! The ten gates and the optional density gate, one file each, registered in
 //! `GATES`; and what they share: the run's context (ctx), the steps a gate runs and the plan
 //! prints (step), restoring and ending copies (copies), the checks of a copy's state (state),
 //! the gate builder, and the fidelity options.
@@ -49,7 +49,7 @@ fn no_commands(_: &Config) -> Vec<Step> {
     Vec::new()
 }
 
-/// Every gate, in the SPEC's order; density, which only `--copies` adds, where
+/// Every gate, in the order of `GateName::sequence`; density, which only `--copies` adds, where
 /// `GateName::sequence` puts it.
 #[rustfmt::skip]
 pub const GATES: [Def; 11] = [

@@ -83,7 +83,7 @@ pub fn firewall_step(prog: &str, inner: &[&str], pid: impl std::fmt::Display) ->
 }
 
 /// CRIU locks the network while it dumps; with criu 3.17.1 and the nftables lock the lock's
-/// drop table outlives the restore (FIELD-NOTES). Checks a restored copy's firewall for anything
+/// drop table outlives the restore (seen with criu 3.17.1). Checks a restored copy's firewall for anything
 /// named after CRIU, with whichever of nft and iptables-save is installed.
 pub fn check_no_network_lock_left(ctx: &Ctx, g: &mut GateBuilder, pid: i32) {
     let mut seen = Vec::new();

@@ -1,22 +1,29 @@
-//! Guest mode: mmdebstrap `--mode=root` inside a QEMU guest booted from the pinned bookworm image,
-//! for a host where user namespaces are blocked and fakechroot cannot run the suite (its glibc is
-//! newer than the host's). The host's own mmdebstrap script, the apt pins and the files the hooks
-//! upload go in over the SSH session; the tarball streams back on the command's standard output,
-//! and the hook outputs and mmdebstrap's log are read back after it. Everything else (the index,
-//! the lock check, genext2fs, the initrd, the manifest) stays on the host, unchanged.
+//! The image builder's VM (guest mode): mmdebstrap `--mode=root` inside a guest booted from the
+//! pinned bookworm image, for a host where user namespaces are blocked and fakechroot cannot run
+//! the suite (its glibc is newer than the host's). The guest is a `vm::Session` like a vm-run's,
+//! with the outbound network; image builds get it injected as their [`GuestBuilder`]. The host's
+//! own mmdebstrap script, the apt pins and the files the hooks upload go in over the session; the
+//! tarball streams back on the command's standard output, and the hook outputs and mmdebstrap's
+//! log are read back after it. Everything else (the index, the lock check, genext2fs, the
+//! initrd, the manifest) stays on the host, in image/.
 
-use super::builder::{mmdebstrap_cmd, BuildPlan, WorkPaths};
-use super::definition::{ImageDir, PID1_FILE, SSHD_CONFIG_FILE};
-use super::exec::{self, Cmd, Progress};
-use super::lock::Lock;
-use super::mode::{self, BuilderMode};
-use super::{BuildOptions, ImageEntry};
-use crate::run::{self, boot};
-use crate::ssh::{self, Guest};
-use crate::vm::{self, qemu, AccelChoice};
+use crate::cmd::Cmd;
+use crate::image::builder::{mmdebstrap_cmd, BuildPlan, WorkPaths};
+use crate::image::definition::{ImageDir, PID1_FILE, SSHD_CONFIG_FILE};
+use crate::image::guest_builder::{GuestBuild, GuestBuilder, SharedGuestBuilder};
+use crate::image::lock::Lock;
+use crate::image::mode::{self, BuilderMode};
+use crate::image::{self, BuildOptions, ImageEntry};
+use crate::progress::Progress;
+use crate::vm::qemu::{Accel, Network};
+use crate::vm::session::{self, Bounds, SessionSpec, Start};
+use crate::vm::ssh::{self, Guest};
+use crate::vm::{AccelChoice, Event, GuestMedia, Session};
 use anyhow::{bail, Context, Result};
+use sharedos_report::signals;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The image the builder VM boots: one that fakechroot builds on any host whose glibc is no
@@ -54,7 +61,7 @@ pub fn guest_image_dir() -> PathBuf {
 }
 
 /// The most a build may take: a trixie build under TCG takes a few minutes.
-pub fn build_bound(accel: qemu::Accel) -> Duration {
+pub fn build_bound(accel: Accel) -> Duration {
     Duration::from_secs(600 * u64::from(accel.slowdown()))
 }
 
@@ -158,60 +165,92 @@ pub fn log_command() -> String {
     )
 }
 
-/// The builder VM's QEMU (everything but the accelerator, which the boot picks).
-pub fn builder_spec(
-    entry_dir: &Path,
-    vm_dir: &Path,
-    append: String,
-    port: u16,
-    sandbox: bool,
-) -> qemu::QemuSpec {
-    qemu::QemuSpec {
-        name: "sharedos-rig-builder".into(),
-        accel: qemu::Accel::Tcg,
-        memory_mib: MEMORY_MIB,
-        cpus: CPUS,
-        kernel: entry_dir.join(super::manifest::KERNEL_FILE),
-        initrd: entry_dir.join(super::manifest::INITRD_FILE),
-        overlay: vm_dir.join("overlay.qcow2"),
-        append,
-        serial_log: vm_dir.join("serial.log"),
-        ssh_port: port,
-        sandbox,
+/// The builder VM, under the accelerator its front end was asked for.
+#[derive(Debug, Clone, Copy)]
+pub struct BuilderVm {
+    pub accel: AccelChoice,
+}
+
+impl BuilderVm {
+    /// The builder for [`BuildOptions::guest_builder`].
+    pub fn shared(accel: AccelChoice) -> SharedGuestBuilder {
+        Arc::new(BuilderVm { accel })
     }
 }
 
-/// What `--plan` prints in place of the host's mmdebstrap line.
-pub fn plan_lines(plan: &BuildPlan) -> Vec<String> {
-    let vm_dir = plan.work.dir.join("builder-vm");
-    let entry = Path::new("<bookworm entry>");
-    let show = |c: Cmd| c.display();
-    let mut v = vec![
-        format!(
-            "# guest mode: the {BUILDER_IMAGE} image from this cache (built first when missing, by unshare or fakechroot) boots in QEMU; mmdebstrap runs as root in it"
-        ),
-        show(boot::keygen_cmd(&vm_dir)),
-        show(boot::overlay_cmd(&entry.join("disk.img"), &vm_dir)),
-    ];
-    let spec = builder_spec(
-        entry,
-        &vm_dir,
-        format!(
-            "{} sharedos.authorized_key=<run key>",
-            super::kernel_cmdline()
-        ),
-        0,
-        vm::sandbox_available(),
-    );
-    v.push(format!(
-        "{}   (-accel kvm -cpu host instead when /dev/kvm works)",
-        show(qemu::builder_cmd(&spec))
-    ));
+impl GuestBuilder for BuilderVm {
+    fn mmdebstrap(
+        &self,
+        plan: &BuildPlan,
+        progress: &Progress,
+        message: &dyn Fn(&str),
+    ) -> Result<GuestBuild> {
+        build(self.accel, plan, progress, message)
+    }
+
+    fn plan_lines(&self, plan: &BuildPlan) -> Vec<String> {
+        plan_lines(self.accel, plan)
+    }
+}
+
+/// The builder VM's session: more memory for the tmpfs, the outbound network, its logs in the
+/// build's work directory.
+pub fn spec(accel: AccelChoice, logs: &Path) -> SessionSpec {
+    SessionSpec {
+        name: "sharedos-rig-builder".into(),
+        accel,
+        memory_mib: MEMORY_MIB,
+        cpus: CPUS,
+        network: Network::Outbound,
+        logs: logs.to_path_buf(),
+        keep: false,
+        start: Start::Cold,
+    }
+}
+
+/// Where the builder VM's console and QEMU log go.
+fn logs_dir(plan: &BuildPlan) -> PathBuf {
+    plan.work.dir.join("builder-vm")
+}
+
+/// What `--plan` prints in place of the host's mmdebstrap line: the session, then what runs
+/// over it.
+pub fn plan_lines(accel: AccelChoice, plan: &BuildPlan) -> Vec<String> {
+    let mut v = vec![format!(
+        "# guest mode: the {BUILDER_IMAGE} image from this cache (built first when missing, by unshare or fakechroot) boots in QEMU; mmdebstrap runs as root in it"
+    )];
+    v.extend(session_plan_lines(accel, plan));
     v.push(
         "# then over one SSH session to 127.0.0.1:<free port>, host key pinned from the console:"
             .into(),
     );
-    v.push(prep_command("<host epoch seconds>"));
+    v.extend(over_ssh_plan_lines(plan));
+    v
+}
+
+/// The builder VM's session, from the session's own plan.
+fn session_plan_lines(accel: AccelChoice, plan: &BuildPlan) -> Vec<String> {
+    let entry = Path::new("<bookworm entry>");
+    let media = GuestMedia {
+        kernel: entry.join("vmlinuz"),
+        initrd: entry.join("initrd.img"),
+        disk: entry.join("disk.img"),
+    };
+    let p = session::plan(&spec(accel, &logs_dir(plan)), &media);
+    let mut v = vec![p.keygen.display(), p.overlay.display()];
+    for (_, when, cmd) in &p.qemu {
+        let when = match when.is_empty() {
+            true => String::new(),
+            false => format!("   ({when})"),
+        };
+        v.push(format!("{}{when}", cmd.display()));
+    }
+    v
+}
+
+/// The scratch, the uploads, mmdebstrap, its log and the hook outputs read back.
+fn over_ssh_plan_lines(plan: &BuildPlan) -> Vec<String> {
+    let mut v = vec![prep_command("<host epoch seconds>")];
     let scripts = host_scripts().unwrap_or_else(|_| {
         SCRIPTS
             .iter()
@@ -241,33 +280,44 @@ pub fn plan_lines(plan: &BuildPlan) -> Vec<String> {
     v
 }
 
-/// What the manifest records about the builder VM.
-pub struct GuestBuild {
-    /// `bookworm <image sha256> under tcg`.
-    pub builder: String,
-}
-
 /// Runs mmdebstrap in the builder VM: the tarball lands at `plan.work.tarball` and the hook
 /// outputs where the host build reads them.
-pub fn mmdebstrap(
+fn build(
+    accel: AccelChoice,
     plan: &BuildPlan,
     progress: &Progress,
     message: &dyn Fn(&str),
 ) -> Result<GuestBuild> {
     let scripts = host_scripts()?;
     let entry = builder_entry(plan, progress)?;
-    let vm_dir = plan.work.dir.join("builder-vm");
+    let logs = logs_dir(plan);
     {
         use std::os::unix::fs::DirBuilderExt;
         std::fs::DirBuilder::new()
             .mode(0o700)
-            .create(&vm_dir)
-            .with_context(|| format!("creating {}", vm_dir.display()))?;
+            .create(&logs)
+            .with_context(|| format!("creating {}", logs.display()))?;
     }
-    let (booted, guest) = boot_builder(&entry, &vm_dir, progress)
-        .with_context(|| format!("booting the builder VM (its logs: {})", vm_dir.display()))?;
-    let accel = booted.accel;
-    let b = run::bounds(accel);
+    let mut sink = |e: &Event| progress.note(&format!("builder VM {}", e.line()));
+    let session = Session::open(&spec(accel, &logs), &GuestMedia::of(&entry), &mut sink)
+        .with_context(|| format!("booting the builder VM (its logs: {})", logs.display()))?;
+    let guest = session.guest();
+    let b = session.bounds();
+    send_inputs(guest, plan, &scripts, b)?;
+    run_mmdebstrap(guest, plan, session.accel(), b, progress, message)?;
+    read_back(guest, plan)?;
+    let builder = format!(
+        "{BUILDER_IMAGE} {} under {}",
+        entry.manifest.image_sha256,
+        session.accel().as_str()
+    );
+    session.end(&mut sink);
+    Ok(GuestBuild { builder })
+}
+
+/// Stage "inputs": the scratch tmpfs and the clock, then the scripts, the pins and the guest
+/// files the hooks upload.
+fn send_inputs(guest: &Guest, plan: &BuildPlan, scripts: &[PathBuf], b: Bounds) -> Result<()> {
     // The uploads are small, but TCG guests answer slowly under load.
     guest.set_timeout(b.ssh * 4);
     let now = std::time::SystemTime::now()
@@ -282,12 +332,24 @@ pub fn mmdebstrap(
             prep.output.trim()
         );
     }
-    for (local, remote, mode) in uploads(plan, &scripts) {
+    for (local, remote, mode) in uploads(plan, scripts) {
         guest
             .upload(&local, &remote, mode)
             .with_context(|| format!("copying {} into the builder VM", local.display()))?;
     }
+    Ok(())
+}
 
+/// Stage "mmdebstrap": the tarball streamed to the host within the build's bound, then the end
+/// of mmdebstrap's log appended to the build's log.
+fn run_mmdebstrap(
+    guest: &Guest,
+    plan: &BuildPlan,
+    accel: Accel,
+    b: Bounds,
+    progress: &Progress,
+    message: &dyn Fn(&str),
+) -> Result<()> {
     let line = run_command(&guest_mmdebstrap_cmd(plan));
     let mut log = std::fs::OpenOptions::new()
         .create(true)
@@ -295,21 +357,23 @@ pub fn mmdebstrap(
         .open(&plan.work.log)
         .with_context(|| format!("opening log {}", plan.work.log.display()))?;
     writeln!(log, "$ (in the builder VM) {line}").ok();
+    progress.note("builder VM: running mmdebstrap in the guest");
     let max = plan.image.definition.disk_size_mib << 21;
-    let deadline = Instant::now() + build_bound(accel);
     let started = Instant::now();
-    let status = guest.exec_to_file(&line, &plan.work.tarball, max, deadline, &mut |n| {
-        message(&format!(
-            "tarball {} MiB after {:.0} s",
-            n >> 20,
-            started.elapsed().as_secs_f64()
-        ))
-    });
-    guest.set_timeout(b.ssh);
-    let said = guest
-        .exec(&log_command())
-        .map(|r| r.output)
-        .unwrap_or_else(|e| format!("(could not read mmdebstrap's log in the builder VM: {e:#})"));
+    let status = guest.exec_to_file(
+        &line,
+        &plan.work.tarball,
+        max,
+        started + build_bound(accel),
+        &mut |n| {
+            message(&format!(
+                "tarball {} MiB after {:.0} s",
+                n >> 20,
+                started.elapsed().as_secs_f64()
+            ))
+        },
+    );
+    let said = guest_log(guest, b);
     writeln!(log, "{said}").ok();
     let status = status.context("running mmdebstrap in the builder VM")?;
     if status != 0 {
@@ -322,6 +386,23 @@ pub fn mmdebstrap(
     if let Some(peak) = said.lines().rev().find(|l| l.starts_with("tmpfs peak:")) {
         progress.note(&format!("builder VM {peak}"));
     }
+    Ok(())
+}
+
+/// The end of mmdebstrap's log in the guest, or why it could not be read.
+fn guest_log(guest: &Guest, b: Bounds) -> String {
+    if let Some(sig) = signals::interrupted() {
+        return format!("(mmdebstrap's log in the builder VM was not read: {sig} arrived)");
+    }
+    guest.set_timeout(b.ssh);
+    guest
+        .exec(&log_command())
+        .map(|r| r.output)
+        .unwrap_or_else(|e| format!("(could not read mmdebstrap's log in the builder VM: {e:#})"))
+}
+
+/// Stage "read back": the hook outputs the host build reads.
+fn read_back(guest: &Guest, plan: &BuildPlan) -> Result<()> {
     for (remote, local) in downloads(plan) {
         let r = guest.exec(&format!("cat {remote}"))?;
         if r.status != 0 {
@@ -334,16 +415,7 @@ pub fn mmdebstrap(
         std::fs::write(&local, r.output.as_bytes())
             .with_context(|| format!("writing {}", local.display()))?;
     }
-    drop(guest);
-    let mut booted = booted;
-    booted.qemu.stop();
-    Ok(GuestBuild {
-        builder: format!(
-            "{BUILDER_IMAGE} {} under {}",
-            entry.manifest.image_sha256,
-            accel.as_str()
-        ),
-    })
+    Ok(())
 }
 
 /// The builder VM's image from the cache, built first when missing. It must not need guest mode
@@ -358,16 +430,16 @@ fn builder_entry(plan: &BuildPlan, progress: &Progress) -> Result<ImageEntry> {
     o.images_dir = Some(images_dir.to_path_buf());
     o.cache_dir = Some(plan.cache_root.clone());
     o.mirror = Some(plan.mirror.clone());
-    if let Some(e) = super::cached_entry(&o)? {
+    if let Some(e) = image::cached_entry(&o)? {
         return Ok(e);
     }
-    let image = ImageDir::load(images_dir, BUILDER_IMAGE).with_context(|| {
+    let builder_image = ImageDir::load(images_dir, BUILDER_IMAGE).with_context(|| {
         format!("guest mode boots the {BUILDER_IMAGE} image, so it must be in the images directory")
     })?;
-    let lock = std::fs::read_to_string(image.lock_path())
+    let lock = std::fs::read_to_string(builder_image.lock_path())
         .ok()
         .and_then(|t| Lock::parse(&t).ok());
-    let glibc = mode::image_glibc(&image.definition.suite, lock.as_ref());
+    let glibc = mode::image_glibc(&builder_image.definition.suite, lock.as_ref());
     let (m, why) = mode::choose_mode(None, glibc.as_ref());
     if m == BuilderMode::Guest {
         bail!(
@@ -381,69 +453,13 @@ fn builder_entry(plan: &BuildPlan, progress: &Progress) -> Result<ImageEntry> {
         m.as_str()
     ));
     o.mode = Some(m);
-    super::ensure_image_with(&o, &Progress::plain("image"))
+    image::ensure_image_with(&o, &Progress::plain("image"))
         .with_context(|| format!("building the builder VM's image {BUILDER_IMAGE}"))
-}
-
-/// Key, overlay, QEMU with the builder's network, the console's ready line, the SSH login.
-fn boot_builder(
-    entry: &ImageEntry,
-    vm_dir: &Path,
-    progress: &Progress,
-) -> Result<(vm::Booted, Guest)> {
-    for c in [
-        boot::keygen_cmd(vm_dir),
-        boot::overlay_cmd(&entry.disk(), vm_dir),
-    ] {
-        exec::capture(&c)?;
-    }
-    let key = vm_dir.join("id_ed25519");
-    let pubkey = std::fs::read_to_string(vm_dir.join("id_ed25519.pub"))
-        .context("reading the builder VM's public key")?;
-    let append = boot::kernel_append(&pubkey)?;
-    let sandbox = vm::sandbox_available();
-    let qemu_log = vm_dir.join("qemu.log");
-    let mut attempt = 0;
-    loop {
-        attempt += 1;
-        let port = boot::free_port()?;
-        let spec = builder_spec(&entry.dir, vm_dir, append.clone(), port, sandbox);
-        let argv_for = |accel| {
-            qemu::builder_cmd(&qemu::QemuSpec {
-                accel,
-                ..spec.clone()
-            })
-        };
-        let mut booted = vm::boot_cmd(
-            AccelChoice::Auto,
-            &argv_for,
-            &spec.serial_log,
-            &qemu_log,
-            false,
-            &mut |s| progress.note(&format!("builder VM {s}")),
-        )?;
-        let b = run::bounds(booted.accel);
-        match vm::wait_ready(&mut booted, &spec.serial_log, b.boot) {
-            Ok(state) => {
-                let host_key = state
-                    .host_key
-                    .context("the builder VM said it is ready but printed no host key")?;
-                let guest = Guest::connect(port, &host_key, &key, b.ssh)
-                    .context("opening the SSH session to the builder VM")?;
-                return Ok((booted, guest));
-            }
-            // Another process took the port between our probe and QEMU's bind.
-            Err(_) if attempt < 3 && vm::log_tail(&qemu_log).contains("hostfwd") => continue,
-            Err(e) => return Err(e),
-        }
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::image::builder::WorkPaths;
-    use crate::image::definition::ImageDir;
 
     fn plan() -> BuildPlan {
         let images = Path::new(env!("CARGO_MANIFEST_DIR")).join("images");
@@ -456,6 +472,7 @@ mod tests {
             work: WorkPaths::new(Path::new("/c/tmp/k.1")),
             cache_root: "/c".into(),
             lock: None,
+            guest_builder: None,
         }
     }
 
@@ -546,7 +563,7 @@ mod tests {
 
     #[test]
     fn plan_shows_the_builder_vm_with_its_open_network() {
-        let all = plan_lines(&plan()).join("\n");
+        let all = plan_lines(AccelChoice::Auto, &plan()).join("\n");
         for w in [
             "ssh-keygen",
             "qemu-img create",

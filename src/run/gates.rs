@@ -1,11 +1,11 @@
-//! Session: one SSH login pinned to the host key the console announced, the gate binary copied in
-//! and checked, the guest clock set, then the gates, their progress shown line by line within one
-//! deadline.
+//! Gates: over the run's session, the gate binary copied in and checked, the guest clock set,
+//! then the gates, their progress shown line by line within one deadline.
 
-use super::boot::Vm;
-use super::{provenance, Bounds, Observed, VmRunOptions, GUEST_GATE, GUEST_REPORT_DIR, GUEST_WORK};
+use super::{
+    provenance, Bounds, Event, Observed, VmRunOptions, GUEST_GATE, GUEST_REPORT_DIR, GUEST_WORK,
+};
 use crate::escape::line as one_line;
-use crate::ssh::Guest;
+use crate::vm::ssh::Guest;
 use anyhow::{bail, Context, Result};
 use sharedos_report::digest;
 use sharedos_report::report::REPORT_FILE;
@@ -40,16 +40,6 @@ pub fn diagnose_argv(step: Duration, extra: &[String]) -> Vec<String> {
 /// the emulated RTC).
 pub fn prep_command(epoch_seconds: &str) -> String {
     format!("sha256sum {GUEST_GATE} && date -u -s @{epoch_seconds} >/dev/null")
-}
-
-pub fn connect(vm: &Vm, obs: &mut Observed) -> Result<Guest> {
-    super::progress().note(&format!(
-        "guest ready; host key {}; connecting",
-        vm.host_key
-    ));
-    let guest = Guest::connect(vm.port, &vm.host_key, &vm.key, vm.bounds().ssh);
-    obs.phase("boot_to_ssh", vm.started);
-    guest.context("opening the SSH session to the guest")
 }
 
 /// Copies the gate binary in and checks its sha256 there; sets the guest clock.
@@ -89,27 +79,11 @@ pub fn copy(guest: &Guest, opts: &VmRunOptions, obs: &mut Observed) -> Result<()
 pub fn gates(guest: &Guest, opts: &VmRunOptions, b: Bounds, obs: &mut Observed) -> Result<()> {
     let t = Instant::now();
     let argv = diagnose_argv(b.guest_step, &opts.diagnose_args);
-    super::progress().note(&format!("gates: {}", shell_words(&argv)));
-    let mut kept = 0usize;
-    let mut dropped = 0usize;
-    let transcript = &mut obs.transcript;
-    let ran = guest.exec_lines(&shell_words(&argv), t + b.gates, MAX_LINE, &mut |line| {
-        if line.starts_with("gate ") {
-            super::progress().note(&format!("  {}", one_line(line)));
-        }
-        if kept + line.len() < MAX_TRANSCRIPT {
-            kept += line.len() + 1;
-            transcript.push(line.to_string());
-        } else {
-            dropped += 1;
-        }
+    obs.send(Event::Gates {
+        command: shell_words(&argv),
     });
+    let ran = diagnose(guest, &shell_words(&argv), t + b.gates, obs);
     obs.phase("gates", t);
-    if dropped > 0 {
-        obs.transcript.push(format!(
-            "[sharedos-rig: {dropped} more lines dropped; the transcript keeps {MAX_TRANSCRIPT} bytes]"
-        ));
-    }
     digest::replace_in_report(
         &obs.report_dir,
         TRANSCRIPT_FILE,
@@ -136,6 +110,32 @@ pub fn gates(guest: &Guest, opts: &VmRunOptions, b: Bounds, obs: &mut Observed) 
     let meminfo = guest.exec(MEMINFO)?;
     provenance::guest_memory(&mut obs.vm, &meminfo.output);
     Ok(())
+}
+
+/// Runs the diagnostic's `command` until `deadline`: each `gate ` line is sent as it comes, and
+/// the transcript keeps the output up to [`MAX_TRANSCRIPT`] bytes, then says how much it dropped.
+fn diagnose(guest: &Guest, command: &str, deadline: Instant, obs: &mut Observed) -> Result<i32> {
+    let mut kept = 0usize;
+    let mut dropped = 0usize;
+    let ran = guest.exec_lines(command, deadline, MAX_LINE, &mut |line| {
+        if line.starts_with("gate ") {
+            obs.send(Event::Gate {
+                line: line.to_string(),
+            });
+        }
+        if kept + line.len() < MAX_TRANSCRIPT {
+            kept += line.len() + 1;
+            obs.transcript.push(line.to_string());
+        } else {
+            dropped += 1;
+        }
+    });
+    if dropped > 0 {
+        obs.transcript.push(format!(
+            "[sharedos-rig: {dropped} more lines dropped; the transcript keeps {MAX_TRANSCRIPT} bytes]"
+        ));
+    }
+    ran
 }
 
 #[cfg(test)]

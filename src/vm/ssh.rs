@@ -1,13 +1,40 @@
 //! One SSH session per run (a handshake costs 1.6-1.8 s under TCG): the guest's host key pinned
-//! from the fingerprint its PID 1 printed on the serial console, login with a per-run key.
+//! from the fingerprint its PID 1 printed on the serial console, login with a per-run key. Every
+//! wait on the guest has a deadline and looks for an interrupt at least every [`POLL`] or so.
 
 use anyhow::{bail, Context, Result};
 use sharedos_report::digest::base64;
+use sharedos_report::signals;
 use ssh2::{ExtendedData, HashType, Session};
+use std::cell::Cell;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::time::{Duration, Instant};
+
+/// The longest one blocking read waits before it looks for an interrupt again. libssh2 counts
+/// its timeout in whole seconds, so a look can come up to a second later than this.
+pub const POLL: Duration = Duration::from_millis(500);
+
+/// Fails naming the signal when one arrived while `command` ran.
+fn check_interrupt(command: &str) -> Result<()> {
+    match signals::interrupted() {
+        Some(sig) => bail!(
+            "interrupted by {sig} while `{}` ran in the guest",
+            shown(command)
+        ),
+        None => Ok(()),
+    }
+}
+
+/// A guest command as messages name it: a long one (a whole build's shell line) cut short.
+fn shown(command: &str) -> String {
+    const MAX: usize = 160;
+    match command.char_indices().nth(MAX) {
+        Some((at, _)) => format!("{} ...", &command[..at]),
+        None => command.to_string(),
+    }
+}
 
 /// `SHA256:<unpadded base64>`, as `ssh-keygen -lf` prints a key's fingerprint.
 pub fn fingerprint(sha256: &[u8]) -> String {
@@ -34,6 +61,8 @@ pub struct Guest {
     session: Session,
     /// The fingerprint the session was pinned to.
     pub host_key: String,
+    /// The bound of each blocking call, and of a short command as a whole.
+    timeout: Cell<Duration>,
 }
 
 pub struct ExecResult {
@@ -72,7 +101,8 @@ impl Guest {
             .with_context(|| format!("TCP connect to {addr}"))?;
         let mut session = Session::new().context("creating an SSH session")?;
         session.set_tcp_stream(tcp);
-        session.set_timeout(60_000);
+        let timeout = Duration::from_secs(60);
+        session.set_timeout(millis(timeout));
         session.handshake().context("SSH handshake")?;
         let seen = session
             .host_key_hash(HashType::Sha256)
@@ -92,13 +122,15 @@ impl Guest {
         Ok(Guest {
             session,
             host_key: seen,
+            timeout: Cell::new(timeout),
         })
     }
 
-    /// Bounds every blocking call; a guest that stops answering fails the run instead of hanging it.
+    /// Bounds every blocking call, and a short command ([`Guest::exec`]) as a whole; a guest
+    /// that stops answering fails the run instead of hanging it.
     pub fn set_timeout(&self, t: Duration) {
-        self.session
-            .set_timeout(t.as_millis().min(u32::MAX as u128) as u32);
+        self.timeout.set(t);
+        self.session.set_timeout(millis(t));
     }
 
     fn start(&self, command: &str, stderr: ExtendedData) -> Result<ssh2::Channel> {
@@ -109,29 +141,30 @@ impl Guest {
         ch.handle_extended_data(stderr)
             .context("setting how the channel treats standard error")?;
         ch.exec(command)
-            .with_context(|| format!("starting `{command}` in the guest"))?;
+            .with_context(|| format!("starting `{}` in the guest", shown(command)))?;
         Ok(ch)
     }
 
     fn finish(mut ch: ssh2::Channel, command: &str) -> Result<i32> {
         ch.wait_close()
-            .with_context(|| format!("closing the channel of `{command}`"))?;
+            .with_context(|| format!("closing the channel of `{}`", shown(command)))?;
         ch.exit_status()
-            .with_context(|| format!("reading the exit status of `{command}`"))
+            .with_context(|| format!("reading the exit status of `{}`", shown(command)))
     }
 
     /// Runs a short command; its output (standard error merged in, so no stream can fill while
     /// the other is read) is kept up to `MAX_SHORT_OUTPUT` bytes.
+    /// Within the timeout as a whole (see [`Guest::set_timeout`]).
     pub fn exec(&self, command: &str) -> Result<ExecResult> {
         let mut ch = self.start(command, ExtendedData::Merge)?;
+        let deadline = Instant::now() + self.timeout.get();
         let mut out = Vec::new();
-        (&mut ch)
-            .take(MAX_SHORT_OUTPUT)
-            .read_to_end(&mut out)
-            .with_context(|| format!("reading the output of `{command}`"))?;
-        // Whatever is past the cap is drained unread, so the channel can close.
-        std::io::copy(&mut ch, &mut std::io::sink())
-            .with_context(|| format!("reading the output of `{command}`"))?;
+        // Whatever is past the cap is read and dropped, so the channel can close.
+        self.read_each(&mut ch, command, deadline, &mut |bytes| {
+            let room = (MAX_SHORT_OUTPUT as usize).saturating_sub(out.len());
+            out.extend_from_slice(&bytes[..bytes.len().min(room)]);
+            Ok(())
+        })?;
         let status = Self::finish(ch, command)?;
         Ok(ExecResult {
             status,
@@ -139,7 +172,34 @@ impl Guest {
         })
     }
 
-    /// One read of `command`'s output that gives up at `deadline`.
+    /// Reads `command`'s output to its end, handing each chunk to `on_bytes`; fails once
+    /// `deadline` passes or a signal arrives.
+    fn read_each(
+        &self,
+        ch: &mut ssh2::Channel,
+        command: &str,
+        deadline: Instant,
+        on_bytes: &mut dyn FnMut(&[u8]) -> Result<()>,
+    ) -> Result<()> {
+        let mut buf = vec![0u8; 1 << 16];
+        let read = loop {
+            match self.read_by(ch, command, deadline, &mut buf) {
+                Ok(0) => break Ok(()),
+                Ok(n) => {
+                    if let Err(e) = on_bytes(&buf[..n]) {
+                        break Err(e);
+                    }
+                }
+                Err(e) => break Err(e),
+            }
+        };
+        // read_by shortens the session's timeout for its own reads.
+        self.session.set_timeout(millis(self.timeout.get()));
+        read
+    }
+
+    /// One read of `command`'s output that gives up at `deadline` or on an interrupt. Each
+    /// blocking read waits at most [`POLL`], so the interrupt is seen while the guest is silent.
     fn read_by(
         &self,
         ch: &mut ssh2::Channel,
@@ -147,23 +207,27 @@ impl Guest {
         deadline: Instant,
         buf: &mut [u8],
     ) -> Result<usize> {
+        let late = || anyhow::anyhow!("`{}` was still running at its deadline", shown(command));
         loop {
+            check_interrupt(command)?;
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                bail!("`{command}` was still running at its deadline");
+                return Err(late());
             }
-            self.set_timeout(left.max(Duration::from_millis(1)));
+            self.session
+                .set_timeout(millis(left.min(POLL).max(Duration::from_millis(1))));
             match ch.read(buf) {
                 Ok(n) => return Ok(n),
-                // libssh2 measures its timeout from a whole-second clock, so it can give up to a
-                // second before our deadline: read again, and let the check above name it.
-                Err(e) if is_timeout(&e) && Instant::now() < deadline => continue,
-                Err(_) if Instant::now() >= deadline => {
-                    bail!("`{command}` was still running at its deadline")
-                }
+                // Nothing yet: look for the deadline and for an interrupt, and read again.
+                Err(e) if is_timeout(&e) => continue,
                 Err(e) => {
+                    // The watchdog ends QEMU on a signal, which breaks the read: name the signal.
+                    check_interrupt(command)?;
+                    if Instant::now() >= deadline {
+                        return Err(late());
+                    }
                     return Err(anyhow::Error::from(e)
-                        .context(format!("reading the output of `{command}`")))
+                        .context(format!("reading the output of `{}`", shown(command))));
                 }
             }
         }
@@ -181,14 +245,10 @@ impl Guest {
     ) -> Result<i32> {
         let mut ch = self.start(command, ExtendedData::Merge)?;
         let mut lines = LineSplitter::new(max_line);
-        let mut buf = [0u8; 8192];
-        loop {
-            let n = self.read_by(&mut ch, command, deadline, &mut buf)?;
-            if n == 0 {
-                break;
-            }
-            lines.push(&buf[..n], on_line);
-        }
+        self.read_each(&mut ch, command, deadline, &mut |bytes| {
+            lines.push(bytes, on_line);
+            Ok(())
+        })?;
         lines.finish(on_line);
         Self::finish(ch, command)
     }
@@ -220,25 +280,24 @@ impl Guest {
                 .with_context(|| format!("creating {}", local.display()))?,
         );
         let mut ch = self.start(command, ExtendedData::Ignore)?;
-        let mut buf = vec![0u8; 1 << 16];
         let mut total = 0u64;
         let mut told = 0u64;
-        loop {
-            let n = self.read_by(&mut ch, command, deadline, &mut buf)?;
-            if n == 0 {
-                break;
-            }
-            total += n as u64;
+        self.read_each(&mut ch, command, deadline, &mut |bytes| {
+            total += bytes.len() as u64;
             if total > max {
-                bail!("`{command}` wrote more than {max} bytes; stopped reading it");
+                bail!(
+                    "`{}` wrote more than {max} bytes; stopped reading it",
+                    shown(command)
+                );
             }
-            out.write_all(&buf[..n])
+            out.write_all(bytes)
                 .with_context(|| format!("writing {}", local.display()))?;
             if total - told >= 16 << 20 {
                 told = total;
                 on_bytes(total);
             }
-        }
+            Ok(())
+        })?;
         out.flush()
             .with_context(|| format!("writing {}", local.display()))?;
         on_bytes(total);
@@ -252,18 +311,24 @@ impl Guest {
         let bytes = std::fs::read(local).with_context(|| format!("reading {}", local.display()))?;
         let command = upload_command(remote, mode);
         let mut ch = self.start(&command, ExtendedData::Merge)?;
-        ch.write_all(&bytes)
-            .with_context(|| format!("copying {} to {remote}", local.display()))?;
+        for chunk in bytes.chunks(1 << 16) {
+            check_interrupt(&command)?;
+            ch.write_all(chunk)
+                .with_context(|| format!("copying {} to {remote}", local.display()))?;
+        }
         ch.send_eof().context("ending the copy")?;
         let mut said = Vec::new();
-        (&mut ch)
-            .take(MAX_SHORT_OUTPUT)
-            .read_to_end(&mut said)
-            .with_context(|| format!("reading the output of `{command}`"))?;
+        let deadline = Instant::now() + self.timeout.get();
+        self.read_each(&mut ch, &command, deadline, &mut |b| {
+            let room = (MAX_SHORT_OUTPUT as usize).saturating_sub(said.len());
+            said.extend_from_slice(&b[..b.len().min(room)]);
+            Ok(())
+        })?;
         let status = Self::finish(ch, &command)?;
         if status != 0 {
             bail!(
-                "`{command}` exited {status}: {}",
+                "`{}` exited {status}: {}",
+                shown(&command),
                 String::from_utf8_lossy(&said).trim()
             );
         }
@@ -274,12 +339,17 @@ impl Guest {
 /// What a short guest command may print that the rig keeps.
 pub const MAX_SHORT_OUTPUT: u64 = 1 << 20;
 
-/// The guest side of `Guest::upload`.
 /// libssh2's own timeout, as its channel reads report it.
 fn is_timeout(e: &std::io::Error) -> bool {
     e.kind() == std::io::ErrorKind::TimedOut
 }
 
+/// A duration as libssh2's timeout, which counts milliseconds in a u32.
+fn millis(t: Duration) -> u32 {
+    t.as_millis().min(u32::MAX as u128) as u32
+}
+
+/// The guest side of `Guest::upload`.
 pub fn upload_command(remote: &str, mode: u32) -> String {
     format!("cat > {remote}.part && chmod {mode:o} {remote}.part && mv -f {remote}.part {remote}")
 }
@@ -292,6 +362,9 @@ pub struct Stream {
 
 impl Read for Stream {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if let Err(e) = check_interrupt(&self.command) {
+            return Err(std::io::Error::other(e.to_string()));
+        }
         self.ch.read(buf)
     }
 }
@@ -409,6 +482,14 @@ mod tests {
             assert!(s.pending.len() <= 8);
         }
         assert_eq!(n, 1);
+    }
+
+    #[test]
+    fn messages_cut_a_long_command_short() {
+        assert_eq!(shown("uname -r"), "uname -r");
+        let long = "x".repeat(10_000);
+        assert_eq!(shown(&long).len(), 164);
+        assert!(shown(&"é".repeat(200)).ends_with("é ..."));
     }
 
     #[test]

@@ -1,0 +1,106 @@
+//! What a session tells its client as it goes: typed values sent to a sink the client gives.
+//! The client records what it needs from them (the report's accelerator and its reason, the
+//! QEMU line, the timings) and prints each one's line through its progress: nothing in vm/
+//! prints.
+
+use super::qemu::Accel;
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// The accelerator QEMU runs under, and why (a failed KVM attempt included).
+    Accel { accel: Accel, reason: String },
+    /// QEMU started under that accelerator; `argv` is its line, `port` the host's end of the
+    /// forward to the guest's sshd.
+    Booting {
+        pid: u32,
+        port: u16,
+        argv: Vec<String>,
+    },
+    /// QEMU could not bind `port` (another process took it after it was found free): booting
+    /// again on another.
+    PortRetry { port: u16, attempt: u32 },
+    /// The guest's init said it is ready and announced its host key.
+    Ready { host_key: String },
+    /// One SSH session, pinned to that host key and logged in; `after` counts from QEMU's
+    /// first start (the KVM probe, a port retry and the guest's boot included).
+    LoggedIn { after: Duration },
+    /// `--keep-vm` at the end of a session that reached it: QEMU keeps running.
+    Kept {
+        pid: u32,
+        port: u16,
+        key: PathBuf,
+        host_key: String,
+        run_dir: PathBuf,
+    },
+    /// `--keep-vm`, but a signal arrived: QEMU was ended anyway.
+    NotKept { signal: String },
+}
+
+/// Where a session's events go.
+pub type Sink<'a> = &'a mut dyn FnMut(&Event);
+
+impl Event {
+    /// The event as a progress line.
+    pub fn line(&self) -> String {
+        match self {
+            Event::Accel { accel, reason } => format!("accelerator: {} ({reason})", accel.as_str()),
+            Event::Booting { pid, port, .. } => {
+                format!("booting (QEMU pid {pid}, ssh port {port}) ...")
+            }
+            Event::PortRetry { port, attempt } => {
+                format!("port {port} was taken; retrying with another (attempt {attempt})")
+            }
+            Event::Ready { host_key } => format!("guest ready; host key {host_key}; connecting"),
+            Event::LoggedIn { after } => format!(
+                "logged in over SSH {:.1} s after QEMU's start",
+                after.as_secs_f64()
+            ),
+            Event::Kept {
+                pid,
+                port,
+                key,
+                host_key,
+                run_dir,
+            } => format!(
+                "--keep-vm: QEMU pid {pid} keeps running; ssh -i {} -p {port} -o StrictHostKeyChecking=no root@127.0.0.1 (host key {host_key}); run dir {}",
+                key.display(),
+                run_dir.display()
+            ),
+            Event::NotKept { signal } => format!("--keep-vm: not kept, {signal} arrived"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_say_what_happened() {
+        let e = Event::Accel {
+            accel: Accel::Tcg,
+            reason: "forced with --accel tcg".into(),
+        };
+        assert_eq!(e.line(), "accelerator: tcg (forced with --accel tcg)");
+        let e = Event::Booting {
+            pid: 7,
+            port: 40022,
+            argv: vec!["qemu-system-x86_64".into()],
+        };
+        assert_eq!(e.line(), "booting (QEMU pid 7, ssh port 40022) ...");
+        let e = Event::Kept {
+            pid: 7,
+            port: 40022,
+            key: "/tmp/r/id_ed25519".into(),
+            host_key: "SHA256:x".into(),
+            run_dir: "/tmp/r".into(),
+        };
+        assert!(
+            e.line().contains("ssh -i /tmp/r/id_ed25519 -p 40022"),
+            "{}",
+            e.line()
+        );
+    }
+}

@@ -1,0 +1,581 @@
+//! `Session`: everything from a QEMU start to a pinned, logged-in SSH session, and the end of
+//! that QEMU on every path. The run directory (mode 0700) with the client key and the overlay;
+//! a free port, and another when QEMU says the forward's port was taken; the accelerator; the
+//! ready line and the host key pinned from the console; the watchdog; "QEMU said: ..." on a
+//! failed boot; `--keep-vm`. vm-run, vm-exec, the image builder's VM and the bench all open
+//! guests through here; a spec says what differs between them.
+//!
+//! How the guest comes up is one value of [`Start`], so that another way (a resume from a
+//! snapshot) changes the stages that differ and adds no second boot path.
+
+use super::accel::{self, AccelChoice, Logs, Started};
+use super::event::{Event, Sink};
+use super::qemu::{self, Accel, Network};
+use super::serial;
+use super::ssh::{self, Guest};
+use crate::cmd::{self, Cmd};
+use crate::image::contract::{self, ConsoleState};
+use crate::image::ImageEntry;
+use anyhow::{bail, Context, Result};
+use sharedos_report::signals;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// How the guest comes up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Start {
+    /// The image's kernel boots from a fresh overlay on its disk; the client key goes in on the
+    /// kernel command line.
+    Cold,
+}
+
+/// What differs between the sessions the rig opens.
+#[derive(Debug, Clone)]
+pub struct SessionSpec {
+    /// QEMU's `-name`.
+    pub name: String,
+    pub accel: AccelChoice,
+    pub memory_mib: u64,
+    pub cpus: u32,
+    pub network: Network,
+    /// Where the guest's console (`serial.log`) and QEMU's output (`qemu.log`) go.
+    pub logs: PathBuf,
+    /// `--keep-vm`: QEMU may outlive the rig, and stays when the client ends the session
+    /// having reached its end ([`Session::end`]) with no signal.
+    pub keep: bool,
+    pub start: Start,
+}
+
+impl SessionSpec {
+    pub fn serial_log(&self) -> PathBuf {
+        self.logs.join("serial.log")
+    }
+
+    pub fn qemu_log(&self) -> PathBuf {
+        self.logs.join("qemu.log")
+    }
+}
+
+/// The image's files a guest boots from.
+#[derive(Debug, Clone)]
+pub struct GuestMedia {
+    pub kernel: PathBuf,
+    pub initrd: PathBuf,
+    /// Only ever read: every session writes to an overlay of its own.
+    pub disk: PathBuf,
+}
+
+impl GuestMedia {
+    pub fn of(entry: &ImageEntry) -> GuestMedia {
+        GuestMedia {
+            kernel: entry.kernel(),
+            initrd: entry.initrd(),
+            disk: entry.disk(),
+        }
+    }
+}
+
+/// Bounds of a session that scale with the accelerator.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Bounds {
+    /// QEMU's start to the guest's ready line.
+    pub boot: Duration,
+    /// The SSH login, and each blocking SSH call after it unless the client says otherwise.
+    pub ssh: Duration,
+}
+
+pub fn bounds(accel: Accel) -> Bounds {
+    let k = u64::from(accel.slowdown());
+    Bounds {
+        boot: Duration::from_secs(45 * k),
+        ssh: Duration::from_secs(15 * k),
+    }
+}
+
+/// A few hex digits naming one run, for its directories and its QEMU.
+pub fn short_id() -> String {
+    sharedos_report::random::random_hex(3).unwrap_or_else(|_| format!("{:06x}", std::process::id()))
+}
+
+/// A free loopback port. Another process may take it before QEMU binds it; the session retries
+/// with a new port when QEMU says so.
+pub fn free_port() -> Result<u16> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").context("finding a free loopback port")?;
+    Ok(l.local_addr()?.port())
+}
+
+/// The session's private scratch (client key, overlay): mode 0700, removed at the end unless
+/// the VM is kept.
+struct RunDir {
+    path: PathBuf,
+    keep: bool,
+}
+
+impl RunDir {
+    fn create() -> Result<RunDir> {
+        use std::os::unix::fs::DirBuilderExt;
+        let path = std::env::temp_dir().join(format!(
+            "sharedos-rig-run-{}-{}",
+            std::process::id(),
+            short_id()
+        ));
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&path)
+            .with_context(|| format!("creating the run directory {}", path.display()))?;
+        Ok(RunDir { path, keep: false })
+    }
+}
+
+impl Drop for RunDir {
+    fn drop(&mut self) {
+        if !self.keep {
+            let _ = std::fs::remove_dir_all(&self.path);
+        }
+    }
+}
+
+/// The client key in the run directory.
+pub fn key_path(run_dir: &Path) -> PathBuf {
+    run_dir.join("id_ed25519")
+}
+
+/// The session's client key, made fresh.
+pub fn keygen_cmd(run_dir: &Path) -> Cmd {
+    ssh::keygen_cmd(&key_path(run_dir))
+}
+
+/// The session's overlay on the image's disk.
+pub fn overlay_cmd(disk: &Path, run_dir: &Path) -> Cmd {
+    qemu::overlay_cmd(disk, &run_dir.join("overlay.qcow2"))
+}
+
+/// The kernel command line: the image's own plus the key parameter.
+pub fn kernel_append(key_param: &str) -> String {
+    format!("{} {key_param}", contract::kernel_cmdline())
+}
+
+/// What a QEMU line holds that exists only once a session is under way; the plan shows
+/// placeholders for it.
+#[derive(Debug, Clone)]
+pub struct Instance {
+    pub run_dir: PathBuf,
+    pub append: String,
+    pub port: u16,
+    pub sandbox: bool,
+}
+
+/// The session's QEMU under `accel`.
+pub fn qemu_cmd(spec: &SessionSpec, media: &GuestMedia, inst: &Instance, accel: Accel) -> Cmd {
+    qemu::qemu_cmd(&qemu::QemuSpec {
+        name: spec.name.clone(),
+        accel,
+        memory_mib: spec.memory_mib,
+        cpus: spec.cpus,
+        kernel: media.kernel.clone(),
+        initrd: media.initrd.clone(),
+        overlay: inst.run_dir.join("overlay.qcow2"),
+        append: inst.append.clone(),
+        serial_log: spec.serial_log(),
+        ssh_port: inst.port,
+        network: spec.network,
+        sandbox: inst.sandbox,
+    })
+}
+
+/// The commands a session runs, as the plan prints them.
+pub struct SessionPlan {
+    pub keygen: Cmd,
+    pub overlay: Cmd,
+    /// The QEMU line under each accelerator the choice may try, in order, with when it runs.
+    pub qemu: Vec<(Accel, String, Cmd)>,
+    /// Whether this QEMU has `-sandbox`.
+    pub sandbox: bool,
+}
+
+/// What opening a session would run, from the same builders, with placeholders for the run
+/// directory, the key and the port.
+pub fn plan(spec: &SessionSpec, media: &GuestMedia) -> SessionPlan {
+    let run_dir = PathBuf::from("<run dir>");
+    let inst = Instance {
+        append: kernel_append(&format!("{}<run key>", contract::AUTHORIZED_KEY)),
+        port: 0,
+        sandbox: super::sandbox_available(),
+        run_dir: run_dir.clone(),
+    };
+    SessionPlan {
+        keygen: keygen_cmd(&run_dir),
+        overlay: overlay_cmd(&media.disk, &run_dir),
+        qemu: spec
+            .accel
+            .tries()
+            .into_iter()
+            .map(|a| (a, spec.accel.when(a), qemu_cmd(spec, media, &inst, a)))
+            .collect(),
+        sandbox: inst.sandbox,
+    }
+}
+
+/// A guest that said it is ready, with one SSH session logged in and pinned to the host key its
+/// console announced. Dropping it ends QEMU and removes the run directory.
+pub struct Session {
+    guest: Guest,
+    qemu: super::process::QemuProcess,
+    accel: Accel,
+    port: u16,
+    host_key: String,
+    run_dir: RunDir,
+    keep: bool,
+}
+
+impl Session {
+    /// Opens a session: key and overlay, QEMU, the ready line, the SSH login. Every failure
+    /// ends what was started; a failed boot says what QEMU said.
+    pub fn open(spec: &SessionSpec, media: &GuestMedia, sink: Sink) -> Result<Session> {
+        // Whoever opens a session, Ctrl-C and SIGTERM reach the waits below as a flag, and the
+        // watchdog ends QEMU on it, instead of killing the rig before it cleans up.
+        signals::install().context("installing signal handlers")?;
+        let run_dir = RunDir::create()?;
+        let key_param = prepare(spec.start, media, &run_dir.path)?;
+        let up = boot(spec, media, &run_dir.path, &key_param, sink)?;
+        let guest = login(&up, &key_path(&run_dir.path), sink)?;
+        Ok(Session {
+            guest,
+            qemu: up.started.qemu,
+            accel: up.started.accel,
+            port: up.port,
+            host_key: up.host_key,
+            run_dir,
+            keep: spec.keep,
+        })
+    }
+
+    pub fn guest(&self) -> &Guest {
+        &self.guest
+    }
+
+    pub fn accel(&self) -> Accel {
+        self.accel
+    }
+
+    pub fn bounds(&self) -> Bounds {
+        bounds(self.accel)
+    }
+
+    /// The client reached its end: under `--keep-vm` QEMU and the run directory stay and the way
+    /// in is sent; otherwise, or when a signal arrived, QEMU is ended.
+    pub fn end(mut self, sink: Sink) {
+        match (self.keep, signals::interrupted()) {
+            (true, None) => {
+                self.qemu.keep();
+                self.run_dir.keep = true;
+                sink(&Event::Kept {
+                    pid: self.qemu.pid,
+                    port: self.port,
+                    key: key_path(&self.run_dir.path),
+                    host_key: self.host_key.clone(),
+                    run_dir: self.run_dir.path.clone(),
+                });
+            }
+            (true, Some(sig)) => sink(&Event::NotKept {
+                signal: sig.to_string(),
+            }),
+            (false, _) => {}
+        }
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        // QEMU first: the SSH session then closes on a dead socket at once instead of waiting
+        // on a guest that may have stopped answering.
+        if !self.run_dir.keep {
+            self.qemu.stop();
+        }
+    }
+}
+
+/// Stage "key and disk": the client key, and the overlay the guest writes to. Returns the key
+/// parameter for the guest.
+fn prepare(start: Start, media: &GuestMedia, run_dir: &Path) -> Result<String> {
+    cmd::capture(&keygen_cmd(run_dir))
+        .context("making the session's SSH key (ssh-keygen comes with openssh-client)")?;
+    let public = std::fs::read_to_string(key_path(run_dir).with_extension("pub"))
+        .context("reading the session's public key")?;
+    match start {
+        Start::Cold => {
+            cmd::capture(&overlay_cmd(&media.disk, run_dir))
+                .context("making the session's overlay (qemu-img comes with qemu-utils)")?;
+            contract::authorized_key_param(&public)
+        }
+    }
+}
+
+/// A QEMU whose guest said it is ready.
+struct Up {
+    started: Started,
+    port: u16,
+    host_key: String,
+    /// QEMU's first start, the KVM probe included.
+    since: Instant,
+}
+
+/// How many ports a boot tries when QEMU finds each one taken.
+const PORT_ATTEMPTS: u32 = 3;
+
+/// Stage "boot": QEMU on a free port under the chosen accelerator, until the guest's ready line;
+/// another port when QEMU says the one it got was taken meanwhile.
+fn boot(
+    spec: &SessionSpec,
+    media: &GuestMedia,
+    run_dir: &Path,
+    key_param: &str,
+    sink: Sink,
+) -> Result<Up> {
+    let since = Instant::now();
+    let mut inst = Instance {
+        run_dir: run_dir.to_path_buf(),
+        append: match spec.start {
+            Start::Cold => kernel_append(key_param),
+        },
+        port: 0,
+        sandbox: super::sandbox_available(),
+    };
+    let qemu_log = spec.qemu_log();
+    for attempt in 1..=PORT_ATTEMPTS {
+        inst.port = free_port()?;
+        let mut started = start_qemu(spec, media, &inst, sink)?;
+        match ready(&mut started, spec, sink) {
+            Ok(host_key) => {
+                return Ok(Up {
+                    started,
+                    port: inst.port,
+                    host_key,
+                    since,
+                })
+            }
+            Err(_) if attempt < PORT_ATTEMPTS && port_taken(&qemu_log) => sink(&Event::PortRetry {
+                port: inst.port,
+                attempt: attempt + 1,
+            }),
+            Err(e) => return Err(with_qemu_said(e, &qemu_log)),
+        }
+    }
+    unreachable!("the last attempt returns")
+}
+
+/// QEMU for `inst` under the accelerator the spec's choice gets through to.
+fn start_qemu(
+    spec: &SessionSpec,
+    media: &GuestMedia,
+    inst: &Instance,
+    sink: Sink,
+) -> Result<Started> {
+    let (serial_log, qemu_log) = (spec.serial_log(), spec.qemu_log());
+    let logs = Logs {
+        serial: &serial_log,
+        qemu: &qemu_log,
+    };
+    let cmd_for = |accel| qemu_cmd(spec, media, inst, accel);
+    let started = accel::start(spec.accel, &cmd_for, logs, spec.keep, sink)?;
+    sink(&Event::Booting {
+        pid: started.qemu.pid,
+        port: inst.port,
+        argv: started.cmd.argv.clone(),
+    });
+    Ok(started)
+}
+
+/// The guest's ready line, within the accelerator's bound: the host key it announced.
+fn ready(started: &mut Started, spec: &SessionSpec, sink: Sink) -> Result<String> {
+    let limit = bounds(started.accel).boot;
+    let console = wait_ready(started, &spec.serial_log(), limit)?;
+    let host_key = console
+        .host_key
+        .context("the guest said it is ready but printed no host key")?;
+    sink(&Event::Ready {
+        host_key: host_key.clone(),
+    });
+    Ok(host_key)
+}
+
+/// Whether QEMU could not set up the port forward: another process took the port between our
+/// probe and QEMU's bind.
+fn port_taken(qemu_log: &Path) -> bool {
+    serial::log_tail(qemu_log).contains("hostfwd")
+}
+
+/// A failed boot's error, with the end of what QEMU itself printed.
+fn with_qemu_said(e: anyhow::Error, qemu_log: &Path) -> anyhow::Error {
+    let said = sharedos_report::text::tail(&serial::log_tail(qemu_log), 5, 1500);
+    if said.is_empty() {
+        e
+    } else {
+        e.context(format!("QEMU said: {said}"))
+    }
+}
+
+/// Waits until the guest's PID 1 says it is ready, QEMU exits, the guest reports an error, a
+/// signal arrives, or `timeout` passes.
+fn wait_ready(started: &mut Started, serial_log: &Path, timeout: Duration) -> Result<ConsoleState> {
+    let since = Instant::now();
+    loop {
+        let s = serial::read(serial_log);
+        if !s.errors.is_empty() {
+            bail!(
+                "the guest's init reported: {}; serial console tail:\n{}",
+                s.errors.join("; "),
+                serial::tail(serial_log, 15)
+            );
+        }
+        if let Some(p) = &s.panic {
+            bail!("the guest kernel panicked: {p}");
+        }
+        if s.ready {
+            if s.host_key.is_none() {
+                bail!("the guest said it is ready but printed no SHA256 host key fingerprint");
+            }
+            return Ok(s);
+        }
+        if let Some(how) = started.qemu.exited() {
+            bail!(
+                "QEMU exited ({how}) before the guest was ready; serial console tail:\n{}",
+                serial::tail(serial_log, 15)
+            );
+        }
+        if since.elapsed() >= timeout {
+            bail!(
+                "the guest was not ready within {} s under {} (no {} on the serial console); tail:\n{}",
+                timeout.as_secs(),
+                started.accel.as_str(),
+                contract::MARK_READY,
+                serial::tail(serial_log, 15)
+            );
+        }
+        if let Some(sig) = signals::interrupted() {
+            bail!("interrupted by {sig} while the guest was booting");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Stage "login": one SSH session, pinned to the host key the console announced.
+fn login(up: &Up, key: &Path, sink: Sink) -> Result<Guest> {
+    let guest = Guest::connect(up.port, &up.host_key, key, bounds(up.started.accel).ssh)
+        .context("opening the SSH session to the guest")?;
+    sink(&Event::LoggedIn {
+        after: up.since.elapsed(),
+    });
+    Ok(guest)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(network: Network, accel: AccelChoice) -> SessionSpec {
+        SessionSpec {
+            name: "sharedos-rig-ab12".into(),
+            accel,
+            memory_mib: 1024,
+            cpus: 2,
+            network,
+            logs: "/r".into(),
+            keep: false,
+            start: Start::Cold,
+        }
+    }
+
+    fn media() -> GuestMedia {
+        GuestMedia {
+            kernel: "/c/vmlinuz".into(),
+            initrd: "/c/initrd.img".into(),
+            disk: "/c/disk.img".into(),
+        }
+    }
+
+    #[test]
+    fn append_carries_the_key_without_spaces() {
+        let param = contract::authorized_key_param(
+            "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIE1 sharedos-rig\n",
+        )
+        .unwrap();
+        let a = kernel_append(&param);
+        assert!(a.ends_with("sharedos.authorized_key=ssh-ed25519,AAAAC3NzaC1lZDI1NTE5AAAAIE1"));
+        assert!(a.starts_with(&contract::kernel_cmdline()));
+    }
+
+    #[test]
+    fn the_plan_is_the_sessions_own_lines() {
+        let s = spec(Network::Restricted, AccelChoice::Auto);
+        let p = plan(&s, &media());
+        assert_eq!(
+            p.keygen.display(),
+            "ssh-keygen -q -t ed25519 -N '' -C sharedos-rig -f '<run dir>/id_ed25519'"
+        );
+        assert_eq!(
+            p.overlay.display(),
+            "qemu-img create -q -f qcow2 -F raw -b /c/disk.img '<run dir>/overlay.qcow2'"
+        );
+        let accels: Vec<Accel> = p.qemu.iter().map(|(a, _, _)| *a).collect();
+        assert_eq!(accels, [Accel::Kvm, Accel::Tcg]);
+        let tcg = &p.qemu[1].2.argv;
+        let inst = Instance {
+            run_dir: "<run dir>".into(),
+            append: kernel_append("sharedos.authorized_key=<run key>"),
+            port: 0,
+            sandbox: p.sandbox,
+        };
+        assert_eq!(*tcg, qemu_cmd(&s, &media(), &inst, Accel::Tcg).argv);
+        assert!(tcg.contains(&"file:/r/serial.log".to_string()));
+        assert!(tcg.contains(
+            &"file=<run dir>/overlay.qcow2,if=virtio,format=qcow2,cache=unsafe".to_string()
+        ));
+    }
+
+    #[test]
+    fn the_network_is_the_specs() {
+        let inst = Instance {
+            run_dir: "/t".into(),
+            append: String::new(),
+            port: 2222,
+            sandbox: false,
+        };
+        let line = |n| qemu_cmd(&spec(n, AccelChoice::Tcg), &media(), &inst, Accel::Tcg).argv;
+        assert!(line(Network::Restricted)
+            .contains(&"user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:2222-:22".to_string()));
+        assert!(line(Network::Outbound)
+            .contains(&"user,id=n0,hostfwd=tcp:127.0.0.1:2222-:22".to_string()));
+    }
+
+    #[test]
+    fn a_taken_port_is_told_from_other_failures() {
+        let d = std::env::temp_dir().join(format!("session-port-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        let log = d.join("qemu.log");
+        std::fs::write(
+            &log,
+            "qemu-system-x86_64: -netdev user,id=n0,hostfwd=tcp:127.0.0.1:4-:22: Could not set up host forwarding rule 'tcp:127.0.0.1:4-:22'\n",
+        )
+        .unwrap();
+        assert!(port_taken(&log));
+        let e = with_qemu_said(anyhow::anyhow!("QEMU exited"), &log);
+        assert!(
+            format!("{e:#}").contains("QEMU said: qemu-system-x86_64: -netdev"),
+            "{e:#}"
+        );
+        std::fs::write(
+            &log,
+            "qemu-system-x86_64: cannot set up guest memory 'pc.ram'\n",
+        )
+        .unwrap();
+        assert!(!port_taken(&log));
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn tcg_bounds_are_wider() {
+        let (k, t) = (bounds(Accel::Kvm), bounds(Accel::Tcg));
+        assert!(t.boot > k.boot && t.ssh > k.ssh);
+    }
+}
