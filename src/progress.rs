@@ -3,6 +3,9 @@
 //! lines otherwise (stdout is for the result a caller captures, e.g. `dir=$(...)`). The phases
 //! below it send typed events; their front ends turn each into a line and print it here.
 
+// The one place this crate prints (clippy.toml disallows the print macros elsewhere).
+#![allow(clippy::disallowed_macros)]
+
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal;
 use std::time::{Duration, Instant};
@@ -41,7 +44,11 @@ impl Progress {
         println!("{line}");
     }
 
-    /// The job's own failure, as the last word before its exit code.
+    /// A block the person waiting reads whole (a table), on standard error like the notes.
+    pub fn block(&self, text: &str) {
+        eprint!("{text}");
+    }
+
     /// The job's own failure, as the last word before its exit code, in the one format every
     /// command prints errors in (`escape::error_chain`: escaped, one `caused by:` per cause).
     pub fn error(&self, e: &anyhow::Error) {

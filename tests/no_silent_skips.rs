@@ -2,8 +2,9 @@
 //! `CI` it fails with the reason, elsewhere it skips and says so on stderr. Shown on this very test
 //! binary, re-run as an unprivileged user.
 
-// Tests start the binaries and system tools as a user would: std's Command is theirs to use.
-#![allow(clippy::disallowed_methods)]
+// Tests start the binaries and system tools as a user would, and say what they skip: std's
+// Command and print macros are theirs to use.
+#![allow(clippy::disallowed_methods, clippy::disallowed_macros)]
 
 mod common;
 

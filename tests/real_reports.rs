@@ -6,8 +6,9 @@
 //! As any user but root the tests print a loud SKIPPED line and pass, or fail when `CI` is set:
 //! the diagnostic needs root.
 
-// Tests start the binaries and system tools as a user would: std's Command is theirs to use.
-#![allow(clippy::disallowed_methods)]
+// Tests start the binaries and system tools as a user would, and say what they skip: std's
+// Command and print macros are theirs to use.
+#![allow(clippy::disallowed_methods, clippy::disallowed_macros)]
 
 mod common;
 use sharedos_report::digest;

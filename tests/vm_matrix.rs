@@ -9,8 +9,9 @@
 //!
 //! Minutes, so `#[ignore]`d in a plain `cargo test`; CI runs it with `--include-ignored`.
 
-// Tests start the binaries and system tools as a user would: std's Command is theirs to use.
-#![allow(clippy::disallowed_methods)]
+// Tests start the binaries and system tools as a user would, and say what they skip: std's
+// Command and print macros are theirs to use.
+#![allow(clippy::disallowed_methods, clippy::disallowed_macros)]
 
 mod common;
 

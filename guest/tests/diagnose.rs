@@ -1,8 +1,9 @@
 //! The real diagnostic on this machine: real namespaces, Xvfb, xterm and criu. Needs root; as
 //! any other user the tests say so loudly and check only what an unprivileged run must do.
 
-// Tests start the binaries and system tools as a user would: std's Command is theirs to use.
-#![allow(clippy::disallowed_methods)]
+// Tests start the binaries and system tools as a user would, and say what they skip: std's
+// Command and print macros are theirs to use.
+#![allow(clippy::disallowed_methods, clippy::disallowed_macros)]
 
 use sharedos_gate::probe;
 use sharedos_report::digest::sha256_file;

@@ -142,7 +142,7 @@ pub fn vm_matrix_with(
 ) -> i32 {
     match run(opts, build) {
         Ok((dir, code)) => {
-            println!("{}", dir.display());
+            progress().result(&dir.display().to_string());
             code
         }
         Err(e) => {
@@ -404,7 +404,7 @@ pub fn finish(
             command_line: opts.command_line.clone(),
         },
     )?;
-    eprint!("{}", super::render::text(&m));
+    progress().block(&super::render::text(&m));
     Ok((plan.dir.clone(), m.exit_code))
 }
 

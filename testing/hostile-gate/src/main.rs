@@ -3,6 +3,9 @@
 //! else it writes is a well-formed report, so that the attack alone decides what the rig does.
 //! tests/hostile_guest.rs runs it through the real vm-run.
 
+// A stand-in for the guest, whose printing is what it attacks with.
+#![allow(clippy::disallowed_macros)]
+
 use sharedos_report::digest;
 use sharedos_report::report::{Check, Environment, Gate, GateName, Report, Status, SCHEMA_VERSION};
 use std::path::{Path, PathBuf};
