@@ -475,7 +475,7 @@ fn a_backports_kernel_is_locked_from_its_suite() {
     let text = std::fs::read_to_string(&path).unwrap();
     let lock = Lock::parse(&text).unwrap();
     assert_eq!(lock.suite, "bookworm");
-    assert_eq!(lock.extra_suite.as_deref(), Some("bookworm-backports"));
+    assert_eq!(lock.extra_suites, ["bookworm-backports"]);
     assert!(
         text.contains("\nextra-suite bookworm-backports\n"),
         "{text}"

@@ -54,7 +54,8 @@ fn p(path: &Path) -> String {
 }
 
 /// The mmdebstrap invocation. `work.pins` holds apt preferences that keep every package at its
-/// locked version; for `--update-lock` it is empty and apt takes what the mirror has. It is
+/// locked version; for `--update-lock` it holds only the extra suites' lower priority
+/// ([`index::extra_suite_preferences`]) and apt takes what the mirror has. It is
 /// installed and removed either way, because removing it leaves preferences.d with a new
 /// mtime: doing the same in both paths keeps their images identical. `guest_files` is the
 /// directory holding the guest files (images/base/, or where guest mode copied them).
@@ -134,7 +135,7 @@ pub fn mmdebstrap_cmd(
     a.push(mirror.to_string());
     // mmdebstrap appends each further MIRROR to the build's sources.list; one starting with
     // `deb ` is taken as it stands.
-    if let Some(extra) = &def.extra_suite {
+    for extra in def.extra_suite_names() {
         a.push(format!("deb {mirror} {extra} {}", def.components.join(" ")));
     }
     Cmd::new(a).env("SOURCE_DATE_EPOCH", &def.source_date_epoch.to_string())
@@ -344,7 +345,8 @@ fn check_against_index(plan: &BuildPlan, progress: &Progress) -> Result<index::S
                 lock.packages.len()
             ));
         }
-        None => std::fs::write(&work.pins, "").context("writing empty apt pins")?,
+        None => std::fs::write(&work.pins, index::extra_suite_preferences(def))
+            .context("writing apt's preferences for the extra suites")?,
     }
     drop(index_lock);
     st.finish();
@@ -356,19 +358,19 @@ fn check_against_index(plan: &BuildPlan, progress: &Progress) -> Result<index::S
 pub fn lock_fits_definition(lock: &Lock, def: &Definition, image: &str) -> Result<()> {
     if lock.suite == def.suite
         && lock.architecture == def.architecture
-        && lock.extra_suite == def.extra_suite
+        && lock.extra_suites == def.extra_suite_names()
     {
         return Ok(());
     }
-    let extra = |e: &Option<String>| e.as_deref().map(|e| format!(" + {e}")).unwrap_or_default();
+    let extra = |e: &[String]| e.iter().map(|e| format!(" + {e}")).collect::<String>();
     bail!(
         "the lock is for {}{} {}, the definition says {}{} {}: run \
          `cargo xtask image --image {image} --update-lock`",
         lock.suite,
-        extra(&lock.extra_suite),
+        extra(&lock.extra_suites),
         lock.architecture,
         def.suite,
-        extra(&def.extra_suite),
+        extra(&def.extra_suite_names()),
         def.architecture,
     )
 }
@@ -460,8 +462,8 @@ pub fn settle_lock(
         debs,
     )?;
     l.assign_suites(
-        def.extra_suite.as_deref(),
-        &def.extra_packages,
+        &def.extra_suite_names(),
+        &def.extra_packages(),
         &|k: &PkgKey| idx.suites_of(k),
     )?;
     let disagree = index::missing_pins(&l, idx);
@@ -630,6 +632,7 @@ fn read(path: &Path) -> Result<String> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::definition::ExtraSuite;
     use super::*;
 
     fn def() -> Definition {
@@ -729,8 +732,10 @@ mod tests {
             .iter()
             .any(|x| x.ends_with("printf '%s\\n' 'deb http://deb.debian.org/debian bookworm main' > \"$1/etc/apt/sources.list\"")));
         let mut d = def();
-        d.extra_suite = Some("bookworm-backports".into());
-        d.extra_packages = vec!["linux-image-cloud-amd64".into()];
+        d.extra_suites = vec![ExtraSuite {
+            suite: "bookworm-backports".into(),
+            packages: vec!["linux-image-cloud-amd64".into()],
+        }];
         let c = mmdebstrap_cmd(
             &d,
             Path::new("/i"),
@@ -754,6 +759,41 @@ mod tests {
             "printf '%s\\n' 'deb http://deb.debian.org/debian bookworm main' \
              'deb http://deb.debian.org/debian bookworm-backports main' > \"$1/etc/apt/sources.list\""
         )), "{:?}", c.argv);
+
+        // A second extra suite: one more source, in the build and in the image, and its
+        // packages named with their own suite.
+        d.extra_suites.push(ExtraSuite {
+            suite: "trixie".into(),
+            packages: vec!["criu".into()],
+        });
+        let c = mmdebstrap_cmd(
+            &d,
+            Path::new("/i"),
+            "http://snap/debian",
+            BuilderMode::Unshare,
+            &w,
+        );
+        assert_eq!(
+            &c.argv[c.argv.len() - 5..],
+            &[
+                "bookworm",
+                "/c/tmp/k.1/rootfs.tar",
+                "http://snap/debian",
+                "deb http://snap/debian bookworm-backports main",
+                "deb http://snap/debian trixie main"
+            ]
+        );
+        assert!(c.argv.contains(
+            &"--include=criu/trixie,xterm,linux-image-cloud-amd64/bookworm-backports".to_string()
+        ));
+        assert!(
+            c.argv.iter().any(|x| x.ends_with(
+                "'deb http://deb.debian.org/debian bookworm-backports main' \
+             'deb http://deb.debian.org/debian trixie main' > \"$1/etc/apt/sources.list\""
+            )),
+            "{:?}",
+            c.argv
+        );
     }
 
     #[test]
@@ -804,6 +844,81 @@ mod tests {
                 "./usr/lib/modules/6.1.0-50-cloud-amd64/modules.builtin",
                 "./usr/bin/busybox"
             ]
+        );
+    }
+
+    #[test]
+    fn an_unlocked_build_names_each_packages_suite_among_several() {
+        let mut d = def();
+        d.extra_suites = vec![
+            ExtraSuite {
+                suite: "bookworm-backports".into(),
+                packages: vec!["linux-image-cloud-amd64".into()],
+            },
+            ExtraSuite {
+                suite: "trixie".into(),
+                packages: vec!["criu".into()],
+            },
+        ];
+        let installed = [
+            key("criu", "4.1.1-1"),
+            key("libc6", "2.36-9"),
+            key("libnet1", "1.3-1"),
+            key("linux-image-6.12.1-cloud-amd64", "6.12.1-1~bpo12+1"),
+            key("linux-image-cloud-amd64", "6.12.1-1~bpo12+1"),
+        ];
+        let debs: DebHashes = installed
+            .iter()
+            .map(|k| (k.clone(), "a".repeat(64)))
+            .collect();
+        let mut idx = index::SuiteIndex {
+            debs: debs.clone(),
+            ..Default::default()
+        };
+        let mut put = |k: &PkgKey, suites: &[&str]| {
+            idx.suites
+                .insert(k.clone(), suites.iter().map(|s| s.to_string()).collect());
+        };
+        put(&installed[0], &["trixie"]);
+        put(&installed[1], &["bookworm", "bookworm-backports"]);
+        // A dependency only the later suites have: the first of them in the definition's order.
+        put(&installed[2], &["trixie", "bookworm-backports"]);
+        put(&installed[3], &["bookworm-backports"]);
+        put(&installed[4], &["bookworm-backports"]);
+        let s = settle_lock(&d, None, &installed, &debs, &idx).unwrap();
+        let suite = |n: &str| s.lock.get(n).unwrap().suite.clone();
+        assert_eq!(s.lock.extra_suites, ["bookworm-backports", "trixie"]);
+        assert_eq!(suite("criu"), "trixie");
+        assert_eq!(suite("libc6"), "bookworm");
+        assert_eq!(suite("libnet1"), "bookworm-backports");
+        assert_eq!(
+            suite("linux-image-6.12.1-cloud-amd64"),
+            "bookworm-backports"
+        );
+        assert!(lock_fits_definition(&s.lock, &d, "x").is_ok());
+        assert_eq!(Lock::parse(&s.lock.render("x")).unwrap(), s.lock);
+
+        // criu resolved to the main suite's: not the image the definition asks for.
+        idx.suites
+            .insert(installed[0].clone(), vec!["bookworm".into()]);
+        let e = settle_lock(&d, None, &installed, &debs, &idx)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("criu 4.1.1-1 came from bookworm, but the definition takes it from trixie"),
+            "{e}"
+        );
+
+        // A lock of the first extra suite only does not fit a definition of both.
+        let e = lock_fits_definition(&small_lock(Some("bookworm-backports")), &d, "x")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(
+                "the lock is for bookworm + bookworm-backports amd64, the definition says \
+                 bookworm + bookworm-backports + trixie amd64"
+            ),
+            "{e}"
         );
     }
 

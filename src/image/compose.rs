@@ -4,17 +4,21 @@
 //! are merged in that order:
 //!
 //! - a scalar key set by a later file replaces the earlier value;
-//! - an item of a list key (`package`, `component`, `extra_suite_package`, `dpkg_exclude`,
-//!   `dpkg_include`) is appended after the earlier items, and `key = !VALUE` removes the earlier
-//!   item `VALUE`. An item given twice, or a removal of an item no earlier file gives, is an
-//!   error: either would be a no-op that a reader takes for a change. `dpkg_exclude` and
-//!   `dpkg_include` share one list, because dpkg applies them in order.
+//! - an item of a list key (`package`, `component`, `extra_suite`, `extra_suite_package`,
+//!   `dpkg_exclude`, `dpkg_include`) is appended after the earlier items, and `key = !VALUE`
+//!   removes the earlier item `VALUE`. An item given twice, or a removal of an item no earlier
+//!   file gives, is an error: either would be a no-op that a reader takes for a change.
+//!   `dpkg_exclude` and `dpkg_include` share one list, because dpkg applies them in order.
+//! - an `extra_suite_package` names its suite as apt does, `NAME/SUITE`; a bare `NAME` is taken
+//!   from the one extra suite known once its file's own `extra_suite` lines are applied, and is
+//!   an error where there are none or several. So an image of one extra suite needs no suffix,
+//!   and an image inheriting it may add a second suite without touching its parent.
 //!
 //! Some keys belong to one level only: what makes an image itself (its suite, extra suite and
 //! parent) is never in the base, and what the rig assumes of every image (its architecture and
 //! mmdebstrap variant) is only in the base.
 
-use super::definition::Definition;
+use super::definition::{Definition, ExtraSuite};
 use anyhow::{bail, Context, Result};
 
 /// How many image files one image may be composed of, itself included (the base not counted).
@@ -32,9 +36,8 @@ pub enum Level {
     Whole,
 }
 
-const SCALAR_KEYS: [&str; 10] = [
+const SCALAR_KEYS: [&str; 9] = [
     "suite",
-    "extra_suite",
     "mirror",
     "architecture",
     "variant",
@@ -44,9 +47,10 @@ const SCALAR_KEYS: [&str; 10] = [
     "inodes",
     "inherit",
 ];
-const LIST_KEYS: [&str; 5] = [
+const LIST_KEYS: [&str; 6] = [
     "component",
     "package",
+    "extra_suite",
     "extra_suite_package",
     "dpkg_exclude",
     "dpkg_include",
@@ -265,6 +269,108 @@ struct Origin {
     line: usize,
 }
 
+/// The extra suites merged so far, in order.
+fn extra_suites_so_far<'a>(items: &'a [(&'static str, String, Origin)]) -> Vec<&'a str> {
+    items
+        .iter()
+        .filter(|(k, _, _)| *k == "extra_suite")
+        .map(|(_, v, _)| v.as_str())
+        .collect()
+}
+
+/// An `extra_suite_package` value as `NAME/SUITE`: given so, or a bare `NAME` bound to the one
+/// extra suite merged so far (its own file's included).
+fn bind_extra_package(
+    value: &str,
+    remove: bool,
+    items: &[(&'static str, String, Origin)],
+    here: &str,
+) -> Result<String> {
+    let bang = if remove { "!" } else { "" };
+    if let Some((name, suite)) = value.split_once('/') {
+        if name.is_empty() || suite.is_empty() || suite.contains('/') {
+            bail!(
+                "{here}: extra_suite_package = {bang}{value}: write NAME or NAME/SUITE, \
+                 e.g. criu/forky"
+            );
+        }
+        return Ok(value.to_string());
+    }
+    if remove {
+        // A removal takes away what is there: the one earlier item of that name, whichever
+        // suite it came with.
+        let there: Vec<&str> = items
+            .iter()
+            .filter(|(k, v, _)| {
+                *k == "extra_suite_package" && v.split_once('/').is_some_and(|(n, _)| n == value)
+            })
+            .map(|(_, v, _)| v.as_str())
+            .collect();
+        return match there.as_slice() {
+            [one] => Ok(one.to_string()),
+            [] => bail!(
+                "{here}: extra_suite_package = !{value} removes nothing: no earlier file gives \
+                 extra_suite_package = {value}"
+            ),
+            several => bail!(
+                "{here}: extra_suite_package = !{value}: it is taken from several suites ({}): \
+                 name the one, e.g. extra_suite_package = !{}",
+                several.join(", "),
+                several[0]
+            ),
+        };
+    }
+    match extra_suites_so_far(items).as_slice() {
+        [one] => Ok(format!("{value}/{one}")),
+        [] => bail!(
+            "{here}: extra_suite_package = {bang}{value} is given but extra_suite is not: name \
+             the suite it comes from (`extra_suite = SUITE`)"
+        ),
+        several => bail!(
+            "{here}: extra_suite_package = {bang}{value}: this image takes packages from \
+             several extra suites ({}): name the one, e.g. extra_suite_package = {bang}{value}/{}",
+            several.join(", "),
+            several[several.len() - 1]
+        ),
+    }
+}
+
+/// The merged extra suites, each with its packages in file order. A package naming a suite the
+/// image does not take packages from (never added, or removed since) is refused where it is.
+fn extra_suites(items: &[(&'static str, String, Origin)]) -> Result<Vec<ExtraSuite>> {
+    let mut out: Vec<ExtraSuite> = extra_suites_so_far(items)
+        .into_iter()
+        .map(|s| ExtraSuite {
+            suite: s.to_string(),
+            packages: Vec::new(),
+        })
+        .collect();
+    for (k, v, origin) in items {
+        if *k != "extra_suite_package" {
+            continue;
+        }
+        // Bound values always hold one `/` (see bind_extra_package).
+        let (name, suite) = v.split_once('/').unwrap_or((v.as_str(), ""));
+        match out.iter_mut().find(|e| e.suite == suite) {
+            Some(e) => e.packages.push(name.to_string()),
+            None => {
+                let known: Vec<&str> = out.iter().map(|e| e.suite.as_str()).collect();
+                bail!(
+                    "{}: extra_suite_package = {v}: {suite} is not an extra suite of this image \
+                     ({}): add `extra_suite = {suite}`, or take {name} from another",
+                    at(&origin.source, origin.line),
+                    if known.is_empty() {
+                        "it has none".to_string()
+                    } else {
+                        format!("they are {}", known.join(", "))
+                    }
+                );
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// Merges the files in order (see the module's rules) into a checked [`Definition`].
 pub fn compose(layers: &[Layer]) -> Result<Definition> {
     let mut scalars: Vec<(&'static str, String)> = Vec::new();
@@ -275,24 +381,32 @@ pub fn compose(layers: &[Layer]) -> Result<Definition> {
             scalars.retain(|(k, _)| *k != s.key);
             scalars.push((s.key, s.value.clone()));
         }
-        for it in &layer.items {
+        // The file's extra suites first, so that its bare package names bind to them whatever
+        // the order of its lines.
+        let (suites, rest): (Vec<&Item>, Vec<&Item>) =
+            layer.items.iter().partition(|it| it.key == "extra_suite");
+        for it in suites.into_iter().chain(rest) {
             let here = at(&layer.source, it.line);
+            let value = if it.key == "extra_suite_package" {
+                bind_extra_package(&it.value, it.remove, &items, &here)?
+            } else {
+                it.value.clone()
+            };
             let found = items
                 .iter()
-                .position(|(k, v, _)| *k == it.key && *v == it.value);
+                .position(|(k, v, _)| *k == it.key && *v == value);
             match (it.remove, found) {
                 (false, None) => items.push((
                     it.key,
-                    it.value.clone(),
+                    value.clone(),
                     Origin {
                         source: layer.source.clone(),
                         line: it.line,
                     },
                 )),
                 (false, Some(i)) => bail!(
-                    "{here}: {} = {} is already given at {}: delete one of them",
+                    "{here}: {} = {value} is already given at {}: delete one of them",
                     it.key,
-                    it.value,
                     at(&items[i].2.source, items[i].2.line)
                 ),
                 (true, Some(i)) => {
@@ -301,7 +415,6 @@ pub fn compose(layers: &[Layer]) -> Result<Definition> {
                 (true, None) => bail!(
                     "{here}: {key} = !{value} removes nothing: no earlier file gives {key} = {value}",
                     key = it.key,
-                    value = it.value
                 ),
             }
         }
@@ -346,8 +459,7 @@ pub fn compose(layers: &[Layer]) -> Result<Definition> {
         variant: need("variant")?,
         kernel_flavour: need("kernel_flavour")?,
         packages: list("package"),
-        extra_suite: get("extra_suite"),
-        extra_packages: list("extra_suite_package"),
+        extra_suites: extra_suites(&items)?,
         dpkg_filters: items
             .iter()
             .filter(|(k, _, _)| *k == "dpkg_exclude" || *k == "dpkg_include")
@@ -412,7 +524,7 @@ mod tests {
         assert_eq!(d.packages, ["criu", "xterm"]);
         assert_eq!(d.disk_size_mib, 1536);
         assert_eq!(d.inodes, 65536);
-        assert_eq!(d.extra_suite, None);
+        assert!(d.extra_suites.is_empty());
     }
 
     #[test]
@@ -550,8 +662,11 @@ mod tests {
             ),
         ];
         let d = compose_image(&files, "trixie-bpo-criu").unwrap();
-        assert_eq!(d.extra_suite.as_deref(), Some("trixie-backports"));
-        assert_eq!(d.extra_packages, ["linux-image-cloud-amd64", "criu"]);
+        assert_eq!(d.extra_suite_names(), ["trixie-backports"]);
+        assert_eq!(
+            d.extra_suites[0].packages,
+            ["linux-image-cloud-amd64", "criu"]
+        );
         assert_eq!(
             d.include_packages(),
             [
@@ -559,6 +674,184 @@ mod tests {
                 "xterm",
                 "linux-image-cloud-amd64/trixie-backports"
             ]
+        );
+    }
+
+    /// trixie-bpo and its child that takes criu from a second extra suite.
+    const TRIXIE_BPO: [(&str, &str); 2] = [
+        (
+            "trixie",
+            "suite = trixie
+",
+        ),
+        (
+            "trixie-bpo",
+            "inherit = trixie
+extra_suite = trixie-backports
+\
+             extra_suite_package = linux-image-cloud-amd64
+",
+        ),
+    ];
+
+    fn with_child(child: &str) -> Result<Definition> {
+        let mut files = TRIXIE_BPO.to_vec();
+        files.push(("child", child));
+        compose_image(&files, "child")
+    }
+
+    #[test]
+    fn a_child_may_add_a_second_extra_suite_with_its_own_packages() {
+        // The parent's bare name stays bound to the parent's one suite; the child's names theirs,
+        // in either order of its lines.
+        for child in [
+            "inherit = trixie-bpo\nextra_suite = forky\nextra_suite_package = criu/forky\n",
+            "inherit = trixie-bpo\nextra_suite_package = criu/forky\nextra_suite = forky\n",
+        ] {
+            let d = with_child(child).unwrap();
+            assert_eq!(d.suites(), ["trixie", "trixie-backports", "forky"]);
+            assert_eq!(d.extra_suite_of("criu"), Some("forky"));
+            assert_eq!(
+                d.extra_suite_of("linux-image-cloud-amd64"),
+                Some("trixie-backports")
+            );
+            assert_eq!(
+                d.include_packages(),
+                [
+                    "criu/forky",
+                    "xterm",
+                    "linux-image-cloud-amd64/trixie-backports"
+                ]
+            );
+            assert_eq!(
+                d.extra_packages(),
+                [
+                    (
+                        "linux-image-cloud-amd64".to_string(),
+                        "trixie-backports".to_string()
+                    ),
+                    ("criu".to_string(), "forky".to_string())
+                ]
+            );
+            // Rendered with every package's suite named, and read back to the same definition.
+            let text = d.render();
+            assert!(
+                text.contains(
+                    "suite = trixie\nextra_suite = trixie-backports\nextra_suite = forky\n\
+                     extra_suite_package = linux-image-cloud-amd64/trixie-backports\n\
+                     extra_suite_package = criu/forky\n"
+                ),
+                "{text}"
+            );
+            assert_eq!(Definition::parse(&text).unwrap(), d);
+        }
+        // A single extra suite named explicitly is the same definition as a bare name.
+        let d = with_child("inherit = trixie-bpo\nextra_suite_package = criu/trixie-backports\n")
+            .unwrap();
+        let bare = with_child("inherit = trixie-bpo\nextra_suite_package = criu\n").unwrap();
+        assert_eq!(d, bare);
+        assert!(d.render().contains("extra_suite_package = criu\n"));
+    }
+
+    #[test]
+    fn a_bare_package_among_several_extra_suites_is_refused_naming_them() {
+        let e = format!(
+            "{:#}",
+            with_child("inherit = trixie-bpo\nextra_suite = forky\nextra_suite_package = criu\n")
+                .unwrap_err()
+        );
+        assert!(
+            e.contains(
+                "images/child/image.conf line 3: extra_suite_package = criu: this image takes \
+                 packages from several extra suites (trixie-backports, forky): name the one, \
+                 e.g. extra_suite_package = criu/forky"
+            ),
+            "{e}"
+        );
+        // A suite the image does not have, a second suite for one package, an empty suite.
+        let e = format!(
+            "{:#}",
+            with_child("inherit = trixie-bpo\nextra_suite_package = criu/sid\n").unwrap_err()
+        );
+        assert!(
+            e.contains(
+                "images/child/image.conf line 2: extra_suite_package = criu/sid: sid is not an \
+                 extra suite of this image (they are trixie-backports): add `extra_suite = sid`"
+            ),
+            "{e}"
+        );
+        let e = with_child(
+            "inherit = trixie-bpo\nextra_suite = forky\n\
+             extra_suite_package = linux-image-cloud-amd64/forky\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("linux-image-cloud-amd64 is taken from two extra suites, trixie-backports and forky"),
+            "{e}"
+        );
+        let e = with_child("inherit = trixie-bpo\nextra_suite = forky\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(
+                "extra_suite = forky takes no package: add `extra_suite_package = NAME` lines, \
+                 e.g. extra_suite_package = linux-image-cloud-amd64/forky"
+            ),
+            "{e}"
+        );
+        let e = format!(
+            "{:#}",
+            with_child("inherit = trixie-bpo\nextra_suite = trixie-backports\n").unwrap_err()
+        );
+        assert!(e.contains("extra_suite = trixie-backports is already given at images/trixie-bpo/image.conf line 2"), "{e}");
+        for bad in ["criu/", "/forky", "criu/forky/x"] {
+            let e = format!(
+                "{:#}",
+                with_child(&format!(
+                    "inherit = trixie-bpo\nextra_suite = forky\nextra_suite_package = {bad}\n"
+                ))
+                .unwrap_err()
+            );
+            assert!(e.contains("write NAME or NAME/SUITE"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_child_may_move_a_package_or_drop_a_suite() {
+        // Move the kernel to forky: remove it (bare: the one item of that name) and add it anew.
+        let d = with_child(
+            "inherit = trixie-bpo\nextra_suite = forky\n\
+             extra_suite_package = !linux-image-cloud-amd64\n\
+             extra_suite_package = linux-image-cloud-amd64/forky\nextra_suite_package = criu/forky\n\
+             extra_suite = !trixie-backports\n",
+        )
+        .unwrap();
+        assert_eq!(d.suites(), ["trixie", "forky"]);
+        assert_eq!(
+            d.extra_suites[0].packages,
+            ["linux-image-cloud-amd64", "criu"]
+        );
+        // Dropping a suite whose package stays is refused where the package was named.
+        let e = format!(
+            "{:#}",
+            with_child("inherit = trixie-bpo\nextra_suite = !trixie-backports\n").unwrap_err()
+        );
+        assert!(
+            e.contains(
+                "images/trixie-bpo/image.conf line 3: extra_suite_package = \
+                 linux-image-cloud-amd64/trixie-backports: trixie-backports is not an extra suite \
+                 of this image (it has none)"
+            ),
+            "{e}"
+        );
+        let e = format!(
+            "{:#}",
+            with_child("inherit = trixie-bpo\nextra_suite_package = !criu\n").unwrap_err()
+        );
+        assert!(
+            e.contains("line 2: extra_suite_package = !criu removes nothing"),
+            "{e}"
         );
     }
 

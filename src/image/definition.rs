@@ -33,11 +33,9 @@ pub struct Definition {
     pub variant: String,
     pub kernel_flavour: String,
     pub packages: Vec<String>,
-    /// A second suite on the same mirror and components (e.g. `bookworm-backports`), from which
-    /// only `extra_packages` are taken; everything else still comes from `suite`.
-    pub extra_suite: Option<String>,
-    /// Packages taken from `extra_suite` (with whatever of their dependencies only it has).
-    pub extra_packages: Vec<String>,
+    /// Further suites on the same mirror and components (e.g. `bookworm-backports`), each with
+    /// the packages taken from it; everything else still comes from `suite`.
+    pub extra_suites: Vec<ExtraSuite>,
     /// dpkg path filters in file order: (is_include, glob).
     pub dpkg_filters: Vec<(bool, String)>,
     pub source_date_epoch: u64,
@@ -45,21 +43,50 @@ pub struct Definition {
     pub inodes: u64,
 }
 
+/// A suite besides the image's own, and the packages taken from it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExtraSuite {
+    pub suite: String,
+    /// Taken from `suite` (with whatever of their dependencies only it has), in file order.
+    pub packages: Vec<String>,
+}
+
 impl Definition {
+    /// The extra suite a package is taken from, if any.
+    pub fn extra_suite_of(&self, package: &str) -> Option<&str> {
+        self.extra_suites
+            .iter()
+            .find(|e| e.packages.iter().any(|p| p == package))
+            .map(|e| e.suite.as_str())
+    }
+
+    /// Every package taken from an extra suite, with that suite: (package, suite).
+    pub fn extra_packages(&self) -> Vec<(String, String)> {
+        self.extra_suites
+            .iter()
+            .flat_map(|e| e.packages.iter().map(|p| (p.clone(), e.suite.clone())))
+            .collect()
+    }
+
+    /// The extra suites' names, in order.
+    pub fn extra_suite_names(&self) -> Vec<String> {
+        self.extra_suites.iter().map(|e| e.suite.clone()).collect()
+    }
+
     /// The kernel meta package, e.g. `linux-image-cloud-amd64`.
     pub fn kernel_package(&self) -> String {
         format!("linux-image-{}", self.kernel_flavour)
     }
 
     /// The requested packages plus the kernel, in file order, without repeats. A package taken
-    /// from the extra suite is written `name/suite`, apt's way of choosing a package's suite (apt
+    /// from an extra suite is written `name/suite`, apt's way of choosing a package's suite (apt
     /// then takes from that suite the dependencies only it can satisfy).
     pub fn include_packages(&self) -> Vec<String> {
         let mut out: Vec<String> = Vec::new();
         for p in self.packages.iter().cloned().chain([self.kernel_package()]) {
-            let p = match &self.extra_suite {
-                Some(extra) if self.extra_packages.contains(&p) => format!("{p}/{extra}"),
-                _ => p,
+            let p = match self.extra_suite_of(&p) {
+                Some(extra) => format!("{p}/{extra}"),
+                None => p,
             };
             if !out.contains(&p) {
                 out.push(p);
@@ -77,10 +104,10 @@ impl Definition {
             .collect()
     }
 
-    /// Every suite the image takes packages from: `suite` first, then the extra one.
+    /// Every suite the image takes packages from: `suite` first, then the extra ones in order.
     pub fn suites(&self) -> Vec<String> {
         std::iter::once(self.suite.clone())
-            .chain(self.extra_suite.clone())
+            .chain(self.extra_suite_names())
             .collect()
     }
 
@@ -95,28 +122,47 @@ impl Definition {
         if self.components.is_empty() {
             bail!("no component given");
         }
-        match (&self.extra_suite, self.extra_packages.is_empty()) {
-            (None, false) => bail!(
-                "extra_suite_package is given but extra_suite is not: name the suite they come from"
-            ),
-            (Some(s), true) => bail!(
-                "extra_suite = {s} takes no package: add `extra_suite_package = NAME` lines, e.g. \
-                 extra_suite_package = {}",
-                self.kernel_package()
-            ),
-            (Some(s), false) if *s == self.suite => {
-                bail!("extra_suite = {s} is the image's own suite")
-            }
-            _ => {}
-        }
         let wanted = self.include_packages_plain();
-        for p in &self.extra_packages {
-            if !wanted.contains(p) {
-                bail!(
-                    "extra_suite_package = {p} is neither a `package` nor the kernel {}: \
-                     list it as a package too",
+        let several = self.extra_suites.len() > 1;
+        for (i, e) in self.extra_suites.iter().enumerate() {
+            let s = &e.suite;
+            if *s == self.suite {
+                bail!("extra_suite = {s} is the image's own suite");
+            }
+            if self.extra_suites[..i].iter().any(|x| x.suite == *s) {
+                bail!("extra_suite = {s} is given twice");
+            }
+            if e.packages.is_empty() {
+                // With one extra suite a bare name is enough; with several, each names its own.
+                let example = if several {
+                    format!("{}/{s}", self.kernel_package())
+                } else {
                     self.kernel_package()
+                };
+                bail!(
+                    "extra_suite = {s} takes no package: add `extra_suite_package = NAME` lines, \
+                     e.g. extra_suite_package = {example}"
                 );
+            }
+            for p in &e.packages {
+                if !wanted.contains(p) {
+                    bail!(
+                        "extra_suite_package = {p} is neither a `package` nor the kernel {}: \
+                         list it as a package too",
+                        self.kernel_package()
+                    );
+                }
+                if let Some(other) = self.extra_suites[..i]
+                    .iter()
+                    .find(|x| x.packages.contains(p))
+                {
+                    bail!(
+                        "{p} is taken from two extra suites, {} and {s}: keep one \
+                         (`extra_suite_package = !{p}/{}` removes the other)",
+                        other.suite,
+                        other.suite
+                    );
+                }
             }
         }
         if self.disk_size_mib < 256 {
@@ -141,11 +187,20 @@ impl Definition {
             out.push('\n');
         };
         put("suite", &self.suite);
-        if let Some(e) = &self.extra_suite {
-            put("extra_suite", e);
+        for e in &self.extra_suites {
+            put("extra_suite", &e.suite);
         }
-        for p in &self.extra_packages {
-            put("extra_suite_package", p);
+        // One extra suite: bare names, as every definition of one extra suite has always
+        // rendered (the cache keys of those images stay). Several: each names its suite.
+        let several = self.extra_suites.len() > 1;
+        for e in &self.extra_suites {
+            for p in &e.packages {
+                if several {
+                    put("extra_suite_package", &format!("{p}/{}", e.suite));
+                } else {
+                    put("extra_suite_package", p);
+                }
+            }
         }
         put("mirror", &self.mirror);
         for c in &self.components {
@@ -371,7 +426,7 @@ mod tests {
             "{SAMPLE}extra_suite = bookworm-backports\nextra_suite_package = linux-image-cloud-amd64\n"
         ))
         .unwrap();
-        assert_eq!(d.extra_suite.as_deref(), Some("bookworm-backports"));
+        assert_eq!(d.extra_suite_names(), ["bookworm-backports"]);
         assert_eq!(
             d.include_packages(),
             [
@@ -382,7 +437,10 @@ mod tests {
         );
         assert_eq!(d.suites(), ["bookworm", "bookworm-backports"]);
         assert_eq!(Definition::parse(SAMPLE).unwrap().suites(), ["bookworm"]);
-        assert!(Definition::parse(SAMPLE).unwrap().extra_packages.is_empty());
+        assert!(Definition::parse(SAMPLE)
+            .unwrap()
+            .extra_packages()
+            .is_empty());
 
         let e = Definition::parse(&format!("{SAMPLE}extra_suite_package = criu\n")).unwrap_err();
         assert!(e.to_string().contains("extra_suite is not"), "{e}");

@@ -207,6 +207,25 @@ pub fn pin_preferences(lock: &Lock) -> String {
     s
 }
 
+/// apt preferences for resolving a new lock: every extra suite at priority 100, below the main
+/// suite's 500, so that apt takes from an extra suite only the packages named `name/suite` and
+/// the dependencies only it can satisfy. Backports suites already have 100 from their Release
+/// file (NotAutomatic, ButAutomaticUpgrades), but an ordinary suite such as forky has 500: with
+/// it beside trixie, apt would otherwise take the newer forky version of nearly every package.
+/// Each suite is matched by codename and by archive name, so `forky`, `testing` and `sid` alike
+/// are caught. Empty for an image of one suite.
+pub fn extra_suite_preferences(def: &Definition) -> String {
+    let mut s = String::new();
+    for suite in def.extra_suite_names() {
+        for field in ["n", "a"] {
+            s.push_str(&format!(
+                "Package: *\nPin: release {field}={suite}\nPin-Priority: 100\n\n"
+            ));
+        }
+    }
+    s
+}
+
 /// The message for pins the mirror no longer has, saying how to go on.
 pub fn stale_pins_message(image: &str, mirror: &str, problems: &[String]) -> String {
     format!(
@@ -361,6 +380,36 @@ mod tests {
         assert_eq!(
             pin_preferences(&lock),
             "Package: linux-image-1-k\nPin: version 1:2\nPin-Priority: 1001\n\n"
+        );
+    }
+
+    #[test]
+    fn extra_suites_rank_below_the_main_suite_when_a_lock_is_resolved() {
+        let parse = |extra: &str| {
+            super::super::definition::Definition::parse(&format!(
+                "suite = trixie\n{extra}mirror = http://m\ncomponent = main\n\
+                 architecture = amd64\nvariant = apt\nkernel_flavour = cloud-amd64\n\
+                 package = criu\nsource_date_epoch = 1\ndisk_size_mib = 1024\n"
+            ))
+            .unwrap()
+        };
+        assert_eq!(extra_suite_preferences(&parse("")), "");
+        let d = parse(
+            "extra_suite = trixie-backports\nextra_suite = forky\n\
+             extra_suite_package = linux-image-cloud-amd64/trixie-backports\n\
+             extra_suite_package = criu/forky\n",
+        );
+        let p = extra_suite_preferences(&d);
+        assert_eq!(
+            p,
+            "Package: *\nPin: release n=trixie-backports\nPin-Priority: 100\n\n\
+             Package: *\nPin: release a=trixie-backports\nPin-Priority: 100\n\n\
+             Package: *\nPin: release n=forky\nPin-Priority: 100\n\n\
+             Package: *\nPin: release a=forky\nPin-Priority: 100\n\n"
+        );
+        assert!(
+            !p.contains("release n=trixie\n"),
+            "the main suite keeps its priority"
         );
     }
 

@@ -4,8 +4,8 @@
 //!
 //! The suite each package comes from: a lock of one suite names it once (`suite S`) and its
 //! package lines have five fields, as every lock written before extra suites existed; a lock
-//! whose image also takes packages from an extra suite has an `extra-suite S` line and names the
-//! suite at the end of every package line.
+//! whose image also takes packages from extra suites has one `extra-suite S` line per suite, in
+//! the definition's order, and names the suite at the end of every package line.
 
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
@@ -31,8 +31,9 @@ pub struct LockedPackage {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lock {
     pub suite: String,
-    /// The second suite some packages come from (e.g. `bookworm-backports`).
-    pub extra_suite: Option<String>,
+    /// The further suites some packages come from (e.g. `bookworm-backports`), in the
+    /// definition's order.
+    pub extra_suites: Vec<String>,
     pub architecture: String,
     pub kernel_release: String,
     /// Sorted by name; names are unique.
@@ -42,7 +43,7 @@ pub struct Lock {
 impl Lock {
     pub fn parse(text: &str) -> Result<Lock> {
         let mut suite = None;
-        let mut extra_suite = None;
+        let mut extra_suites: Vec<String> = Vec::new();
         let mut arch = None;
         let mut kernel = None;
         let mut packages: BTreeMap<String, LockedPackage> = BTreeMap::new();
@@ -55,7 +56,12 @@ impl Lock {
             let n = i + 1;
             match (f[0], f.len()) {
                 ("suite", 2) => suite = Some(f[1].to_string()),
-                ("extra-suite", 2) => extra_suite = Some(f[1].to_string()),
+                ("extra-suite", 2) => {
+                    if extra_suites.iter().any(|s| s == f[1]) {
+                        bail!("line {n}: extra-suite {} given twice", f[1]);
+                    }
+                    extra_suites.push(f[1].to_string());
+                }
                 ("architecture", 2) => arch = Some(f[1].to_string()),
                 ("kernel-release", 2) => kernel = Some(f[1].to_string()),
                 ("package", 5 | 6) => {
@@ -85,22 +91,23 @@ impl Lock {
         for p in &mut packages {
             if p.suite.is_empty() {
                 p.suite = suite.clone();
-            } else if p.suite != suite && Some(&p.suite) != extra_suite.as_ref() {
+            } else if p.suite != suite && !extra_suites.contains(&p.suite) {
                 bail!(
                     "package {} comes from suite {}, which is neither the lock's suite {suite} \
-                     nor its extra-suite{}",
+                     nor one of its extra-suite lines{}",
                     p.name,
                     p.suite,
-                    extra_suite
-                        .as_deref()
-                        .map(|e| format!(" {e}"))
-                        .unwrap_or_else(|| " (there is none)".into())
+                    if extra_suites.is_empty() {
+                        " (there is none)".to_string()
+                    } else {
+                        format!(" ({})", extra_suites.join(", "))
+                    }
                 );
             }
         }
         let lock = Lock {
             suite,
-            extra_suite,
+            extra_suites,
             architecture: arch.context("the lock has no `architecture` line")?,
             kernel_release: kernel.context("the lock has no `kernel-release` line")?,
             packages,
@@ -121,7 +128,7 @@ impl Lock {
              # with these sha256. Written by `cargo xtask image --image {image} --update-lock`.\n"
         );
         let _ = writeln!(s, "suite {}", self.suite);
-        if let Some(extra) = &self.extra_suite {
+        for extra in &self.extra_suites {
             let _ = writeln!(s, "extra-suite {extra}");
         }
         let _ = writeln!(s, "architecture {}", self.architecture);
@@ -134,7 +141,7 @@ impl Lock {
             );
             // A lock of one suite keeps the five-field lines every earlier lock has, so its
             // bytes (and the image cache key made from them) do not change.
-            if self.extra_suite.is_some() {
+            if !self.extra_suites.is_empty() {
                 let _ = write!(s, " {}", p.suite);
             }
             s.push('\n');
@@ -178,7 +185,7 @@ impl Lock {
         let kernel_release = kernel_release_of(&packages, kernel_flavour)?;
         Ok(Lock {
             suite: suite.to_string(),
-            extra_suite: None,
+            extra_suites: Vec::new(),
             architecture: architecture.to_string(),
             kernel_release,
             packages,
@@ -186,46 +193,58 @@ impl Lock {
     }
 
     /// Names each package's suite from where the mirror's index has it: the image's own suite
-    /// when it has that version there, else the extra suite. `extra_packages` must come from the
-    /// extra suite: a kernel the definition takes from backports that resolved to the main
-    /// suite's is a wrong image, not a detail.
+    /// when it has that version there; else, for a package the definition takes from an extra
+    /// suite, that suite; else the first extra suite (in the definition's order) that has it.
+    /// `extra_packages` (package, suite) must come from their suite: a kernel the definition
+    /// takes from backports that resolved to the main suite's is a wrong image, not a detail.
     pub fn assign_suites(
         &mut self,
-        extra_suite: Option<&str>,
-        extra_packages: &[String],
+        extra_suites: &[String],
+        extra_packages: &[(String, String)],
         suites_of: &dyn Fn(&PkgKey) -> Vec<String>,
     ) -> Result<()> {
-        self.extra_suite = extra_suite.map(str::to_string);
+        self.extra_suites = extra_suites.to_vec();
+        let declared = |name: &str| {
+            extra_packages
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, s)| s.as_str())
+        };
         let mut problems = Vec::new();
         for p in &mut self.packages {
             let key = (p.name.clone(), p.version.clone(), p.architecture.clone());
             let has = suites_of(&key);
-            if has.contains(&self.suite) {
-                p.suite = self.suite.clone();
-            } else if let Some(e) = extra_suite.filter(|e| has.iter().any(|h| h == e)) {
-                p.suite = e.to_string();
+            let found = if has.contains(&self.suite) {
+                Some(self.suite.as_str())
+            } else if let Some(d) = declared(&p.name).filter(|d| has.iter().any(|h| h == d)) {
+                Some(d)
             } else {
-                problems.push(format!(
-                    "{} {} is in none of the suites {}{}",
+                extra_suites
+                    .iter()
+                    .find(|e| has.contains(e))
+                    .map(String::as_str)
+            };
+            match found {
+                Some(s) => p.suite = s.to_string(),
+                None => problems.push(format!(
+                    "{} {} is in none of the suites {}",
                     p.name,
                     p.version,
-                    self.suite,
-                    extra_suite.map(|e| format!(", {e}")).unwrap_or_default()
-                ));
+                    std::iter::once(self.suite.as_str())
+                        .chain(extra_suites.iter().map(String::as_str))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )),
             }
         }
-        if let Some(e) = extra_suite {
-            for name in extra_packages {
-                match self.get(name) {
-                    Some(p) if p.suite == e => {}
-                    Some(p) => problems.push(format!(
-                        "{name} {} came from {}, but the definition takes it from {e}",
-                        p.version, p.suite
-                    )),
-                    None => {
-                        problems.push(format!("{name} is to come from {e} but was not installed"))
-                    }
-                }
+        for (name, e) in extra_packages {
+            match self.get(name) {
+                Some(p) if p.suite == *e => {}
+                Some(p) => problems.push(format!(
+                    "{name} {} came from {}, but the definition takes it from {e}",
+                    p.version, p.suite
+                )),
+                None => problems.push(format!("{name} is to come from {e} but was not installed")),
             }
         }
         if !problems.is_empty() {
@@ -448,7 +467,7 @@ mod tests {
         )
         .unwrap();
         let l = Lock::parse(&text).unwrap();
-        assert_eq!(l.extra_suite, None);
+        assert!(l.extra_suites.is_empty());
         assert!(l.packages.iter().all(|p| p.suite == "bookworm"));
         assert_eq!(l.render("bookworm"), text, "the bookworm lock would change");
     }
@@ -467,7 +486,7 @@ mod tests {
     #[test]
     fn a_lock_with_an_extra_suite_names_each_packages_suite() {
         let l = Lock::parse(&backports_lock_text()).unwrap();
-        assert_eq!(l.extra_suite.as_deref(), Some("bookworm-backports"));
+        assert_eq!(l.extra_suites, ["bookworm-backports"]);
         assert_eq!(l.get("criu").unwrap().suite, "bookworm");
         assert_eq!(
             l.get("linux-image-6.12.48+bpo-cloud-amd64").unwrap().suite,
@@ -517,8 +536,9 @@ mod tests {
                 vec!["bookworm".into(), "bookworm-backports".into()]
             }
         };
-        l.assign_suites(Some("bookworm-backports"), &[kernel.to_string()], &in_bpo)
-            .unwrap();
+        let bpo = ["bookworm-backports".to_string()];
+        let from_bpo = |n: &str| vec![(n.to_string(), bpo[0].clone())];
+        l.assign_suites(&bpo, &from_bpo(kernel), &in_bpo).unwrap();
         assert_eq!(l.get(kernel).unwrap().suite, "bookworm-backports");
         assert_eq!(
             l.get("criu").unwrap().suite,
@@ -529,7 +549,7 @@ mod tests {
 
         let mut l = sample();
         let e = l
-            .assign_suites(Some("bookworm-backports"), &["criu".to_string()], &in_bpo)
+            .assign_suites(&bpo, &from_bpo("criu"), &in_bpo)
             .unwrap_err();
         assert!(
             e.to_string()
@@ -538,16 +558,55 @@ mod tests {
         );
         let mut l = sample();
         let e = l
-            .assign_suites(None, &[], &|_: &PkgKey| vec!["sid".to_string()])
+            .assign_suites(&[], &[], &|_: &PkgKey| vec!["sid".to_string()])
             .unwrap_err();
         assert!(
             e.to_string().contains("is in none of the suites bookworm"),
             "{e}"
         );
         let mut l = sample();
-        l.assign_suites(None, &[], &|_: &PkgKey| vec!["bookworm".to_string()])
+        l.assign_suites(&[], &[], &|_: &PkgKey| vec!["bookworm".to_string()])
             .unwrap();
         assert_eq!(l, sample(), "a one-suite lock is unchanged");
+    }
+
+    #[test]
+    fn a_lock_of_several_extra_suites_names_them_in_order() {
+        let text = format!(
+            "{}package criu 4.2.1-1 amd64 {} forky
+",
+            backports_lock_text()
+                .replace("criu 3.17.1-2+deb12u2 amd64", "iproute2 6.1.0-3 amd64")
+                .replace(
+                    "extra-suite bookworm-backports\n",
+                    "extra-suite bookworm-backports\nextra-suite forky\n"
+                ),
+            h('c')
+        );
+        let l = Lock::parse(&text).unwrap();
+        assert_eq!(l.extra_suites, ["bookworm-backports", "forky"]);
+        assert_eq!(l.get("criu").unwrap().suite, "forky");
+        assert_eq!(l.get("iproute2").unwrap().suite, "bookworm");
+        let out = l.render("x");
+        assert!(
+            out.contains("suite bookworm\nextra-suite bookworm-backports\nextra-suite forky\n"),
+            "{out}"
+        );
+        assert_eq!(Lock::parse(&out).unwrap(), l);
+        let e = Lock::parse(&text.replace("extra-suite forky\n", ""))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("criu comes from suite forky, which is neither the lock's suite bookworm nor one of its extra-suite lines (bookworm-backports)"),
+            "{e}"
+        );
+        let e = Lock::parse(&text.replace(
+            "extra-suite forky\n",
+            "extra-suite forky\nextra-suite forky\n",
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("extra-suite forky given twice"), "{e}");
     }
 
     #[test]

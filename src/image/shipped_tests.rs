@@ -4,14 +4,15 @@
 //! shared setting) fails here in milliseconds instead of as a different image after a
 //! minutes-long build. `tests/image.rs` checks the built bookworm image's own sha256.
 
-use super::definition::{Definition, ImageDir, LOCK_FILE};
+use super::definition::{Definition, ExtraSuite, ImageDir, LOCK_FILE};
 use std::path::{Path, PathBuf};
 
 fn images() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("images")
 }
 
-/// Every shipped image: (name, suite, extra suite taking the kernel).
+/// Every image shipped before images could take packages from several extra suites: (name,
+/// suite, extra suite taking the kernel).
 const SHIPPED: [(&str, &str, Option<&str>); 5] = [
     ("bookworm", "bookworm", None),
     ("bookworm-bpo", "bookworm", Some("bookworm-backports")),
@@ -48,11 +49,13 @@ fn as_built(suite: &str, extra_suite: Option<&str>) -> Definition {
             "mount",
             "busybox-static",
         ]),
-        extra_suite: extra_suite.map(str::to_string),
-        extra_packages: match extra_suite {
-            Some(_) => s(&["linux-image-cloud-amd64"]),
-            None => Vec::new(),
-        },
+        extra_suites: extra_suite
+            .map(|e| ExtraSuite {
+                suite: e.to_string(),
+                packages: s(&["linux-image-cloud-amd64"]),
+            })
+            .into_iter()
+            .collect(),
         dpkg_filters: vec![
             (false, "/usr/share/man/*".into()),
             (false, "/usr/share/info/*".into()),
@@ -72,6 +75,92 @@ fn every_shipped_image_defines_what_it_always_has() {
     for (name, suite, extra) in SHIPPED {
         let image = ImageDir::load(&images(), name).unwrap();
         assert_eq!(image.definition, as_built(suite, extra), "{name}");
+    }
+}
+
+/// trixie-bpo with forky's criu: trixie-bpo's definition, a second extra suite, and the two
+/// packages forky's criu drags along that must be named (see its image.conf).
+#[test]
+fn trixie_bpo_criu42_is_trixie_bpo_with_criu_from_forky() {
+    let image = ImageDir::load(&images(), "trixie-bpo-criu42").unwrap();
+    let mut want = as_built("trixie", Some("trixie-backports"));
+    want.packages
+        .extend(["libc6".to_string(), "libc-bin".to_string()]);
+    want.extra_suites.push(ExtraSuite {
+        suite: "forky".into(),
+        packages: ["criu", "nftables", "libc6", "libc-bin"]
+            .map(str::to_string)
+            .to_vec(),
+    });
+    assert_eq!(image.definition, want);
+    let pk = image.definition.include_packages();
+    assert_eq!(pk[0], "criu/forky");
+    assert!(pk.contains(&"linux-image-cloud-amd64/trixie-backports".to_string()));
+    let lock =
+        super::lock::Lock::parse(&std::fs::read_to_string(image.lock_path()).unwrap()).unwrap();
+    assert_eq!(lock.extra_suites, ["trixie-backports", "forky"]);
+    assert_eq!(lock.get("criu").unwrap().version, "4.2.1-1");
+    assert_eq!(lock.get("criu").unwrap().suite, "forky");
+    assert_eq!(lock.kernel_release, "7.3.4+deb13-cloud-amd64");
+    // The very kernel .debs trixie-bpo runs: only criu and what it needs differ.
+    let parent = super::lock::Lock::parse(
+        &std::fs::read_to_string(images().join("trixie-bpo").join(LOCK_FILE)).unwrap(),
+    )
+    .unwrap();
+    for p in lock
+        .packages
+        .iter()
+        .filter(|p| p.name.starts_with("linux-"))
+    {
+        assert_eq!(parent.get(&p.name), Some(p), "{}", p.name);
+    }
+}
+
+/// The effective definition, rendered, is what an image's cache key and its manifest's
+/// `definition_sha256` hash: these are the hashes of the images as built, so a change to how
+/// definitions are composed or rendered that would rebuild an unchanged image fails here.
+#[test]
+fn every_shipped_definition_renders_to_the_bytes_its_image_was_built_from() {
+    let want = [
+        (
+            "bookworm",
+            "472cb9a43c51c9a266c00498ab43dce97ce03742c4901755466f50f70153f53b",
+        ),
+        (
+            "bookworm-bpo",
+            "e99816d78c872a069706babc5fef03cdf6d572e0966ac6c6ae787763922a9ff8",
+        ),
+        (
+            "trixie",
+            "ec97bb1f436621a689c3b87aae192e30a0fb7bb97fcb30d8d9ec5b385de4d402",
+        ),
+        (
+            "trixie-bpo",
+            "93c2f8ea3eae210db8b0ed6142a397633e682046e11c60686801cf5702f4d2ca",
+        ),
+        (
+            "forky",
+            "532a63730fd7f357cc4de77ef01f87ad01f3dbbac24a4bf3c3d249476dd31cc8",
+        ),
+        (
+            "trixie-bpo-criu42",
+            "36eb5e633ac6f1a08e9b347391bd48eb60268231595f5f2d24b4d4d532f4c8a1",
+        ),
+    ];
+    let mut names: Vec<String> = want.iter().map(|(n, _)| n.to_string()).collect();
+    names.sort();
+    assert_eq!(
+        names,
+        super::definition::list_images(&images()),
+        "every image under images/ has its effective definition pinned here"
+    );
+    for (name, sha) in want {
+        let image = ImageDir::load(&images(), name).unwrap();
+        assert_eq!(
+            sharedos_report::digest::sha256_hex(image.definition_text.as_bytes()),
+            sha,
+            "{name}'s effective definition"
+        );
     }
 }
 
@@ -100,6 +189,10 @@ fn every_shipped_lock_is_the_one_its_image_was_built_from() {
             "forky",
             "13eefad98c0263d1e6d737960ea07c6d555b6a1bf0ef153faeb81285fd03f87e",
         ),
+        (
+            "trixie-bpo-criu42",
+            "feaa9ebe1cf054e18e133d5028913465506cd3cc53caf7f6118aaecd65af2be8",
+        ),
     ];
     for (name, sha) in want {
         let bytes = std::fs::read(images().join(name).join(LOCK_FILE)).unwrap();
@@ -109,7 +202,13 @@ fn every_shipped_lock_is_the_one_its_image_was_built_from() {
             "{name}'s lock"
         );
     }
-    assert_eq!(want.len(), SHIPPED.len());
+    let mut names: Vec<String> = want.iter().map(|(n, _)| n.to_string()).collect();
+    names.sort();
+    assert_eq!(
+        names,
+        super::definition::list_images(&images()),
+        "every image under images/ has its lock pinned here"
+    );
 }
 
 /// The guest files live once, in images/base/: a copy anywhere else (under its own name or
