@@ -133,7 +133,7 @@ mod tests {
         });
         assert_eq!(o.vm.accel, "tcg");
         assert_eq!(o.vm.accel_reason, "forced with --accel tcg");
-        assert_eq!(o.vm.cpu_model, "max");
+        assert_eq!(o.vm.cpu_model, "max,cx16=off");
         assert_eq!(o.vm.qemu_argv, ["qemu-system-x86_64", "-name"]);
         let phases: Vec<(&str, u64)> =
             o.vm.phases

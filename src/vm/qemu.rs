@@ -21,12 +21,17 @@ impl Accel {
         }
     }
 
-    /// Under TCG every feature is emulated, so `max` costs nothing; under KVM `host` passes the
-    /// real CPU through.
+    /// Under TCG every feature is emulated, so `max` costs nothing, except CMPXCHG16B: QEMU
+    /// before 8.0 computes that instruction's flags from a stale condition-code state, so the
+    /// guest sees garbage in EFLAGS (TF, DF, AC, reserved bits) after it. Linux's per-CPU
+    /// slab fast path runs it on every allocation; the 6.12 kernel of bookworm-backports
+    /// double-faults in kmem_cache_alloc at boot (5 of 5 boots with `max`, 0 of 12 without
+    /// CX16). Without the flag the kernel takes its own fallback and userland its baseline
+    /// code. Under KVM `host` passes the real CPU through.
     pub fn cpu_model(self) -> &'static str {
         match self {
             Accel::Kvm => "host",
-            Accel::Tcg => "max",
+            Accel::Tcg => "max,cx16=off",
         }
     }
 
@@ -247,7 +252,7 @@ mod tests {
         let a = qemu_argv(&spec(Accel::Tcg));
         assert_eq!(a[0], "qemu-system-x86_64");
         assert_eq!(after(&a, "-accel"), "tcg");
-        assert_eq!(after(&a, "-cpu"), "max");
+        assert_eq!(after(&a, "-cpu"), "max,cx16=off");
         assert_eq!(after(&a, "-m"), "1024");
         assert_eq!(after(&a, "-smp"), "2");
         assert_eq!(after(&a, "-kernel"), "/c/vmlinuz");
@@ -271,7 +276,7 @@ mod tests {
             "-accel",
             "tcg",
             "-cpu",
-            "max",
+            "max,cx16=off",
             "-m",
             "1024",
             "-smp",
@@ -316,7 +321,7 @@ mod tests {
     fn machine_follows_the_accelerator() {
         assert_eq!(
             machine_args(Accel::Tcg, 512, 1).join(" "),
-            "-machine pc -accel tcg -cpu max -m 512 -smp 1"
+            "-machine pc -accel tcg -cpu max,cx16=off -m 512 -smp 1"
         );
         assert_eq!(
             machine_args(Accel::Kvm, 2048, 4).join(" "),
@@ -382,7 +387,7 @@ mod tests {
         .argv;
         assert_eq!(
             f.join(" "),
-            "qemu-system-x86_64 -machine pc -accel tcg -cpu max -m 1024 -smp 2 \
+            "qemu-system-x86_64 -machine pc -accel tcg -cpu max,cx16=off -m 1024 -smp 2 \
              -nodefaults -no-user-config -display none -monitor none -no-reboot -serial file:/r/serial.log \
              -kernel /c/vmlinuz -append console=ttyS0 panic=-1"
         );
