@@ -92,6 +92,7 @@ impl Config {
                 .cgroup
                 .map(|_| fidelity::group_dir(&fidelity::tree_group(&self.marker, "tree"))),
             userns: self.options.userns,
+            workload: self.options.workload,
         }
     }
     /// The criu the run will use: `--criu`, else the first on PATH or in the sbin directories
@@ -156,6 +157,8 @@ pub struct Ctx {
     pub copies: BTreeMap<String, i32>,
     /// Every tree of the run, ended or not.
     pub trees: Vec<TreeRecord>,
+    /// With `--workload desktop`: the token the live probe typed into the editor.
+    pub typed: Option<String>,
     /// The gate now running and the kinds of command its plan lists: it may run no other.
     now: Option<(GateName, BTreeSet<Kind>)>,
 }
@@ -171,6 +174,7 @@ impl Ctx {
             snapshot: None,
             copies: BTreeMap::new(),
             trees: Vec::new(),
+            typed: None,
             now: None,
         }
     }
@@ -284,6 +288,8 @@ impl Ctx {
     pub fn observe(&self, tree_pid: i32, name: &str) -> Result<Observation> {
         let app_asked_at = Instant::now();
         let app = self.app(tree_pid, "get")?;
+        // Read before the frame: reading the editor selects its text, as it did at the dump.
+        let (editor_text, page) = super::workload::observe_extra(self, tree_pid)?;
         let (windows, frame) = self.x(tree_pid, "X windows and framebuffer", |c| {
             Ok((c.mapped_toplevels()?, c.grab()?))
         })?;
@@ -296,6 +302,8 @@ impl Ctx {
             frame_sha256: frame.sha256(),
             mark_drawn: frame.rect_is(MARK, MARK_RGB),
             png,
+            editor_text,
+            page,
         })
     }
 

@@ -12,6 +12,7 @@ pub mod ctx;
 pub mod fidelity;
 pub mod state;
 pub mod step;
+pub mod workload;
 
 pub mod cleanup;
 pub mod density;

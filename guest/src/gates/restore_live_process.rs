@@ -50,6 +50,7 @@ pub fn run(ctx: &mut Ctx) -> Gate {
     };
     g.data("copy_pid", json!(pid));
     check_app_state(ctx, &mut g, pid, &snap, "");
+    super::workload::check_copy_state(ctx, &mut g, pid, &snap, "", None);
     check_no_network_lock_left(ctx, &mut g, pid);
     g.finish("the restored app has the dump-time token and its counter continues from the dump-time value; no CRIU network lock left behind")
 }
