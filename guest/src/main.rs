@@ -69,6 +69,9 @@ enum Cmd {
         /// Print the lies as a Markdown table and run nothing.
         #[arg(long)]
         list: bool,
+        /// Without --lie: run the lies of this workload (the image must hold its programs).
+        #[arg(long, value_parser = parse_workload, default_value = "xterm")]
+        workload: Workload,
     },
     /// Internal: a criu that passes every call through to --real but the one its lie hits.
     #[command(hide = true)]
@@ -324,6 +327,7 @@ fn main() {
             step_timeout,
             lie,
             list: false,
+            workload,
         } => absolute(work).and_then(|work| {
             let cfg = lies::SuiteConfig {
                 real_criu: absolute(criu)?,
@@ -332,6 +336,7 @@ fn main() {
                 display,
                 step_timeout,
                 only: lie,
+                workload,
             };
             let result = lies::suite_main(&cfg, &mut output::lie)?;
             output::suite(&result);

@@ -18,6 +18,7 @@ pub mod keysym {
     pub const CONTROL_L: u32 = 0xffe3;
     pub const SHIFT_L: u32 = 0xffe1;
     pub const END: u32 = 0xff57;
+    pub const BACKSPACE: u32 = 0xff08;
     pub const A: u32 = 0x61;
     pub const C: u32 = 0x63;
 }

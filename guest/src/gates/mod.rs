@@ -139,6 +139,7 @@ mod tests {
             cgroup: fidelity::parse_cgroup_limits("cpu=1,memory=512M").ok(),
             cow_root: true,
             userns: true,
+            workload: sharedos_report::report::Workload::Desktop,
         };
         for options in [RunOptions::default(), all] {
             cfg.options = options;

@@ -151,6 +151,14 @@ pub fn type_into_editor(c: &XConn, text: &str) -> Result<()> {
     c.type_text(text)
 }
 
+/// Selects the editor's whole text and deletes it.
+pub fn clear_editor(c: &XConn) -> Result<()> {
+    let client = editor_client(c)?;
+    c.focus(client)?;
+    c.press(&[keysym::CONTROL_L], keysym::A)?;
+    c.press(&[], keysym::BACKSPACE)
+}
+
 /// The page's state from the browser window's `_NET_WM_NAME`: exactly one top level (or the
 /// client it holds) must show it.
 pub fn page_state(c: &XConn) -> Result<PageState> {
