@@ -64,17 +64,12 @@ pub fn run(ctx: &mut Ctx) -> Gate {
                 &oa,
                 &snap,
             ));
-            workload::check_changed(
-                &mut g,
-                "a_editor_changed",
-                &oa,
-                &snap,
-                typed_into_a.as_deref(),
-            );
+            workload::check_changed(&mut g, "a_editor_changed", &oa, typed_into_a.as_ref());
         }
         Err(e) => g.problem(format!("reading copy A after the change: {e:#}")),
     }
-    check_b_unchanged(ctx, &mut g, b, &snap, typed_into_a.as_deref());
+    let change = typed_into_a.as_ref().map(|(_, c)| c.as_str());
+    check_b_unchanged(ctx, &mut g, b, &snap, change);
     g.finish(
         "two copies ran at once in separate namespaces; changing A left B at the dump-time state",
     )

@@ -62,7 +62,8 @@ pub fn run(ctx: &mut Ctx) -> Gate {
         }
     };
     g.data("copy_pid", json!(pid));
-    check_reset_copy(ctx, &mut g, pid, &snap, typed.as_deref());
+    let change = typed.as_ref().map(|(_, c)| c.as_str());
+    check_reset_copy(ctx, &mut g, pid, &snap, change);
     g.finish("a change of app state and pixels was seen, the changed copy killed as a whole, and the new restore has the dump-time token, counter, window and pixels")
 }
 
@@ -73,7 +74,7 @@ fn change_and_look(
     g: &mut GateBuilder,
     target: i32,
     snap: &Observation,
-) -> Option<String> {
+) -> Option<(String, String)> {
     let mutated = change_copy(ctx, g, target, "the copy");
     let typed = workload::change_editor(ctx, g, target, "the copy");
     if ctx.cfg.options.cow_root {
@@ -95,7 +96,7 @@ fn change_and_look(
                 &o,
                 snap,
             ));
-            workload::check_changed(g, "editor_change_seen", &o, snap, typed.as_deref());
+            workload::check_changed(g, "editor_change_seen", &o, typed.as_ref());
         }
         Err(e) => g.problem(format!("reading the changed copy: {e:#}")),
     }

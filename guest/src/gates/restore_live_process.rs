@@ -39,7 +39,8 @@ pub fn run(ctx: &mut Ctx) -> Gate {
         ),
         || match &pid {
             Err(e) => format!(
-                "criu_restore_succeeded failed: criu restore of copy a gave no running copy: {e:#} (log: criu/restore-a.log)"
+                "criu_restore_succeeded failed: criu restore of copy a gave no running copy: {e:#} (log: criu/restore-a.log){}",
+                crate::criu::says(&ctx.cfg.criu_log("restore-a"))
             ),
             Ok(_) => String::new(),
         },

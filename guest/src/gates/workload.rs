@@ -356,9 +356,15 @@ pub fn check_copy_state(
     }
 }
 
-/// A change typed into a copy's editor, different per call: isolation and reset type it into
-/// copy A. None for a workload without an editor.
-pub fn change_editor(ctx: &Ctx, g: &mut GateBuilder, pid: i32, name: &str) -> Option<String> {
+/// A change typed at the end of a copy's editor text, different per call: isolation and reset
+/// type one into copy A (which may hold an earlier gate's change already). Returns the text the
+/// editor held before and the change; None for a workload without an editor.
+pub fn change_editor(
+    ctx: &Ctx,
+    g: &mut GateBuilder,
+    pid: i32,
+    name: &str,
+) -> Option<(String, String)> {
     if ctx.cfg.options.workload != Workload::Desktop {
         return None;
     }
@@ -371,10 +377,13 @@ pub fn change_editor(ctx: &Ctx, g: &mut GateBuilder, pid: i32, name: &str) -> Op
     };
     let change = format!(" changed-{suffix}");
     let t = change.clone();
-    match ctx.x(pid, &format!("typing into {name}'s editor"), move |c| {
-        type_into_editor(c, &t)
-    }) {
-        Ok(()) => Some(change),
+    let typed = ctx.x(pid, &format!("typing into {name}'s editor"), move |c| {
+        let before = read_editor(c)?;
+        type_into_editor(c, &t)?;
+        Ok(before)
+    });
+    match typed {
+        Ok(before) => Some((before, change)),
         Err(e) => {
             g.problem(format!("typing into {name}'s editor: {e:#}"));
             None
@@ -382,15 +391,14 @@ pub fn change_editor(ctx: &Ctx, g: &mut GateBuilder, pid: i32, name: &str) -> Op
     }
 }
 
-/// The editor of a changed copy shows the dump-time text with the change at its end.
+/// The editor of a changed copy shows the text it held before with the change at its end.
 pub fn check_changed(
     g: &mut GateBuilder,
     name: &str,
     o: &Observation,
-    snap: &Observation,
-    change: Option<&str>,
+    change: Option<&(String, String)>,
 ) {
-    let (Some(change), Some(dump)) = (change, snap.editor_text.as_deref()) else {
+    let Some((before, change)) = change else {
         return;
     };
     let seen = o
@@ -398,5 +406,5 @@ pub fn check_changed(
         .as_deref()
         .context("the observation has no editor text")
         .map_err(|e| format!("{e:#}"));
-    g.check(compare::editor_changed(name, dump, change, seen));
+    g.check(compare::editor_changed(name, before, change, seen));
 }
