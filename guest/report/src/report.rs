@@ -362,6 +362,17 @@ impl Workload {
         Workload::ALL.into_iter().find(|w| w.as_str() == s)
     }
 
+    /// How many step timeouts the tree may take to come up: Firefox's first start under TCG
+    /// took more than three minutes (its graphics probe alone a minute), where Xvfb, openbox
+    /// and mousepad take seconds.
+    pub fn ready_steps(self) -> u32 {
+        if self.is_browser() {
+            4
+        } else {
+            1
+        }
+    }
+
     /// Whether the tree runs the browser (with its sandbox or without).
     pub fn is_browser(self) -> bool {
         matches!(self, Workload::Browser | Workload::BrowserNosandbox)

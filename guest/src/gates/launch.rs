@@ -179,7 +179,8 @@ fn spawn(ctx: &mut Ctx, g: &mut GateBuilder) -> Option<i32> {
 fn wait_ready(ctx: &Ctx, g: &mut GateBuilder, pid: i32) -> bool {
     let started = Instant::now();
     let mut last = Vec::new();
-    let ready = wait::until("the tree to be ready", ctx.cfg.step_timeout, || {
+    let bound = ctx.cfg.step_timeout * ctx.cfg.options.workload.ready_steps();
+    let ready = wait::until("the tree to be ready", bound, || {
         last = workload::readiness(ctx, pid);
         last.iter().all(|c| c.holds).then_some(())
     });
