@@ -168,6 +168,12 @@ impl XConn {
                     title = self.title(c)?;
                 }
             }
+            // A page's title is read from _NET_WM_NAME, which the browser keeps current (its
+            // WM_NAME was seen to lag at "Mozilla Firefox").
+            let net = self.net_wm_name(client.unwrap_or(w))?;
+            if sharedos_report::model::app::parse_page_title(&net).is_some() {
+                title = net;
+            }
             let class = self.wm_class(client.unwrap_or(w))?;
             out.push(TopLevel {
                 window: Window {
