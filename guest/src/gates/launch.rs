@@ -191,11 +191,15 @@ fn wait_ready(ctx: &Ctx, g: &mut GateBuilder, pid: i32) -> bool {
         .iter()
         .map(|c| (c.name.to_string(), json!(c.holds)))
         .collect();
-    let expected = format!(
-        "every condition of the {} workload holds: {}",
-        ctx.cfg.options.workload,
-        last.iter().map(|c| c.name).collect::<Vec<_>>().join(", ")
-    );
+    let expected = match ctx.cfg.options.workload {
+        sharedos_report::report::Workload::Xterm => {
+            "X answers with the xterm window mapped and the app answers".to_string()
+        }
+        w => format!(
+            "every condition of the {w} workload holds: {}",
+            last.iter().map(|c| c.name).collect::<Vec<_>>().join(", ")
+        ),
+    };
     g.require(
         check(
             "tree_ready",
