@@ -133,8 +133,9 @@ const LOG_TAIL: u64 = 256 * 1024;
 /// How many error lines a gate's reason quotes.
 const ERRORS_QUOTED: usize = 4;
 
-/// CRIU's own error lines (`Error (file:line): ...`) in the last lines of its log, the last
-/// few, each cut to 300 characters; empty when the log cannot be read or holds none.
+/// CRIU's own error lines (`Error (file:line): ...`) in the last lines of its log: the first
+/// few and the last, each cut to 300 characters; empty when the log cannot be read or holds
+/// none.
 pub fn log_errors(log: &Path) -> Vec<String> {
     use std::io::{Read, Seek, SeekFrom};
     let Ok(mut f) = std::fs::File::open(log) else {
@@ -159,8 +160,18 @@ pub fn parse_log_errors(text: &str) -> Vec<String> {
         .filter(|l| l.contains("Error (") || l.contains("Error:"))
         .map(|l| l.trim().chars().take(300).collect())
         .collect();
-    let skip = errors.len().saturating_sub(ERRORS_QUOTED);
-    errors.into_iter().skip(skip).collect()
+    // The first errors name the cause (`Can't dump nested ipc namespace for 883`), the last
+    // one how it ended (`Dumping FAILED.`): the first few and the last are quoted.
+    if errors.len() <= ERRORS_QUOTED {
+        return errors;
+    }
+    let last = errors.len() - 1;
+    errors
+        .iter()
+        .take(ERRORS_QUOTED - 1)
+        .chain(std::iter::once(&errors[last]))
+        .cloned()
+        .collect()
 }
 
 /// What a failed CRIU call's log says, for a gate's reason: ` CRIU says: ...`, or nothing.
@@ -192,6 +203,7 @@ mod tests {
         let many: String = (0..10).map(|i| format!("Error (a.c:{i}): x\n")).collect();
         let e = super::parse_log_errors(&many);
         assert_eq!(e.len(), 4);
+        assert!(e[0].contains("a.c:0") && e[2].contains("a.c:2"), "{e:?}");
         assert!(e[3].contains("a.c:9"));
         assert_eq!(super::says(std::path::Path::new("/nonexistent/log")), "");
     }
