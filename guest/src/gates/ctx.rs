@@ -105,8 +105,20 @@ impl Config {
     }
     /// What the options add to `criu dump`.
     pub fn dump_extra(&self) -> Vec<String> {
-        if self.options.userns {
+        let mut v = if self.options.userns {
             criu::external_dev_dump_args(&tree::dev_node_names())
+        } else {
+            Vec::new()
+        };
+        v.extend(self.workload_criu_args());
+        v
+    }
+    /// A browser holds file locks on its profile (`.parentlock`, SQLite's): CRIU dumps and
+    /// restores them only when told to, and refuses the dump otherwise ("Some file locks are
+    /// hold by dumping tasks").
+    fn workload_criu_args(&self) -> Vec<String> {
+        if self.options.workload.is_browser() {
+            vec!["--file-locks".into()]
         } else {
             Vec::new()
         }
@@ -122,6 +134,7 @@ impl Config {
         if self.options.userns {
             v.extend(criu::external_dev_restore_args(&tree::dev_node_names()));
         }
+        v.extend(self.workload_criu_args());
         v
     }
     /// The criu the plan names: the run's when it can be found, else the name looked up on PATH.
