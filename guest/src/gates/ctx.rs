@@ -355,6 +355,18 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn only_a_browser_dumps_and_restores_file_locks() {
+        use sharedos_report::report::Workload;
+        let mut cfg = config();
+        for w in Workload::ALL {
+            cfg.options.workload = w;
+            let locks = |v: Vec<String>| v.contains(&"--file-locks".to_string());
+            assert_eq!(locks(cfg.dump_extra()), w.is_browser(), "{w}");
+            assert_eq!(locks(cfg.restore_extra("a")), w.is_browser(), "{w}");
+        }
+    }
+
+    #[test]
     fn a_gate_may_run_only_the_kinds_of_command_its_plan_lists() {
         let dir = std::env::temp_dir().join(format!("ctx-may-run-{}", std::process::id()));
         std::fs::create_dir_all(dir.join("cmd")).unwrap();
