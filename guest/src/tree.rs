@@ -340,6 +340,9 @@ pub fn dbus_argv() -> Vec<String> {
     .collect()
 }
 
+/// The browser's window: kiosk mode (no tab strip, whose title would move on with the counter),
+/// 520x360 at the top left, clear of the mark isolation and reset draw at 560,400: Firefox
+/// repaints its window over anything drawn on it.
 pub fn browser_argv() -> Vec<String> {
     [
         "firefox-esr",
@@ -347,6 +350,10 @@ pub fn browser_argv() -> Vec<String> {
         "--profile",
         BROWSER_PROFILE,
         "--kiosk",
+        "--width",
+        "520",
+        "--height",
+        "360",
         &format!("file://{PAGE}"),
     ]
     .iter()
