@@ -65,18 +65,28 @@ fn sandbox(name: &str) -> Option<(Sandbox, PathBuf)> {
     Some((sb, gate))
 }
 
-/// `xtask vm-run --image IMAGE --mode unshare ... -- DIAGNOSE_ARGS` as the user; the report.
+/// `xtask vm-run --image IMAGE --memory MIB --mode unshare ... -- DIAGNOSE_ARGS` as the user;
+/// the exit code, the report and its directory.
 fn vm_run(
     sb: &Sandbox,
     gate: &Path,
     image: &str,
+    memory_mib: u32,
     diagnose: &[&str],
 ) -> (Option<i32>, Report, PathBuf) {
     let out_dir = sb.dir.join(format!("reports/{image}"));
     let mut args = vm_run_args(sb, gate, &out_dir, "auto");
     let mode = args.iter().position(|a| a == "--mode").unwrap();
     args[mode + 1] = "unshare".into();
-    args.splice(1..1, ["--image".to_string(), image.to_string()]);
+    args.splice(
+        1..1,
+        [
+            "--image".to_string(),
+            image.to_string(),
+            "--memory".to_string(),
+            memory_mib.to_string(),
+        ],
+    );
     args.push("--".into());
     args.extend(diagnose.iter().map(|s| s.to_string()));
     let argv: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -194,7 +204,14 @@ fn browser_on_bookworm_reaches_the_dump_and_names_what_criu_says() {
     let Some((sb, gate)) = sandbox("workload-browser") else {
         return;
     };
-    let (_, r, dir) = vm_run(&sb, &gate, "bookworm-browser", &["--workload", "browser"]);
+    // Firefox and its content processes want more than the default 1 GiB.
+    let (_, r, dir) = vm_run(
+        &sb,
+        &gate,
+        "bookworm-browser",
+        2048,
+        &["--workload", "browser"],
+    );
     assert_eq!(r.options.workload, Workload::Browser);
     for g in [
         GateName::Prerequisites,
