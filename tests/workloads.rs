@@ -124,6 +124,7 @@ fn desktop_passes_every_gate(image: &str) {
         &sb,
         &gate,
         image,
+        1024,
         &["--workload", "desktop", "--copies", "2"],
     );
     assert_eq!(code, Some(3), "gates:\n{}", summary(&r));
