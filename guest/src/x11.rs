@@ -269,10 +269,11 @@ impl XConn {
     fn keycode(&self, sym: u32) -> Result<(u8, bool)> {
         let setup = self.conn.setup();
         let (min, max) = (setup.min_keycode, setup.max_keycode);
-        let map = self
-            .conn
-            .get_keyboard_mapping(min, max - min + 1)?
-            .reply()?;
+        let count = max
+            .checked_sub(min)
+            .and_then(|d| d.checked_add(1))
+            .with_context(|| format!("the server's keycode range {min}..={max} is not one"))?;
+        let map = self.conn.get_keyboard_mapping(min, count)?.reply()?;
         let per = usize::from(map.keysyms_per_keycode).max(1);
         for (i, syms) in map.keysyms.chunks(per).enumerate() {
             for (level, s) in syms.iter().take(2).enumerate() {
