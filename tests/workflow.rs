@@ -123,7 +123,7 @@ const KNOWN: &[Known] = &[
     // (with --images-dir and --images) and holds the table against vm-matrix's;
     // tests/cli_reports.rs runs the command on constructed ones.
     Known {
-        command: "cargo run -p sharedos-rig -- matrix merge --out matrix --images-dir images --images bookworm,bookworm-bpo,trixie,trixie-bpo,trixie-bpo-criu42,forky reports/* || status=$?",
+        command: "cargo run -p sharedos-rig -- matrix merge --out matrix --images-dir images --images bookworm,bookworm-bpo,bookworm-browser,bookworm-desktop,trixie,trixie-bpo,trixie-bpo-criu42,trixie-desktop,forky reports/* || status=$?",
         evidence: &[
             ("tests/vm_matrix.rs", "\"matrix\".into(),\n        \"merge\".into(),"),
             ("tests/vm_matrix.rs", "\"--images-dir\".into(),\n        \"images\".into(),\n        \"--images\".into(),"),

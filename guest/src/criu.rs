@@ -127,6 +127,62 @@ pub fn external_dev_restore_args(nodes: &[&str]) -> Vec<String> {
 }
 
 /// "Version: 3.17.1" -> "3.17.1".
+/// The most of a CRIU log read for its errors, from its end: the errors that end a dump or a
+/// restore are its last lines.
+const LOG_TAIL: u64 = 256 * 1024;
+/// How many error lines a gate's reason quotes.
+const ERRORS_QUOTED: usize = 4;
+
+/// CRIU's own error lines (`Error (file:line): ...`) in the last lines of its log: the first
+/// few and the last, each cut to 300 characters; empty when the log cannot be read or holds
+/// none.
+pub fn log_errors(log: &Path) -> Vec<String> {
+    use std::io::{Read, Seek, SeekFrom};
+    let Ok(mut f) = std::fs::File::open(log) else {
+        return Vec::new();
+    };
+    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+    if f.seek(SeekFrom::Start(len.saturating_sub(LOG_TAIL)))
+        .is_err()
+    {
+        return Vec::new();
+    }
+    let mut bytes = Vec::new();
+    if f.take(LOG_TAIL).read_to_end(&mut bytes).is_err() {
+        return Vec::new();
+    }
+    parse_log_errors(&String::from_utf8_lossy(&bytes))
+}
+
+pub fn parse_log_errors(text: &str) -> Vec<String> {
+    let errors: Vec<String> = text
+        .lines()
+        .filter(|l| l.contains("Error (") || l.contains("Error:"))
+        .map(|l| l.trim().chars().take(300).collect())
+        .collect();
+    // The first errors name the cause (`Can't dump nested ipc namespace for 883`), the last
+    // one how it ended (`Dumping FAILED.`): the first few and the last are quoted.
+    if errors.len() <= ERRORS_QUOTED {
+        return errors;
+    }
+    let last = errors.len() - 1;
+    errors
+        .iter()
+        .take(ERRORS_QUOTED - 1)
+        .chain(std::iter::once(&errors[last]))
+        .cloned()
+        .collect()
+}
+
+/// What a failed CRIU call's log says, for a gate's reason: ` CRIU says: ...`, or nothing.
+pub fn says(log: &Path) -> String {
+    let errors = log_errors(log);
+    if errors.is_empty() {
+        return String::new();
+    }
+    format!("; CRIU says: {}", errors.join(" | "))
+}
+
 pub fn parse_version(stdout: &str) -> Option<String> {
     stdout
         .lines()
@@ -137,6 +193,21 @@ pub fn parse_version(stdout: &str) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_last_error_lines_of_a_log() {
+        let log = "(00.1) Warn (criu/x.c:1): harmless\n(00.2) Error (criu/namespaces.c:451): Can't dump nested pid namespace for 57\n(00.3) Error (criu/cr-dump.c:2111): Dumping FAILED.\n";
+        let e = super::parse_log_errors(log);
+        assert_eq!(e.len(), 2);
+        assert!(e[0].contains("nested pid namespace"), "{e:?}");
+        assert!(super::parse_log_errors("all good\n").is_empty());
+        let many: String = (0..10).map(|i| format!("Error (a.c:{i}): x\n")).collect();
+        let e = super::parse_log_errors(&many);
+        assert_eq!(e.len(), 4);
+        assert!(e[0].contains("a.c:0") && e[2].contains("a.c:2"), "{e:?}");
+        assert!(e[3].contains("a.c:9"));
+        assert_eq!(super::says(std::path::Path::new("/nonexistent/log")), "");
+    }
+
     use super::*;
     use std::path::PathBuf;
 

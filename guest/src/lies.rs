@@ -5,7 +5,7 @@
 
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
-use sharedos_report::report::{GateName, Report, Status};
+use sharedos_report::report::{GateName, Report, Status, Workload};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 
@@ -23,7 +23,7 @@ pub struct Lie {
     pub options: &'static [&'static str],
 }
 
-pub const LIES: [Lie; 15] = [
+pub const LIES: [Lie; 17] = [
     Lie {
         name: "dump-writes-nothing",
         does: "`criu dump` exits 0 without dumping: no image, the tree keeps running",
@@ -128,6 +128,20 @@ pub const LIES: [Lie; 15] = [
         options: &["--userns"],
     },
     Lie {
+        name: "restore-b-editor-shows-typed-text",
+        does: "copy b is restored, then text is typed at the end of its editor's text, as if what is typed into copy a reached it",
+        target: GateName::Isolation,
+        caught_by: &["b_editor_same_text"],
+        options: &["--workload", "desktop"],
+    },
+    Lie {
+        name: "restore-reset-editor-lost-text",
+        does: "the reset copy is restored, then its editor's whole text is selected and deleted",
+        target: GateName::Reset,
+        caught_by: &["editor_same_text"],
+        options: &["--workload", "desktop"],
+    },
+    Lie {
         name: "density-copy-wrong-token",
         does: "the second density copy is restored, then its app is changed: one copy of the two answers another token",
         target: GateName::Density,
@@ -158,6 +172,15 @@ pub fn table_markdown() -> String {
         ));
     }
     t
+}
+
+/// The workload a lie's run needs (`--workload` among its options), the default otherwise.
+pub fn lie_workload(lie: &Lie) -> Workload {
+    lie.options
+        .windows(2)
+        .find(|w| w[0] == "--workload")
+        .and_then(|w| Workload::parse(w[1]))
+        .unwrap_or_default()
 }
 
 pub fn lie(name: &str) -> Option<Lie> {
@@ -402,6 +425,14 @@ fn spoil_restored(lie: &Lie, pid: i32) -> Result<()> {
             )?;
         }
         "restore-b-process-outside-userns" => start_outside_userns(pid)?,
+        "restore-b-editor-shows-typed-text" => {
+            let c = crate::x11::XConn::connect(&x_socket(pid)?)?;
+            crate::gates::workload::type_into_editor(&c, " changed-by-a-lie")?;
+        }
+        "restore-reset-editor-lost-text" => {
+            let c = crate::x11::XConn::connect(&x_socket(pid)?)?;
+            crate::gates::workload::clear_editor(&c)?;
+        }
         "restore-b-without-cgroup-limits" => {
             let group = crate::gates::fidelity::cgroup_of(pid)?;
             let dir = crate::gates::fidelity::group_dir(&group);
@@ -485,6 +516,8 @@ pub struct SuiteConfig {
     pub display: u32,
     pub step_timeout: u64,
     pub only: Vec<String>,
+    /// Without `only`: the lies of this workload (the image must hold its programs).
+    pub workload: Workload,
 }
 
 /// What the suite found: how many lies were caught as they must be, of how many, and where
@@ -509,7 +542,7 @@ impl SuiteResult {
 /// Runs the diagnostic once per lie with the lying wrapper as `--criu` and judges each report.
 pub fn suite_main(cfg: &SuiteConfig, progress: &mut dyn FnMut(&LieOutcome)) -> Result<SuiteResult> {
     let exe = std::env::current_exe().context("locating this binary")?;
-    let chosen = chosen_lies(&cfg.only)?;
+    let chosen = chosen_lies(&cfg.only, cfg.workload)?;
     refuse_unusable(cfg)?;
     std::fs::create_dir_all(&cfg.out).with_context(|| format!("mkdir {}", cfg.out.display()))?;
     // A fresh scratch directory per suite run: a lie's state file left by an earlier run would
@@ -536,8 +569,9 @@ pub fn suite_main(cfg: &SuiteConfig, progress: &mut dyn FnMut(&LieOutcome)) -> R
     })
 }
 
-/// The lies named in `only`, all of them when it is empty; an unknown name is refused.
-fn chosen_lies(only: &[String]) -> Result<Vec<&'static Lie>> {
+/// The lies named in `only`; when it is empty, every lie of `workload`. An unknown name is
+/// refused.
+pub fn chosen_lies(only: &[String], workload: Workload) -> Result<Vec<&'static Lie>> {
     if let Some(unknown) = only.iter().find(|o| lie(o).is_none()) {
         bail!(
             "no lie named {unknown}; the lies: {}",
@@ -546,7 +580,10 @@ fn chosen_lies(only: &[String]) -> Result<Vec<&'static Lie>> {
     }
     Ok(LIES
         .iter()
-        .filter(|l| only.is_empty() || only.iter().any(|o| o == l.name))
+        .filter(|l| match only.is_empty() {
+            true => lie_workload(l) == workload,
+            false => only.iter().any(|o| o == l.name),
+        })
         .collect())
 }
 
@@ -701,6 +738,30 @@ mod tests {
         }
         assert_eq!(restore_label(&restore("reset")).as_deref(), Some("reset"));
         assert_eq!(restore_label(&dump), None);
+    }
+
+    #[test]
+    fn a_suite_runs_the_lies_of_its_workload() {
+        let names = |w| -> Vec<&str> {
+            chosen_lies(&[], w)
+                .unwrap()
+                .into_iter()
+                .map(|l| l.name)
+                .collect()
+        };
+        let desktop = names(Workload::Desktop);
+        assert_eq!(
+            desktop,
+            [
+                "restore-b-editor-shows-typed-text",
+                "restore-reset-editor-lost-text"
+            ]
+        );
+        let xterm = names(Workload::Xterm);
+        assert_eq!(xterm.len() + desktop.len(), LIES.len());
+        assert!(!xterm.contains(&"restore-reset-editor-lost-text"));
+        let named = chosen_lies(&["restore-reset-editor-lost-text".into()], Workload::Xterm);
+        assert_eq!(named.unwrap().len(), 1);
     }
 
     #[test]

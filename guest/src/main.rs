@@ -4,7 +4,7 @@ use sharedos_gate::gates::fidelity;
 use sharedos_gate::gates::Config;
 use sharedos_gate::tree::TreeSpec;
 use sharedos_gate::{diagnose, lies, output, stateapp, tree};
-use sharedos_report::report::{CgroupLimits, Copies, Gate, RunOptions};
+use sharedos_report::report::{CgroupLimits, Copies, Gate, RunOptions, Workload};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -34,6 +34,8 @@ enum Cmd {
         cgroup: Option<PathBuf>,
         #[arg(long)]
         userns: bool,
+        #[arg(long, value_parser = parse_workload, default_value = "xterm")]
+        workload: Workload,
     },
     /// Internal: PID 1 of the tree.
     #[command(hide = true)]
@@ -42,6 +44,8 @@ enum Cmd {
         marker: String,
         #[arg(long, value_parser = parse_display)]
         display: u32,
+        #[arg(long, value_parser = parse_workload, default_value = "xterm")]
+        workload: Workload,
     },
     /// Runs the diagnostic once per lie of a lying criu and checks each lie is caught by the
     /// gate that looks at what it breaks (needs root and a criu whose `criu check` succeeds).
@@ -65,6 +69,9 @@ enum Cmd {
         /// Print the lies as a Markdown table and run nothing.
         #[arg(long)]
         list: bool,
+        /// Without --lie: run the lies of this workload (the image must hold its programs).
+        #[arg(long, value_parser = parse_workload, default_value = "xterm")]
+        workload: Workload,
     },
     /// Internal: a criu that passes every call through to --real but the one its lie hits.
     #[command(hide = true)]
@@ -128,6 +135,21 @@ struct DiagnoseArgs {
     /// 100000-165535 outside.
     #[arg(long)]
     userns: bool,
+    /// What the tree runs beside Xvfb and the state app: `xterm` (the SPEC's tree), `desktop`
+    /// (openbox, the GTK editor mousepad with a typed token, a D-Bus session bus), `browser`
+    /// (Firefox ESR with its sandbox on, showing a local page), or `browser-nosandbox` (the
+    /// same browser with its sandboxes off). The image must hold the workload's programs.
+    #[arg(long, value_parser = parse_workload, default_value = "xterm")]
+    workload: Workload,
+}
+
+fn parse_workload(s: &str) -> Result<Workload, String> {
+    Workload::parse(s).ok_or_else(|| {
+        format!(
+            "`{s}` is not a workload: give one of {}",
+            Workload::ALL.map(Workload::as_str).join(", ")
+        )
+    })
 }
 
 fn parse_copies(s: &str) -> Result<Copies, String> {
@@ -227,6 +249,7 @@ fn diagnose_main(a: DiagnoseArgs) -> Result<i32> {
             cgroup: a.cgroup,
             cow_root: a.cow_root,
             userns: a.userns,
+            workload: a.workload,
         },
     };
     if a.plan {
@@ -257,24 +280,31 @@ fn main() {
             root,
             cgroup,
             userns,
+            workload,
         } => tree::spawn_main(&TreeSpec {
             marker,
             display,
             root,
             cgroup,
             userns,
+            workload,
         })
         .map(|pid| {
             pid.into_iter().for_each(output::tree_pid);
             0
         }),
-        Cmd::TreeInit { marker, display } => {
+        Cmd::TreeInit {
+            marker,
+            display,
+            workload,
+        } => {
             let spec = TreeSpec {
                 marker,
                 display,
                 root: PathBuf::from("/"),
                 cgroup: None,
                 userns: false,
+                workload,
             };
             tree::init_main(&spec, &mut output::tree_log).map(|()| 0)
         }
@@ -297,6 +327,7 @@ fn main() {
             step_timeout,
             lie,
             list: false,
+            workload,
         } => absolute(work).and_then(|work| {
             let cfg = lies::SuiteConfig {
                 real_criu: absolute(criu)?,
@@ -305,6 +336,7 @@ fn main() {
                 display,
                 step_timeout,
                 only: lie,
+                workload,
             };
             let result = lies::suite_main(&cfg, &mut output::lie)?;
             output::suite(&result);

@@ -2,15 +2,33 @@
 //! framebuffer through GetImage (pixel data only, so grabs of an unchanged screen compare equal).
 
 use anyhow::{bail, Context, Result};
-use sharedos_report::model::screen::{Frame, Window};
+use sharedos_report::model::screen::{Frame, TopLevel, Window};
 use std::io::BufWriter;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use x11rb::connection::Connection;
+use x11rb::connection::{Connection, RequestConnection};
 use x11rb::protocol::xproto::{
     AtomEnum, ChangeGCAux, ConnectionExt, CreateGCAux, ImageFormat, MapState, Rectangle,
 };
+use x11rb::protocol::xtest::ConnectionExt as _;
 use x11rb::rust_connection::{DefaultStream, RustConnection};
+
+/// Keysyms the gates press besides printable ASCII (whose keysym is its code).
+pub mod keysym {
+    pub const CONTROL_L: u32 = 0xffe3;
+    pub const SHIFT_L: u32 = 0xffe1;
+    pub const END: u32 = 0xff57;
+    pub const BACKSPACE: u32 = 0xff08;
+    pub const A: u32 = 0x61;
+    pub const C: u32 = 0x63;
+}
+
+/// How deep below a top-level window the client with `WM_STATE` is looked for (a window
+/// manager's frame holds it one or two levels down), and how many windows at most are read.
+const CLIENT_SEARCH_DEPTH: usize = 3;
+const CLIENT_SEARCH_WINDOWS: usize = 64;
+/// The most text read back from the CLIPBOARD, in bytes.
+pub const MAX_CLIPBOARD: u32 = 64 * 1024;
 
 /// The display's socket as seen from outside the tree through the tree's root.
 pub fn socket_path(tree_pid: i32, display: u32) -> PathBuf {
@@ -118,10 +136,24 @@ impl XConn {
     }
 
     /// The root's children that are mapped, with WM_NAME (or _NET_WM_NAME) as title. Without a
-    /// window manager these are exactly the top-level windows.
+    /// window manager these are exactly the top-level windows; with one they are its frames
+    /// (titled by the client each holds) and its own windows.
+    /// A page title is listed without its counter, which moves on by design.
     pub fn mapped_toplevels(&self) -> Result<Vec<Window>> {
+        Ok(self
+            .toplevels()?
+            .into_iter()
+            .map(|t| Window {
+                title: sharedos_report::model::app::title_without_counter(&t.window.title),
+                ..t.window
+            })
+            .collect())
+    }
+
+    /// The mapped children of the root, each with the client window it holds and that
+    /// client's class. A top level without a name of its own (a frame) takes its client's.
+    pub fn toplevels(&self) -> Result<Vec<TopLevel>> {
         let tree = self.conn.query_tree(self.root)?.reply()?;
-        let net_wm_name = self.conn.intern_atom(false, b"_NET_WM_NAME")?.reply()?.atom;
         let mut out = Vec::new();
         for w in tree.children {
             let attrs = self.conn.get_window_attributes(w)?.reply()?;
@@ -129,20 +161,271 @@ impl XConn {
                 continue;
             }
             let geo = self.conn.get_geometry(w)?.reply()?;
-            let mut title = self.text_property(w, AtomEnum::WM_NAME.into())?;
+            let client = self.find_client(w)?;
+            let mut title = self.title(w)?;
             if title.is_empty() {
-                title = self.text_property(w, net_wm_name)?;
+                if let Some(c) = client.filter(|c| *c != w) {
+                    title = self.title(c)?;
+                }
             }
-            out.push(Window {
-                id: w,
-                title,
-                x: geo.x,
-                y: geo.y,
-                width: geo.width,
-                height: geo.height,
+            // A page's title is read from _NET_WM_NAME, which the browser keeps current (its
+            // WM_NAME was seen to lag at "Mozilla Firefox").
+            let net = self.net_wm_name(client.unwrap_or(w))?;
+            if sharedos_report::model::app::parse_page_title(&net).is_some() {
+                title = net;
+            }
+            let class = self.wm_class(client.unwrap_or(w))?;
+            out.push(TopLevel {
+                window: Window {
+                    id: w,
+                    title,
+                    x: geo.x,
+                    y: geo.y,
+                    width: geo.width,
+                    height: geo.height,
+                },
+                client,
+                class,
             });
         }
         Ok(out)
+    }
+
+    fn atom(&self, name: &str) -> Result<u32> {
+        Ok(self.conn.intern_atom(false, name.as_bytes())?.reply()?.atom)
+    }
+
+    /// WM_NAME, else _NET_WM_NAME.
+    fn title(&self, w: u32) -> Result<String> {
+        let title = self.text_property(w, AtomEnum::WM_NAME.into())?;
+        if !title.is_empty() {
+            return Ok(title);
+        }
+        self.net_wm_name(w)
+    }
+
+    /// The window's `_NET_WM_NAME` (UTF-8), empty when it has none.
+    pub fn net_wm_name(&self, w: u32) -> Result<String> {
+        let a = self.atom("_NET_WM_NAME")?;
+        self.text_property(w, a)
+    }
+
+    /// The class half of WM_CLASS (`instance\0class\0`), empty when unset.
+    fn wm_class(&self, w: u32) -> Result<String> {
+        let r = self
+            .conn
+            .get_property(false, w, AtomEnum::WM_CLASS, AtomEnum::STRING, 0, 256)?
+            .reply()?;
+        Ok(r.value
+            .split(|b| *b == 0)
+            .nth(1)
+            .map(|c| String::from_utf8_lossy(c).into_owned())
+            .unwrap_or_default())
+    }
+
+    /// The window at or below `top` that carries WM_STATE (breadth first, bounded), as
+    /// ICCCM tools find a frame's client; None when there is none.
+    fn find_client(&self, top: u32) -> Result<Option<u32>> {
+        let wm_state = self.atom("WM_STATE")?;
+        let mut level = vec![top];
+        let mut read = 0;
+        for _ in 0..=CLIENT_SEARCH_DEPTH {
+            let mut next = Vec::new();
+            for w in level {
+                read += 1;
+                if read > CLIENT_SEARCH_WINDOWS {
+                    return Ok(None);
+                }
+                let p = self
+                    .conn
+                    .get_property(false, w, wm_state, AtomEnum::ANY, 0, 0)?
+                    .reply()?;
+                if p.type_ != u32::from(AtomEnum::NONE) {
+                    return Ok(Some(w));
+                }
+                next.extend(self.conn.query_tree(w)?.reply()?.children);
+            }
+            level = next;
+        }
+        Ok(None)
+    }
+
+    /// The `_NET_WM_NAME` of the window the root's `_NET_SUPPORTING_WM_CHECK` names: the
+    /// running window manager's name; None when no manager announces itself.
+    pub fn window_manager_name(&self) -> Result<Option<String>> {
+        let check = self.atom("_NET_SUPPORTING_WM_CHECK")?;
+        let r = self
+            .conn
+            .get_property(false, self.root, check, AtomEnum::WINDOW, 0, 1)?
+            .reply()?;
+        let Some(w) = r.value32().and_then(|mut v| v.next()) else {
+            return Ok(None);
+        };
+        Ok(Some(self.net_wm_name(w)?))
+    }
+
+    /// The keycode that yields `sym` and whether Shift is needed for it, from the server's
+    /// keyboard mapping.
+    fn keycode(&self, sym: u32) -> Result<(u8, bool)> {
+        let setup = self.conn.setup();
+        let (min, max) = (setup.min_keycode, setup.max_keycode);
+        let count = max
+            .checked_sub(min)
+            .and_then(|d| d.checked_add(1))
+            .with_context(|| format!("the server's keycode range {min}..={max} is not one"))?;
+        let map = self.conn.get_keyboard_mapping(min, count)?.reply()?;
+        let per = usize::from(map.keysyms_per_keycode).max(1);
+        for (i, syms) in map.keysyms.chunks(per).enumerate() {
+            for (level, s) in syms.iter().take(2).enumerate() {
+                if *s == sym {
+                    let code = u8::try_from(usize::from(min) + i)
+                        .context("a keycode above 255 in the keyboard mapping")?;
+                    return Ok((code, level == 1));
+                }
+            }
+        }
+        bail!("no key yields keysym 0x{sym:x} in the server's keyboard mapping")
+    }
+
+    fn fake_key(&self, code: u8, press: bool) -> Result<()> {
+        use x11rb::protocol::xproto::{KEY_PRESS_EVENT, KEY_RELEASE_EVENT};
+        let kind = if press {
+            KEY_PRESS_EVENT
+        } else {
+            KEY_RELEASE_EVENT
+        };
+        self.conn
+            .xtest_fake_input(kind, code, x11rb::CURRENT_TIME, x11rb::NONE, 0, 0, 0)?;
+        Ok(())
+    }
+
+    /// Presses `sym` with the modifiers `mods` held (all keysyms), through XTEST, as a user's
+    /// keyboard would: to whichever window has the input focus. A round trip ends it.
+    pub fn press(&self, mods: &[u32], sym: u32) -> Result<()> {
+        if self
+            .conn
+            .extension_information(x11rb::protocol::xtest::X11_EXTENSION_NAME)?
+            .is_none()
+        {
+            bail!("the X server has no XTEST extension to type with");
+        }
+        let (code, shift) = self.keycode(sym)?;
+        let mut held = Vec::new();
+        for m in mods {
+            held.push(self.keycode(*m)?.0);
+        }
+        if shift {
+            held.push(self.keycode(keysym::SHIFT_L)?.0);
+        }
+        for m in &held {
+            self.fake_key(*m, true)?;
+        }
+        self.fake_key(code, true)?;
+        self.fake_key(code, false)?;
+        for m in held.iter().rev() {
+            self.fake_key(*m, false)?;
+        }
+        self.conn.get_input_focus()?.reply()?;
+        Ok(())
+    }
+
+    /// Types printable ASCII `text` through XTEST, one key at a time.
+    pub fn type_text(&self, text: &str) -> Result<()> {
+        for ch in text.chars() {
+            if !(' '..='~').contains(&ch) {
+                bail!("{ch:?} cannot be typed: only printable ASCII is");
+            }
+            self.press(&[], u32::from(ch))?;
+        }
+        Ok(())
+    }
+
+    /// Gives `w` the input focus unless it has it already (a restored copy keeps its focus).
+    pub fn focus(&self, w: u32) -> Result<()> {
+        use x11rb::protocol::xproto::InputFocus;
+        if self.conn.get_input_focus()?.reply()?.focus != w {
+            self.conn
+                .set_input_focus(InputFocus::PARENT, w, x11rb::CURRENT_TIME)?;
+            self.conn.get_input_focus()?.reply()?;
+        }
+        Ok(())
+    }
+
+    /// What the owner of the CLIPBOARD selection holds once `copy` made a new owner: this
+    /// connection takes the selection first, so the text read is the one `copy` put there, not
+    /// an older owner's; then converts it to UTF8_STRING on a window of its own and reads the
+    /// property, bounded in time and size.
+    pub fn copy_and_read_clipboard(
+        &self,
+        copy: impl FnOnce(&Self) -> Result<()>,
+        timeout: std::time::Duration,
+    ) -> Result<String> {
+        use x11rb::protocol::xproto::{CreateWindowAux, EventMask, WindowClass};
+        use x11rb::protocol::Event;
+        let clipboard = self.atom("CLIPBOARD")?;
+        let utf8 = self.atom("UTF8_STRING")?;
+        let prop = self.atom("SHAREDOS_CLIPBOARD")?;
+        let incr = self.atom("INCR")?;
+        let w = self.conn.generate_id()?;
+        self.conn.create_window(
+            0,
+            w,
+            self.root,
+            -10,
+            -10,
+            1,
+            1,
+            0,
+            WindowClass::INPUT_ONLY,
+            x11rb::COPY_FROM_PARENT,
+            &CreateWindowAux::new().event_mask(EventMask::PROPERTY_CHANGE),
+        )?;
+        self.conn
+            .set_selection_owner(w, clipboard, x11rb::CURRENT_TIME)?;
+        if self.conn.get_selection_owner(clipboard)?.reply()?.owner != w {
+            bail!("could not take the CLIPBOARD selection before the copy");
+        }
+        copy(self)?;
+        sharedos_report::wait::until("the copy to take the CLIPBOARD", timeout, || {
+            let owner = self
+                .conn
+                .get_selection_owner(clipboard)
+                .ok()?
+                .reply()
+                .ok()?
+                .owner;
+            (owner != w && owner != x11rb::NONE).then_some(())
+        })?;
+        self.conn
+            .convert_selection(w, clipboard, utf8, prop, x11rb::CURRENT_TIME)?;
+        self.conn.flush()?;
+        let notified =
+            sharedos_report::wait::until("the CLIPBOARD owner to answer", timeout, || loop {
+                match self.conn.poll_for_event() {
+                    Ok(Some(Event::SelectionNotify(e))) if e.requestor == w => {
+                        break Some(Ok(e.property));
+                    }
+                    Ok(Some(_)) => continue,
+                    Ok(None) => break None,
+                    Err(e) => break Some(Err(e)),
+                }
+            })??;
+        if notified == x11rb::NONE {
+            bail!("the CLIPBOARD owner refused to convert the selection to UTF8_STRING");
+        }
+        let r = self
+            .conn
+            .get_property(true, w, prop, AtomEnum::ANY, 0, MAX_CLIPBOARD / 4)?
+            .reply()?;
+        self.conn.destroy_window(w)?;
+        self.conn.flush()?;
+        if r.type_ == incr {
+            bail!("the CLIPBOARD owner sent its text in INCR pieces: more than fits one property");
+        }
+        if r.bytes_after > 0 {
+            bail!("the CLIPBOARD holds more than {MAX_CLIPBOARD} bytes");
+        }
+        String::from_utf8(r.value).context("the CLIPBOARD text is not UTF-8")
     }
 
     fn text_property(&self, w: u32, atom: u32) -> Result<String> {

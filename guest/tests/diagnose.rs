@@ -258,6 +258,48 @@ fn host_run_launches_probes_and_cleans_up() {
     assert!(!r.all_gates_pass);
 }
 
+/// `--workload desktop` on this machine: openbox, mousepad and a session bus come up in the
+/// tree, a token typed into the editor through XTEST reads back from the CLIPBOARD, the
+/// window manager and the bus answer, and nothing is left. (CRIU's gates run only where
+/// `criu check` passes; the VM tests run them.)
+#[test]
+fn desktop_workload_types_into_the_editor_and_reads_it_back() {
+    if skip_unless_root("desktop_workload_types_into_the_editor_and_reads_it_back") {
+        return;
+    }
+    let c = Case::new("desktop");
+    let (out, r) = c.run(&["--workload", "desktop"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        r.options.workload,
+        sharedos_report::report::Workload::Desktop
+    );
+    for n in [
+        GateName::Launch,
+        GateName::LiveStateProbe,
+        GateName::Cleanup,
+    ] {
+        assert_eq!(status(&r, n), Status::Pass, "{n}: {stderr}");
+        assert_all_checks_true(&r, n);
+    }
+    let live = r.gate(GateName::LiveStateProbe).unwrap();
+    for name in [
+        "editor_holds_typed_text",
+        "window_manager_running",
+        "editor_window",
+        "session_bus_answers",
+        "wm_process",
+        "editor_process",
+        "dbus_process",
+    ] {
+        assert!(live.check(name).is_some_and(|k| k.passed), "{name}");
+    }
+    let typed = &live.check("editor_holds_typed_text").unwrap().value;
+    assert_eq!(typed["typed"], typed["read"]);
+    assert_eq!(typed["typed"].as_str().map(str::len), Some(32));
+    c.assert_nothing_left();
+}
+
 #[test]
 fn failing_criu_check_blocks_only_the_criu_gates() {
     if skip_unless_root("failing_criu_check_blocks_only_the_criu_gates") {

@@ -146,6 +146,18 @@ fn every_shipped_definition_renders_to_the_bytes_its_image_was_built_from() {
             "trixie-bpo-criu42",
             "36eb5e633ac6f1a08e9b347391bd48eb60268231595f5f2d24b4d4d532f4c8a1",
         ),
+        (
+            "bookworm-desktop",
+            "c8ebba1ca29bf23ff96db5936828ad97d981128d507d6a5b736c7c0a56e7deb3",
+        ),
+        (
+            "trixie-desktop",
+            "cfb52d9ad627d790f10f160a6c0e3d7f78e391134324d4d1b7e6c270dc559577",
+        ),
+        (
+            "bookworm-browser",
+            "55b80c11a07ff8c32cb54f5951e4e44a6c7c80402f966845f202423bb974d9b6",
+        ),
     ];
     let mut names: Vec<String> = want.iter().map(|(n, _)| n.to_string()).collect();
     names.sort();
@@ -192,6 +204,18 @@ fn every_shipped_lock_is_the_one_its_image_was_built_from() {
         (
             "trixie-bpo-criu42",
             "feaa9ebe1cf054e18e133d5028913465506cd3cc53caf7f6118aaecd65af2be8",
+        ),
+        (
+            "bookworm-desktop",
+            "6231e7209b910b5330968c113231e7b47b478684fa546b79478152db2c019a05",
+        ),
+        (
+            "trixie-desktop",
+            "0ad6181afb50b6397efb03e6c5225e9e251b4f4d4e74e7e6a30988b2578193e9",
+        ),
+        (
+            "bookworm-browser",
+            "94e519985a13950dd917fbf8ef450c2c7c8afb45a45f0bbd0d26bcf90a8c5aeb",
         ),
     ];
     for (name, sha) in want {

@@ -12,7 +12,7 @@ use serde_json::Value;
 use sharedos_report::compare;
 use sharedos_report::model::app::AppState;
 use sharedos_report::model::screen::Window;
-use sharedos_report::report::{Check, GateName, Report, Status};
+use sharedos_report::report::{Check, GateName, Report, Status, Workload};
 use sharedos_report::{digest, report};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -32,6 +32,11 @@ enum Kind {
     /// `{expected_sha256, expected_png, seen_sha256, seen_png}`: two different PNGs whose pixels
     /// (hashed here) are equal and are the recorded hashes.
     SameFramebuffer,
+    /// `{typed, read}`: the editor's text read back is exactly the typed text.
+    EditorHoldsTyped,
+    /// `{dump_time, seen, typed_elsewhere?}`: the copy's editor holds the dump-time text and
+    /// none of what was typed into another copy.
+    EditorSameText,
 }
 
 /// The live probe's checks judged again.
@@ -58,26 +63,58 @@ const COPIES: [(GateName, GateName, &str); 3] = [
     (GateName::Reset, GateName::Reset, ""),
 ];
 
-/// The checks judged again, per gate; a PASS of the gate needs each of them.
-fn rechecked() -> Vec<(GateName, String, Kind)> {
+/// The workload's own state checks of each restored copy, judged again in the app's gate: the
+/// editor's text (`--workload desktop`), the page's token and counter (the browser workloads).
+fn workload_copy_checks(w: Workload) -> &'static [(&'static str, Kind)] {
+    match w {
+        Workload::Xterm => &[],
+        Workload::Desktop => &[("editor_same_text", Kind::EditorSameText)],
+        Workload::Browser | Workload::BrowserNosandbox => &[
+            ("page_same_token", Kind::SameToken),
+            ("page_counter_continues", Kind::CounterContinues),
+            ("page_counter_advances", Kind::CounterAdvances),
+        ],
+    }
+}
+
+/// The workload's live checks judged again.
+fn workload_live_checks(w: Workload) -> &'static [(&'static str, Kind)] {
+    match w {
+        Workload::Desktop => &[("editor_holds_typed_text", Kind::EditorHoldsTyped)],
+        Workload::Browser | Workload::BrowserNosandbox => {
+            &[("page_counter_advances", Kind::CounterAdvances)]
+        }
+        Workload::Xterm => &[],
+    }
+}
+
+/// The checks judged again, per gate, for a run of workload `w`; a PASS of the gate needs each
+/// of them.
+fn rechecked(w: Workload) -> Vec<(GateName, String, Kind)> {
     let live = LIVE_CHECKS
         .iter()
+        .chain(workload_live_checks(w))
         .map(|(name, kind)| (GateName::LiveStateProbe, name.to_string(), *kind));
-    let copies = COPIES.iter().flat_map(|(app, x, prefix)| {
-        COPY_CHECKS.iter().map(move |(name, kind, on_screen)| {
+    let copies = COPIES.iter().flat_map(move |(app, x, prefix)| {
+        let own = COPY_CHECKS.iter().map(move |(name, kind, on_screen)| {
             let gate = if *on_screen { *x } else { *app };
             (gate, format!("{prefix}{name}"), *kind)
-        })
+        });
+        let workload = workload_copy_checks(w)
+            .iter()
+            .map(move |(name, kind)| (*app, format!("{prefix}{name}"), *kind));
+        own.chain(workload)
     });
     live.chain(copies).collect()
 }
 
 /// The restored copies are all held against one dump: these checks must name the same dump-time
 /// value (the token, the windows, the dump-time frame) in every gate.
-const ONE_DUMP: [(Kind, &str); 3] = [
+const ONE_DUMP: [(Kind, &str); 4] = [
     (Kind::SameToken, "dump_time"),
     (Kind::SameWindows, "dump_time"),
     (Kind::SameFramebuffer, "expected_png"),
+    (Kind::EditorSameText, "dump_time"),
 ];
 
 /// How much of a check's value a problem quotes: the guest chose it.
@@ -97,7 +134,7 @@ pub fn problems(r: &Report, dir: &ReportDir) -> Vec<String> {
     let mut frames = Frames::new(dir, prefix);
     let mut out = Vec::new();
     let mut dump_values: BTreeMap<&str, Vec<(String, &Value)>> = BTreeMap::new();
-    for (gate, name, kind) in rechecked() {
+    for (gate, name, kind) in rechecked(r.options.workload) {
         let Some(g) = r.gate(gate) else { continue };
         let Some(c) = g.check(&name) else {
             if g.status == Status::Pass {
@@ -121,7 +158,7 @@ pub fn problems(r: &Report, dir: &ReportDir) -> Vec<String> {
             if k == kind && gate != GateName::LiveStateProbe {
                 if let Some(v) = c.value.get(field) {
                     dump_values
-                        .entry(field_label(k))
+                        .entry(field_label(k, &name))
                         .or_default()
                         .push((format!("{gate}.{name}"), v));
                 }
@@ -142,10 +179,13 @@ pub fn problems(r: &Report, dir: &ReportDir) -> Vec<String> {
     out
 }
 
-fn field_label(k: Kind) -> &'static str {
+fn field_label(k: Kind, check: &str) -> &'static str {
     match k {
+        // The page's token is the page's own, apart from the app's.
+        Kind::SameToken if check.contains("page_") => "dump-time page tokens",
         Kind::SameToken => "dump-time tokens",
         Kind::SameWindows => "dump-time windows",
+        Kind::EditorSameText => "dump-time editor texts",
         _ => "dump-time frames",
     }
 }
@@ -180,6 +220,18 @@ fn judge(kind: Kind, c: &Check, frames: &mut Frames) -> Result<(), String> {
             let (dump, seen): (Vec<Window>, Vec<Window>) =
                 (field(v, "dump_time")?, field(v, "seen")?);
             compare::same_windows(&c.name, &dump, &seen)
+        }
+        Kind::EditorHoldsTyped => {
+            let (typed, read): (String, String) = (field(v, "typed")?, field(v, "read")?);
+            compare::editor_holds_typed(&c.name, &typed, Ok(&read))
+        }
+        Kind::EditorSameText => {
+            let (dump, seen): (String, String) = (field(v, "dump_time")?, field(v, "seen")?);
+            let elsewhere: Option<String> = match v.get("typed_elsewhere") {
+                Some(_) => Some(field(v, "typed_elsewhere")?),
+                None => None,
+            };
+            compare::editor_same_text(&c.name, &dump, Ok(&seen), elsewhere.as_deref())
         }
         Kind::SameFramebuffer => {
             let (want_png, seen_png): (String, String) =
@@ -460,6 +512,82 @@ mod tests {
             &s.0,
             "restore_live_process.same_token and reset.same_token hold the copies against different dump-time tokens",
         );
+    }
+
+    /// A desktop run: the editor's checks beside the honest ones.
+    fn desktop_report() -> Report {
+        let mut r = honest_report();
+        r.options.workload = Workload::Desktop;
+        let text = "0123456789abcdef0123456789abcdef";
+        let add =
+            |r: &mut Report, gate: GateName, c: Check| r.gate_mut(gate).unwrap().checks.push(c);
+        add(
+            &mut r,
+            GateName::LiveStateProbe,
+            compare::editor_holds_typed("editor_holds_typed_text", text, Ok(text)),
+        );
+        for (gate, name, elsewhere) in [
+            (GateName::RestoreLiveProcess, "editor_same_text", None),
+            (
+                GateName::Isolation,
+                "b_editor_same_text",
+                Some(" changed-1a2b3c4d"),
+            ),
+            (
+                GateName::Reset,
+                "editor_same_text",
+                Some(" changed-5e6f7a8b"),
+            ),
+        ] {
+            add(
+                &mut r,
+                gate,
+                compare::editor_same_text(name, text, Ok(text), elsewhere),
+            );
+        }
+        r
+    }
+
+    #[test]
+    fn the_editor_checks_of_a_desktop_run_are_judged_again() {
+        let s = Scratch::new("desktop");
+        assert_eq!(problems(&desktop_report(), &at(&s.0)), Vec::<String>::new());
+        // Copy b's editor claimed to pass while it holds what was typed into copy a.
+        let mut r = desktop_report();
+        check_mut(&mut r, GateName::Isolation, "b_editor_same_text").value["seen"] =
+            json!("0123456789abcdef0123456789abcdef changed-1a2b3c4d");
+        one_problem(&r, &s.0, "isolation.b_editor_same_text passed, but");
+        // A reset copy whose editor lost its text.
+        let mut r = desktop_report();
+        check_mut(&mut r, GateName::Reset, "editor_same_text").value["seen"] = json!("");
+        one_problem(&r, &s.0, "reset.editor_same_text passed, but");
+        let mut r = desktop_report();
+        check_mut(&mut r, GateName::LiveStateProbe, "editor_holds_typed_text").value["read"] =
+            json!("");
+        one_problem(
+            &r,
+            &s.0,
+            "live_state_probe.editor_holds_typed_text passed, but",
+        );
+        // Copies held against different dump-time texts.
+        let mut r = desktop_report();
+        let c = check_mut(&mut r, GateName::Reset, "editor_same_text");
+        c.value["dump_time"] = json!("other");
+        c.value["seen"] = json!("other");
+        one_problem(&r, &s.0, "against different dump-time editor texts");
+        // A PASS without the editor's check, in a desktop run only.
+        let mut r = desktop_report();
+        r.gate_mut(GateName::Reset)
+            .unwrap()
+            .checks
+            .retain(|c| c.name != "editor_same_text");
+        one_problem(
+            &r,
+            &s.0,
+            "reset PASS, but it lacks the check editor_same_text",
+        );
+        r.options.workload = Workload::Xterm;
+        assert_eq!(problems(&r, &at(&s.0)), Vec::<String>::new());
     }
 
     #[test]

@@ -12,6 +12,11 @@ pub const FIXED: &[(&str, &[&str])] = &[
     ("userns", &["--userns"]),
     ("cgroup", &["--cgroup", "cpu=1,memory=512M"]),
     ("cowroot", &["--cow-root"]),
+    // Workloads other than the default xterm; the image must hold their programs
+    // (bookworm-desktop, trixie-desktop, bookworm-browser).
+    ("desktop", &["--workload", "desktop"]),
+    ("browser", &["--workload", "browser"]),
+    ("browser-nosandbox", &["--workload", "browser-nosandbox"]),
 ];
 
 /// Every variant name a user may write, for error messages.
@@ -139,7 +144,14 @@ mod tests {
         assert_eq!(r2.diagnose_args(), ["--cow-root", "--copies", "4"]);
         let r3 = Row::parse("forky+copiesmax").unwrap();
         assert_eq!(r3.diagnose_args(), ["--copies", "max"]);
-        for r in [&r, &r2, &r3] {
+        let r4 = Row::parse("trixie-desktop+desktop+copies2").unwrap();
+        assert_eq!(
+            r4.diagnose_args(),
+            ["--workload", "desktop", "--copies", "2"]
+        );
+        let r5 = Row::parse("bookworm-browser+browser-nosandbox").unwrap();
+        assert_eq!(r5.diagnose_args(), ["--workload", "browser-nosandbox"]);
+        for r in [&r, &r2, &r3, &r4, &r5] {
             assert_eq!(variants_from_args(&r.diagnose_args()).unwrap(), r.variants);
         }
         let plain = Row::parse("bookworm").unwrap();
@@ -159,7 +171,12 @@ mod tests {
         ] {
             let e = format!("{:#}", Row::parse(bad).unwrap_err());
             assert!(e.contains("unknown variant"), "{bad}: {e}");
-            assert!(e.contains("userns, cgroup, cowroot, copies<N>"), "{e}");
+            assert!(
+                e.contains(
+                    "userns, cgroup, cowroot, desktop, browser, browser-nosandbox, copies<N>"
+                ),
+                "{e}"
+            );
         }
         let e = format!("{:#}", Row::parse("bookworm+userns+userns").unwrap_err());
         assert!(e.contains("given twice"), "{e}");

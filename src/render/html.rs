@@ -11,7 +11,7 @@ use crate::judge::reader::ReportDir;
 use crate::judge::review::ReviewState;
 use crate::judge::verdict::{verdict_meaning, Outcome};
 use sharedos_report::digest;
-use sharedos_report::report::{Artifact, Gate, Report, Status, Verdict};
+use sharedos_report::report::{Artifact, Gate, Report, Status, Verdict, Workload};
 use std::fmt::Write;
 
 /// A framebuffer PNG of a few MiB at most; a larger "PNG" is not embedded.
@@ -52,7 +52,7 @@ fn write_all(s: &mut String, o: &Outcome) -> std::fmt::Result {
     write_gate_table(s, o)?;
     // After the gate table, so the page opens on the verdict and the images follow it.
     let pngs: Vec<&Artifact> = o.report.png_artifacts().collect();
-    write_images(s, o.files.as_deref(), &pngs)?;
+    write_images(s, o.files.as_deref(), &pngs, o.report.options.workload)?;
     writeln!(s, "<h2>Checks per gate</h2>")?;
     for g in &o.gates {
         write_gate_detail(s, g)?;
@@ -214,9 +214,20 @@ fn status_badge(st: Status) -> String {
 /// The name every image is held against: the framebuffer at dump time.
 const REFERENCE: &str = "dump-time.png";
 
-/// What each framebuffer image should show, by its file name.
-fn expectation(path: &str) -> &'static str {
-    match path.rsplit('/').next().unwrap_or(path) {
+/// What each framebuffer image should show, by its file name (and the workload: a desktop's
+/// changed copies also show the text typed into the editor).
+fn expectation(path: &str, workload: Workload) -> &'static str {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    match (name, workload) {
+        ("isolation-a.png", Workload::Desktop) => {
+            return "copy A after its own change: should differ from the reference by the drawn mark and the text typed at the end of the editor's line, and by nothing else";
+        }
+        ("reset-changed.png", Workload::Desktop) => {
+            return "copy A changed again before the reset: the drawn mark and both typed changes in the editor";
+        }
+        _ => {}
+    }
+    match name {
         REFERENCE => "the reference: the tree's screen when it was dumped",
         "live.png" => "the live tree just before the dump: should match the reference",
         "restored-a.png" => "the restored copy: should match the reference exactly",
@@ -227,6 +238,9 @@ fn expectation(path: &str) -> &'static str {
             "copy B while A changed: should match the reference exactly (A's change must not reach it)"
         }
         "reset.png" => "the copy after reset: should match the reference exactly",
+        "reset-changed.png" => {
+            "the copy changed before the reset: the drawn mark (the reset copy must not show it)"
+        }
         _ => "not labelled by this rig: compare it with the reference",
     }
 }
@@ -253,7 +267,12 @@ type Read = Result<std::rc::Rc<crate::judge::reader::FileRead>, String>;
 /// should show, so that "differs by the mark and nothing else" is seen at a glance. The bytes
 /// are the judgement's own read of each file; images are decoded one at a time (the reference
 /// once), and the page embeds at most [`MAX_EMBEDDED_TOTAL_BYTES`].
-fn write_images(s: &mut String, files: Option<&ReportDir>, pngs: &[&Artifact]) -> std::fmt::Result {
+fn write_images(
+    s: &mut String,
+    files: Option<&ReportDir>,
+    pngs: &[&Artifact],
+    workload: Workload,
+) -> std::fmt::Result {
     writeln!(s, "<h2>Images, each against the dump-time image</h2>")?;
     if pngs.is_empty() {
         return writeln!(s, "<p>The report lists no PNG.</p>");
@@ -280,7 +299,7 @@ fn write_images(s: &mut String, files: Option<&ReportDir>, pngs: &[&Artifact]) -
             s,
             "<div class=\"pair\">\n<p><code>{}</code>: {}</p>",
             esc(&a.path),
-            esc(expectation(&a.path))
+            esc(expectation(&a.path, workload))
         )?;
         writeln!(s, "<div class=\"row\">")?;
         let read = read_artifact(files, &a.path);

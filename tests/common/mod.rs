@@ -272,7 +272,7 @@ pub const ALL_FIDELITY_OPTIONS: [&str; 4] =
 
 /// A report of a run with [`ALL_FIDELITY_OPTIONS`] records them, each option's checks ran in
 /// the original and in the restored copies and passed, and its fidelity list names only the
-/// four differences no option closes.
+/// differences no option closes (and those of workloads it did not run).
 pub fn assert_all_fidelity_options_held(r: &sharedos_report::report::Report) {
     use sharedos_report::fidelity::CLOSABLE;
     use sharedos_report::report::{CgroupLimits, GateName, RunOptions};
@@ -286,6 +286,7 @@ pub fn assert_all_fidelity_options_held(r: &sharedos_report::report::Report) {
             cow_root: true,
             userns: true,
             copies: None,
+            workload: Default::default(),
         }
     );
     // Each option's checks ran in the original and in the restored copies, and passed.
@@ -300,7 +301,7 @@ pub fn assert_all_fidelity_options_held(r: &sharedos_report::report::Report) {
             "launch {name}"
         );
     }
-    for c in CLOSABLE {
+    for c in CLOSABLE.iter().filter(|c| r.options.requested(c.option)) {
         for (gate, name) in c.checks {
             let check = r.gate(*gate).and_then(|g| g.check(name));
             assert!(check.is_some_and(|k| k.passed), "{gate}.{name}: {check:?}");
@@ -312,9 +313,14 @@ pub fn assert_all_fidelity_options_held(r: &sharedos_report::report::Report) {
             r.fidelity_differences
         );
     }
+    // The differences no option closes, and those of the workloads this run did not run.
+    let kept = sharedos_report::fidelity::Key::ALL
+        .iter()
+        .filter(|k| !matches!(k.closable(), Some(c) if r.options.requested(c.option)))
+        .count();
     assert_eq!(
         r.fidelity_differences.len(),
-        4,
+        kept,
         "{:?}",
         r.fidelity_differences
     );

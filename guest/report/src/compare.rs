@@ -3,7 +3,7 @@
 //! feed these functions observations that must fail.
 
 use crate::model::app::{is_token, AppState};
-use crate::model::screen::Window;
+use crate::model::screen::{TopLevel, Window};
 use crate::model::tree::{MarkedProcess, Observation, TreeRecord};
 use crate::report::Check;
 use serde_json::{json, Value};
@@ -194,6 +194,117 @@ pub fn copy_changed(
             "the token the mutate returned (not the dump-time {}), a counter of at least {}, and the red mark drawn",
             dump.app.token,
             jumped.map_or("(more than 64 bits hold)".to_string(), |j| j.to_string())
+        ),
+    )
+}
+
+/// The editor holds exactly the text typed into it, read back over the X wire.
+pub fn editor_holds_typed(name: &str, typed: &str, read: Result<&str, String>) -> Check {
+    let passed = !typed.is_empty() && read.as_deref() == Ok(typed);
+    check(
+        name,
+        passed,
+        match &read {
+            Ok(t) => json!({"typed": typed, "read": t}),
+            Err(e) => json!({"typed": typed, "error": e}),
+        },
+        &format!("the editor's whole text read back is the typed {typed:?}"),
+    )
+}
+
+/// A copy's editor holds the dump-time text: not empty, the very text, and so none of what was
+/// typed into another copy (`typed_elsewhere`, recorded so the reader sees what was looked for).
+pub fn editor_same_text(
+    name: &str,
+    dump_time: &str,
+    seen: Result<&str, String>,
+    typed_elsewhere: Option<&str>,
+) -> Check {
+    let leaked = match (&seen, typed_elsewhere) {
+        (Ok(s), Some(t)) => t.is_empty() || s.contains(t),
+        _ => false,
+    };
+    let passed = !dump_time.is_empty() && seen.as_deref() == Ok(dump_time) && !leaked;
+    let mut v = match &seen {
+        Ok(s) => json!({"dump_time": dump_time, "seen": s}),
+        Err(e) => json!({"dump_time": dump_time, "error": e}),
+    };
+    if let Some(t) = typed_elsewhere {
+        v["typed_elsewhere"] = json!(t);
+        v["typed_elsewhere_seen"] = json!(leaked);
+    }
+    check(
+        name,
+        passed,
+        v,
+        &match typed_elsewhere {
+            Some(t) => format!("the dump-time editor text {dump_time:?}, without {t:?}"),
+            None => format!("the dump-time editor text {dump_time:?}"),
+        },
+    )
+}
+
+/// A copy's editor after `typed` was typed at the end of its text: the dump-time text followed
+/// by it, and nothing else.
+pub fn editor_changed(
+    name: &str,
+    dump_time: &str,
+    typed: &str,
+    seen: Result<&str, String>,
+) -> Check {
+    let want = format!("{dump_time}{typed}");
+    let passed = !dump_time.is_empty() && !typed.is_empty() && seen.as_deref() == Ok(want.as_str());
+    check(
+        name,
+        passed,
+        match &seen {
+            Ok(s) => json!({"dump_time": dump_time, "typed": typed, "seen": s}),
+            Err(e) => json!({"dump_time": dump_time, "typed": typed, "error": e}),
+        },
+        &format!("the dump-time text with the typed change at its end: {want:?}"),
+    )
+}
+
+/// With a window manager: its supporting window is there and names `wm`.
+pub fn window_manager_running(name: &str, seen: Result<Option<String>, String>, wm: &str) -> Check {
+    let passed = matches!(&seen, Ok(Some(n)) if n == wm);
+    check(
+        name,
+        passed,
+        match &seen {
+            Ok(n) => json!({"supporting_wm_check_name": n}),
+            Err(e) => json!({"error": e}),
+        },
+        &format!("the root window's _NET_SUPPORTING_WM_CHECK names a window called {wm}"),
+    )
+}
+
+/// Exactly one mapped top-level window holds a client of `class`, and it is managed (a client
+/// with WM_STATE below the top level).
+pub fn one_managed_window_of_class(name: &str, tops: &[TopLevel], class: &str) -> Check {
+    let of_class: Vec<&TopLevel> = tops.iter().filter(|t| t.class == class).collect();
+    let passed = of_class.len() == 1 && of_class[0].client.is_some();
+    check(
+        name,
+        passed,
+        json!({"mapped_toplevels": tops}),
+        &format!("exactly one mapped top-level window, holding a managed client of class {class}"),
+    )
+}
+
+/// Exactly one mapped top-level window whose title shows the page's state.
+pub fn one_window_showing_page(name: &str, tops: &[TopLevel]) -> Check {
+    let showing: Vec<&TopLevel> = tops
+        .iter()
+        .filter(|t| crate::model::app::parse_page_title(&t.window.title).is_some())
+        .collect();
+    check(
+        name,
+        showing.len() == 1,
+        json!({"mapped_toplevels": tops}),
+        &format!(
+            "exactly one mapped top-level window whose title holds `{} TOKEN COUNTER`",
+            crate::model::app::PAGE_TITLE_WORD
         ),
     )
 }
@@ -457,7 +568,78 @@ mod tests {
             frame_sha256: sha.into(),
             mark_drawn: mark,
             png: "png/x.png".into(),
+            editor_text: None,
+            page: None,
         }
+    }
+
+    #[test]
+    fn the_editor_must_hold_what_was_typed_and_only_that() {
+        let typed = "sharedos 0123";
+        assert!(editor_holds_typed("e", typed, Ok(typed)).passed);
+        assert!(!editor_holds_typed("e", typed, Ok("sharedos 012")).passed);
+        assert!(!editor_holds_typed("e", typed, Ok("")).passed, "lost text");
+        assert!(!editor_holds_typed("e", typed, Err("no owner".into())).passed);
+        assert!(
+            !editor_holds_typed("e", "", Ok("")).passed,
+            "nothing typed proves nothing"
+        );
+
+        assert!(editor_same_text("s", typed, Ok(typed), None).passed);
+        assert!(editor_same_text("s", typed, Ok(typed), Some(" change-a")).passed);
+        let lost = editor_same_text("s", typed, Ok(""), None);
+        assert!(!lost.passed);
+        assert_eq!(lost.value["seen"], "");
+        let leaked = editor_same_text("s", typed, Ok("sharedos 0123 change-a"), Some(" change-a"));
+        assert!(!leaked.passed);
+        assert_eq!(leaked.value["typed_elsewhere_seen"], true);
+        assert!(!editor_same_text("s", "", Ok(""), None).passed);
+        assert!(!editor_same_text("s", typed, Err("timeout".into()), None).passed);
+        assert!(!editor_same_text("s", typed, Ok(typed), Some("")).passed);
+
+        assert!(editor_changed("c", typed, " change", Ok("sharedos 0123 change")).passed);
+        assert!(
+            !editor_changed("c", typed, " change", Ok(typed)).passed,
+            "change lost"
+        );
+        assert!(!editor_changed("c", typed, " change", Ok(" change")).passed);
+        assert!(!editor_changed("c", typed, "", Ok(typed)).passed);
+        assert!(!editor_changed("c", typed, " change", Err("x".into())).passed);
+    }
+
+    #[test]
+    fn the_window_manager_and_the_managed_editor_window() {
+        assert!(window_manager_running("w", Ok(Some("Openbox".into())), "Openbox").passed);
+        assert!(!window_manager_running("w", Ok(None), "Openbox").passed);
+        assert!(!window_manager_running("w", Ok(Some("xfwm4".into())), "Openbox").passed);
+        assert!(!window_manager_running("w", Err("x".into()), "Openbox").passed);
+        let top = |id: u32, class: &str, client: Option<u32>| TopLevel {
+            window: win(id, ""),
+            client,
+            class: class.into(),
+        };
+        let wm = top(1, "", None);
+        let ed = top(2, "Mousepad", Some(3));
+        assert!(one_managed_window_of_class("e", &[wm.clone(), ed.clone()], "Mousepad").passed);
+        assert!(!one_managed_window_of_class("e", std::slice::from_ref(&wm), "Mousepad").passed);
+        assert!(
+            !one_managed_window_of_class(
+                "e",
+                &[ed.clone(), top(4, "Mousepad", Some(5))],
+                "Mousepad"
+            )
+            .passed
+        );
+        assert!(!one_managed_window_of_class("e", &[top(2, "Mousepad", None)], "Mousepad").passed);
+        let page = |id: u32, title: &str| TopLevel {
+            window: win(id, title),
+            client: Some(id),
+            class: "firefox-esr".into(),
+        };
+        let shown = page(1, &format!("sharedos-page {T} 7 - Mozilla Firefox"));
+        assert!(one_window_showing_page("p", std::slice::from_ref(&shown)).passed);
+        assert!(!one_window_showing_page("p", &[page(1, "Mozilla Firefox")]).passed);
+        assert!(!one_window_showing_page("p", &[shown.clone(), shown]).passed);
     }
 
     #[test]

@@ -26,11 +26,17 @@ pub enum Key {
     CriuNeedsRootAndSameKernel,
     /// The GUI gate compares pixels and asks a human.
     GuiReviewIsPixels,
+    /// Closed by `--workload desktop`.
+    NoDesktopApplication,
+    /// Closed by `--workload browser` (with the browser's sandbox on).
+    NoBrowser,
+    /// No workload closes it: a few processes, not a whole desktop session.
+    NotAFullDesktop,
 }
 
 impl Key {
     /// Every key, in the order a report lists them.
-    pub const ALL: [Key; 7] = [
+    pub const ALL: [Key; 10] = [
         Key::SharedKernel,
         Key::XvfbFramebuffer,
         Key::NoUserNamespace,
@@ -38,6 +44,9 @@ impl Key {
         Key::SharedRoot,
         Key::CriuNeedsRootAndSameKernel,
         Key::GuiReviewIsPixels,
+        Key::NoDesktopApplication,
+        Key::NoBrowser,
+        Key::NotAFullDesktop,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -49,6 +58,9 @@ impl Key {
             Key::SharedRoot => "shared_root",
             Key::CriuNeedsRootAndSameKernel => "criu_needs_root_and_same_kernel",
             Key::GuiReviewIsPixels => "gui_review_is_pixels",
+            Key::NoDesktopApplication => "no_desktop_application",
+            Key::NoBrowser => "no_browser",
+            Key::NotAFullDesktop => "not_a_full_desktop",
         }
     }
 
@@ -69,6 +81,16 @@ impl Key {
             Key::GuiReviewIsPixels => {
                 "the GUI state gate compares framebuffer pixels and asks a human; it is not proof \
                  of application state"
+            }
+            Key::NoDesktopApplication => {
+                "no window manager, GTK application holding a user's input, or D-Bus session bus \
+                 in the tree"
+            }
+            Key::NoBrowser => "no web browser, with its own sandbox on, in the tree",
+            Key::NotAFullDesktop => {
+                "the tree is a handful of processes, not a full desktop session (a GNOME session, \
+                 a file manager, an agent's guest server: a hundred-plus processes and gigabytes \
+                 per desktop)"
             }
         }
     }
@@ -120,6 +142,10 @@ pub enum FidelityOption {
     Cgroup,
     CowRoot,
     Userns,
+    /// `--workload desktop`.
+    DesktopWorkload,
+    /// `--workload browser`: the browser with its sandbox on; `browser-nosandbox` closes nothing.
+    BrowserWorkload,
 }
 
 /// A difference an option can close, and the checks that must have passed in the restored
@@ -132,7 +158,7 @@ pub struct Closable {
     pub checks: &'static [(GateName, &'static str)],
 }
 
-pub const CLOSABLE: [Closable; 3] = [
+pub const CLOSABLE: [Closable; 5] = [
     Closable {
         key: Key::NoUserNamespace,
         option: FidelityOption::Userns,
@@ -165,12 +191,43 @@ pub const CLOSABLE: [Closable; 3] = [
             (GateName::Reset, "cow_file_discarded"),
         ],
     },
+    // The editor's text, typed before the dump, read back from each restored copy over the X
+    // wire: the application state a user made survives, and stays each copy's own.
+    Closable {
+        key: Key::NoDesktopApplication,
+        option: FidelityOption::DesktopWorkload,
+        flag: "--workload desktop",
+        checks: &[
+            (GateName::RestoreLiveProcess, "editor_same_text"),
+            (GateName::Isolation, "a_editor_changed"),
+            (GateName::Isolation, "b_editor_same_text"),
+            (GateName::Reset, "editor_same_text"),
+        ],
+    },
+    // The page's token and counter, read from the browser window's title in each restored copy.
+    Closable {
+        key: Key::NoBrowser,
+        option: FidelityOption::BrowserWorkload,
+        flag: "--workload browser",
+        checks: &[
+            (GateName::RestoreLiveProcess, "page_same_token"),
+            (GateName::Isolation, "b_page_same_token"),
+            (GateName::Reset, "page_same_token"),
+        ],
+    },
 ];
 
 /// Why `c` still applies to a run with `options` and these gates, or None when the run closed
 /// it: the option was requested and every one of its checks is present and passed.
 pub fn still_differs(c: &Closable, options: &RunOptions, gates: &[Gate]) -> Option<String> {
     if !options.requested(c.option) {
+        if c.option == FidelityOption::BrowserWorkload
+            && options.workload == crate::report::Workload::BrowserNosandbox
+        {
+            return Some(
+                "the browser ran with its sandbox off (--workload browser-nosandbox)".into(),
+            );
+        }
         return Some(format!("{} was not requested", c.flag));
     }
     let short: Vec<String> = c
@@ -296,7 +353,13 @@ mod tests {
             .collect();
         assert_eq!(
             closable,
-            [Key::NoUserNamespace, Key::NoCgroupLimits, Key::SharedRoot]
+            [
+                Key::NoUserNamespace,
+                Key::NoCgroupLimits,
+                Key::SharedRoot,
+                Key::NoDesktopApplication,
+                Key::NoBrowser
+            ]
         );
     }
 
@@ -304,7 +367,7 @@ mod tests {
     fn a_difference_leaves_only_with_its_option_and_passing_checks() {
         let passing = cgroup_passing();
         let plain = differences("k", &RunOptions::default(), &passing);
-        assert_eq!(plain.len(), 7);
+        assert_eq!(plain.len(), Key::ALL.len());
         assert_eq!(detail(&plain, Key::SharedKernel).as_deref(), Some("k"));
         assert_eq!(
             detail(&plain, Key::NoCgroupLimits).as_deref(),
@@ -312,7 +375,7 @@ mod tests {
         );
         let closed = differences("k", &with_cgroup(), &passing);
         assert_eq!(detail(&closed, Key::NoCgroupLimits), None);
-        assert_eq!(closed.len(), 6);
+        assert_eq!(closed.len(), Key::ALL.len() - 1);
         let mut failing = passing.clone();
         failing[0].checks[1].passed = false;
         let kept = detail(
@@ -325,6 +388,56 @@ mod tests {
             Key::NoCgroupLimits,
         );
         assert!(kept.unwrap().contains("reset.cgroup_limits did not run"));
+    }
+
+    #[test]
+    fn a_workload_closes_its_difference_only_when_its_copies_showed_the_state() {
+        use crate::report::Workload;
+        let desktop = RunOptions {
+            workload: Workload::Desktop,
+            ..RunOptions::default()
+        };
+        let passing = vec![
+            gate_with(GateName::RestoreLiveProcess, &[("editor_same_text", true)]),
+            gate_with(
+                GateName::Isolation,
+                &[("a_editor_changed", true), ("b_editor_same_text", true)],
+            ),
+            gate_with(GateName::Reset, &[("editor_same_text", true)]),
+        ];
+        let d = differences("k", &desktop, &passing);
+        assert_eq!(detail(&d, Key::NoDesktopApplication), None);
+        assert!(detail(&d, Key::NoBrowser).is_some());
+        assert!(detail(&d, Key::NotAFullDesktop).is_some());
+        let mut failing = passing.clone();
+        failing[1].checks[1].passed = false;
+        let kept = detail(
+            &differences("k", &desktop, &failing),
+            Key::NoDesktopApplication,
+        );
+        assert!(kept
+            .unwrap()
+            .contains("isolation.b_editor_same_text failed"));
+        // Without its sandbox the browser closes nothing, and the detail says why.
+        let nosandbox = RunOptions {
+            workload: Workload::BrowserNosandbox,
+            ..RunOptions::default()
+        };
+        let page = vec![
+            gate_with(GateName::RestoreLiveProcess, &[("page_same_token", true)]),
+            gate_with(GateName::Isolation, &[("b_page_same_token", true)]),
+            gate_with(GateName::Reset, &[("page_same_token", true)]),
+        ];
+        let kept = detail(&differences("k", &nosandbox, &page), Key::NoBrowser).unwrap();
+        assert!(kept.contains("sandbox off"), "{kept}");
+        let browser = RunOptions {
+            workload: Workload::Browser,
+            ..RunOptions::default()
+        };
+        assert_eq!(
+            detail(&differences("k", &browser, &page), Key::NoBrowser),
+            None
+        );
     }
 
     #[test]
@@ -345,7 +458,7 @@ mod tests {
             .filter(|d| d.key.closable().is_some())
             .cloned()
             .collect();
-        assert_eq!(problems(&unclosable, &opts, &gates).len(), 4);
+        assert_eq!(problems(&unclosable, &opts, &gates).len(), 5);
         // Twice is named too.
         let mut twice = full.clone();
         twice.push(full[1].clone());

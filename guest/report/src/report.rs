@@ -313,6 +313,76 @@ pub struct RunOptions {
     /// range.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub userns: bool,
+    /// `--workload NAME`: what the tree runs besides Xvfb and the state app; absent for the
+    /// default `xterm`, so a plain run's report reads as before the option existed.
+    #[serde(default, skip_serializing_if = "Workload::is_default")]
+    pub workload: Workload,
+}
+
+/// What the tree runs beside Xvfb and the state app (`diagnose --workload NAME`).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[serde(rename_all = "kebab-case")]
+pub enum Workload {
+    /// The SPEC's tree: an xterm.
+    #[default]
+    Xterm,
+    /// A window manager (openbox), a GTK 3 editor (mousepad) holding text typed into it, and a
+    /// D-Bus session bus.
+    Desktop,
+    /// A real browser (Firefox ESR) with its own sandbox on, showing a local page whose script
+    /// keeps a token and a counter.
+    Browser,
+    /// The same browser with every one of its sandboxes switched off: named apart, so that a
+    /// result without the sandbox is never taken for one with it.
+    BrowserNosandbox,
+}
+
+impl Workload {
+    pub const ALL: [Workload; 4] = [
+        Workload::Xterm,
+        Workload::Desktop,
+        Workload::Browser,
+        Workload::BrowserNosandbox,
+    ];
+
+    pub fn is_default(&self) -> bool {
+        *self == Workload::Xterm
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Workload::Xterm => "xterm",
+            Workload::Desktop => "desktop",
+            Workload::Browser => "browser",
+            Workload::BrowserNosandbox => "browser-nosandbox",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Workload> {
+        Workload::ALL.into_iter().find(|w| w.as_str() == s)
+    }
+
+    /// How many step timeouts the tree may take to come up: Firefox's first start under TCG
+    /// took more than three minutes (its graphics probe alone a minute), where Xvfb, openbox
+    /// and mousepad take seconds.
+    pub fn ready_steps(self) -> u32 {
+        if self.is_browser() {
+            4
+        } else {
+            1
+        }
+    }
+
+    /// Whether the tree runs the browser (with its sandbox or without).
+    pub fn is_browser(self) -> bool {
+        matches!(self, Workload::Browser | Workload::BrowserNosandbox)
+    }
+}
+
+impl fmt::Display for Workload {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 impl RunOptions {
@@ -340,6 +410,9 @@ impl RunOptions {
         if self.cow_root {
             v.push("--cow-root".into());
         }
+        if !self.workload.is_default() {
+            v.extend(["--workload".to_string(), self.workload.to_string()]);
+        }
         v
     }
 
@@ -348,6 +421,8 @@ impl RunOptions {
             FidelityOption::Cgroup => self.cgroup.is_some(),
             FidelityOption::CowRoot => self.cow_root,
             FidelityOption::Userns => self.userns,
+            FidelityOption::DesktopWorkload => self.workload == Workload::Desktop,
+            FidelityOption::BrowserWorkload => self.workload == Workload::Browser,
         }
     }
 }
@@ -658,11 +733,26 @@ mod tests {
             }),
             cow_root: true,
             userns: true,
+            workload: Workload::Desktop,
         };
         assert_eq!(
             all.args().join(" "),
-            "--copies 2 --userns --cgroup cpu=1.5,memory=512M --cow-root"
+            "--copies 2 --userns --cgroup cpu=1.5,memory=512M --cow-root --workload desktop"
         );
+        // The default workload leaves the options as a plain run's.
+        let xterm: RunOptions = serde_json::from_str(r#"{"workload": "xterm"}"#).unwrap();
+        assert!(xterm.is_plain());
+        let v = serde_json::to_value(RunOptions {
+            workload: Workload::BrowserNosandbox,
+            ..RunOptions::default()
+        })
+        .unwrap();
+        assert_eq!(v, serde_json::json!({"workload": "browser-nosandbox"}));
+        for w in Workload::ALL {
+            assert_eq!(Workload::parse(w.as_str()), Some(w));
+            assert_eq!(serde_json::to_value(w).unwrap(), w.as_str());
+        }
+        assert_eq!(Workload::parse("gnome"), None);
         let odd = CgroupLimits {
             cpu_quota_us: 100_000,
             memory_max_bytes: (1 << 30) + 4096,

@@ -92,6 +92,7 @@ impl Config {
                 .cgroup
                 .map(|_| fidelity::group_dir(&fidelity::tree_group(&self.marker, "tree"))),
             userns: self.options.userns,
+            workload: self.options.workload,
         }
     }
     /// The criu the run will use: `--criu`, else the first on PATH or in the sbin directories
@@ -104,8 +105,20 @@ impl Config {
     }
     /// What the options add to `criu dump`.
     pub fn dump_extra(&self) -> Vec<String> {
-        if self.options.userns {
+        let mut v = if self.options.userns {
             criu::external_dev_dump_args(&tree::dev_node_names())
+        } else {
+            Vec::new()
+        };
+        v.extend(self.workload_criu_args());
+        v
+    }
+    /// A browser holds file locks on its profile (`.parentlock`, SQLite's): CRIU dumps and
+    /// restores them only when told to, and refuses the dump otherwise ("Some file locks are
+    /// hold by dumping tasks").
+    fn workload_criu_args(&self) -> Vec<String> {
+        if self.options.workload.is_browser() {
+            vec!["--file-locks".into()]
         } else {
             Vec::new()
         }
@@ -121,6 +134,7 @@ impl Config {
         if self.options.userns {
             v.extend(criu::external_dev_restore_args(&tree::dev_node_names()));
         }
+        v.extend(self.workload_criu_args());
         v
     }
     /// The criu the plan names: the run's when it can be found, else the name looked up on PATH.
@@ -156,6 +170,8 @@ pub struct Ctx {
     pub copies: BTreeMap<String, i32>,
     /// Every tree of the run, ended or not.
     pub trees: Vec<TreeRecord>,
+    /// With `--workload desktop`: the token the live probe typed into the editor.
+    pub typed: Option<String>,
     /// The gate now running and the kinds of command its plan lists: it may run no other.
     now: Option<(GateName, BTreeSet<Kind>)>,
 }
@@ -171,6 +187,7 @@ impl Ctx {
             snapshot: None,
             copies: BTreeMap::new(),
             trees: Vec::new(),
+            typed: None,
             now: None,
         }
     }
@@ -284,6 +301,8 @@ impl Ctx {
     pub fn observe(&self, tree_pid: i32, name: &str) -> Result<Observation> {
         let app_asked_at = Instant::now();
         let app = self.app(tree_pid, "get")?;
+        // Read before the frame: reading the editor selects its text, as it did at the dump.
+        let (editor_text, page) = super::workload::observe_extra(self, tree_pid)?;
         let (windows, frame) = self.x(tree_pid, "X windows and framebuffer", |c| {
             Ok((c.mapped_toplevels()?, c.grab()?))
         })?;
@@ -296,6 +315,8 @@ impl Ctx {
             frame_sha256: frame.sha256(),
             mark_drawn: frame.rect_is(MARK, MARK_RGB),
             png,
+            editor_text,
+            page,
         })
     }
 
@@ -330,6 +351,18 @@ pub(crate) mod tests {
             exe: PathBuf::from("/bin/sharedos-gate"),
             argv: vec![],
             options: RunOptions::default(),
+        }
+    }
+
+    #[test]
+    fn only_a_browser_dumps_and_restores_file_locks() {
+        use sharedos_report::report::Workload;
+        let mut cfg = config();
+        for w in Workload::ALL {
+            cfg.options.workload = w;
+            let locks = |v: Vec<String>| v.contains(&"--file-locks".to_string());
+            assert_eq!(locks(cfg.dump_extra()), w.is_browser(), "{w}");
+            assert_eq!(locks(cfg.restore_extra("a")), w.is_browser(), "{w}");
         }
     }
 

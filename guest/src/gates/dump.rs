@@ -132,7 +132,13 @@ fn run_dump(ctx: &Ctx, g: &mut GateBuilder, criu: &Path, pid: i32) -> bool {
             json!(out.evidence.exit_code),
             "exit 0",
         ),
-        || format!("criu dump failed: {} (log: criu/dump.log)", out.summary()),
+        || {
+            format!(
+                "criu dump failed: {} (log: criu/dump.log){}",
+                out.summary(),
+                criu::says(&ctx.cfg.criu_log("dump"))
+            )
+        },
     );
     g.evidence(out.evidence);
     dumped

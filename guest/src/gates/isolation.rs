@@ -4,7 +4,7 @@
 use super::copies::{only_when, restore_steps};
 use super::state::{change_copy, check_app_state, check_x_state, obs_value};
 use super::step::Step;
-use super::{fidelity, Config, Ctx, GateBuilder};
+use super::{fidelity, workload, Config, Ctx, GateBuilder};
 use crate::probe::{all_differ, is_live, namespaces_of};
 use serde_json::json;
 use sharedos_report::compare::{self, check};
@@ -53,6 +53,7 @@ pub fn run(ctx: &mut Ctx) -> Gate {
     g.data("copy_b_pid", json!(b));
     check_apart(ctx, &mut g, a, b, &snap);
     let mutated = change_copy(ctx, &mut g, a, "copy A");
+    let typed_into_a = workload::change_editor(ctx, &mut g, a, "copy A");
     g.check(ctx.check_x_server_in_tree("a_x_server_in_copy", a));
     g.check(ctx.check_x_server_in_tree("b_x_server_in_copy", b));
     match ctx.observe(a, "isolation-a") {
@@ -63,10 +64,12 @@ pub fn run(ctx: &mut Ctx) -> Gate {
                 &oa,
                 &snap,
             ));
+            workload::check_changed(&mut g, "a_editor_changed", &oa, typed_into_a.as_ref());
         }
         Err(e) => g.problem(format!("reading copy A after the change: {e:#}")),
     }
-    check_b_unchanged(ctx, &mut g, b, &snap);
+    let change = typed_into_a.as_ref().map(|(_, c)| c.as_str());
+    check_b_unchanged(ctx, &mut g, b, &snap, change);
     g.finish(
         "two copies ran at once in separate namespaces; changing A left B at the dump-time state",
     )
@@ -107,8 +110,15 @@ fn check_apart(ctx: &Ctx, g: &mut GateBuilder, a: i32, b: i32, snap: &Observatio
 }
 
 /// Copy B, read after A changed, is compared in full with the dump-time state.
-fn check_b_unchanged(ctx: &Ctx, g: &mut GateBuilder, b: i32, snap: &Observation) {
+fn check_b_unchanged(
+    ctx: &Ctx,
+    g: &mut GateBuilder,
+    b: i32,
+    snap: &Observation,
+    typed_into_a: Option<&str>,
+) {
     check_app_state(ctx, g, b, snap, "b_");
+    workload::check_copy_state(ctx, g, b, snap, "b_", typed_into_a);
     match ctx.observe(b, "isolation-b") {
         Ok(ob) => {
             check_x_state(g, &ob, snap, "b_");

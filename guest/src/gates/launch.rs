@@ -2,9 +2,9 @@
 //! the xterm's window mapped, and the app answers.
 
 use super::step::{Kind, Step};
-use super::{fidelity, Config, Ctx, GateBuilder};
+use super::{fidelity, workload, Config, Ctx, GateBuilder};
 use crate::probe::{all_differ, namespaces_of};
-use crate::tree::{self, TreeSpec, XTERM_TITLE};
+use crate::tree::{self, TreeSpec};
 use anyhow::{Context, Result};
 use nix::mount::{mount, MsFlags};
 use serde_json::json;
@@ -35,37 +35,6 @@ pub fn make_root_bind(ctx: &Ctx) -> Result<()> {
     )
     .with_context(|| format!("remounting {} read-only", root.display()))?;
     Ok(())
-}
-
-/// Which readiness conditions hold for the tree now.
-#[derive(Default, Debug, Clone, serde::Serialize)]
-struct Readiness {
-    init_alive: bool,
-    x_socket: bool,
-    window_mapped: bool,
-    app_answers: bool,
-}
-
-impl Readiness {
-    fn ready(&self) -> bool {
-        self.init_alive && self.x_socket && self.window_mapped && self.app_answers
-    }
-}
-
-fn readiness(ctx: &Ctx, pid: i32) -> Readiness {
-    let mut r = Readiness {
-        init_alive: crate::probe::is_live(pid),
-        x_socket: crate::x11::socket_path(pid, ctx.cfg.display).exists(),
-        ..Default::default()
-    };
-    if r.x_socket {
-        r.window_mapped = ctx
-            .x(pid, "X window list", |c| c.mapped_toplevels())
-            .map(|ws| ws.iter().any(|w| w.title == XTERM_TITLE))
-            .unwrap_or(false);
-    }
-    r.app_answers = ctx.app(pid, "get").is_ok();
-    r
 }
 
 /// The read-only bind of / that `make_root_bind` makes, as the equivalent command.
@@ -154,7 +123,10 @@ pub fn run(ctx: &mut Ctx) -> Gate {
         json!({"tree": theirs, "diagnose": mine}),
         "pid, mnt, net, ipc and uts namespaces all differ from the caller's",
     ));
-    g.finish("the tree runs in its own pid, mnt, net, ipc and uts namespaces; X, the xterm window and the app are up")
+    if ctx.cfg.options.workload == sharedos_report::report::Workload::Xterm {
+        return g.finish("the tree runs in its own pid, mnt, net, ipc and uts namespaces; X, the xterm window and the app are up");
+    }
+    g.finish(&format!("the tree runs in its own pid, mnt, net, ipc and uts namespaces; X, the {} workload and the app are up", ctx.cfg.options.workload))
 }
 
 /// The tree's root, and with the options its writable root and its cgroup; what could not be
@@ -206,24 +178,45 @@ fn spawn(ctx: &mut Ctx, g: &mut GateBuilder) -> Option<i32> {
 /// leaves its programs' logs as evidence.
 fn wait_ready(ctx: &Ctx, g: &mut GateBuilder, pid: i32) -> bool {
     let started = Instant::now();
-    let mut last = Readiness::default();
-    let ready = wait::until("the tree to be ready", ctx.cfg.step_timeout, || {
-        last = readiness(ctx, pid);
-        last.ready().then_some(())
+    let mut last = Vec::new();
+    let bound = ctx.cfg.step_timeout * ctx.cfg.options.workload.ready_steps();
+    let ready = wait::until("the tree to be ready", bound, || {
+        last = workload::readiness(ctx, pid);
+        last.iter().all(|c| c.holds).then_some(())
     });
     let ready_ms = started.elapsed().as_millis() as u64;
     g.data("ready_ms", json!(ready_ms));
     let ok = ready.is_ok();
+    let conditions: serde_json::Map<String, serde_json::Value> = last
+        .iter()
+        .map(|c| (c.name.to_string(), json!(c.holds)))
+        .collect();
+    let expected = match ctx.cfg.options.workload {
+        sharedos_report::report::Workload::Xterm => {
+            "X answers with the xterm window mapped and the app answers".to_string()
+        }
+        w => format!(
+            "every condition of the {w} workload holds: {}",
+            last.iter().map(|c| c.name).collect::<Vec<_>>().join(", ")
+        ),
+    };
     g.require(
         check(
             "tree_ready",
             ok,
-            json!({"conditions": last, "ms": ready_ms}),
-            "X answers with the xterm window mapped and the app answers",
+            json!({"conditions": conditions, "ms": ready_ms}),
+            &expected,
         ),
-        || match &ready {
-            Err(e) => format!("{e}; conditions then: {last:?}"),
-            Ok(()) => String::new(),
+        || {
+            let not_up: Vec<String> = last
+                .iter()
+                .filter(|c| !c.holds)
+                .map(|c| format!("{} ({})", c.process, c.name))
+                .collect();
+            match &ready {
+                Err(e) => format!("{e}; not up: {}", not_up.join(", ")),
+                Ok(()) => String::new(),
+            }
         },
     );
     if !ok {

@@ -3,12 +3,12 @@
 
 use super::{Ctx, GateBuilder};
 use crate::probe;
-use crate::tree::XTERM_TITLE;
+use crate::tree::{expected_processes, XTERM_TITLE};
 use crate::x11::FrameExt;
 use serde_json::json;
 use sharedos_report::compare::{self, check};
 use sharedos_report::model::tree::MarkedProcess;
-use sharedos_report::report::{Gate, GateName};
+use sharedos_report::report::{Gate, GateName, Workload};
 
 /// The three kinds of process the live-state checks look for, picked out of the marked ones.
 pub fn xvfb<'a>(procs: &'a [MarkedProcess], display: &str) -> Vec<&'a MarkedProcess> {
@@ -16,6 +16,11 @@ pub fn xvfb<'a>(procs: &'a [MarkedProcess], display: &str) -> Vec<&'a MarkedProc
         .iter()
         .filter(|p| p.program() == "Xvfb" && p.cmdline.iter().any(|a| a == display))
         .collect()
+}
+
+/// The marked processes running `program` (argv[0]'s basename).
+pub fn running<'a>(procs: &'a [MarkedProcess], program: &str) -> Vec<&'a MarkedProcess> {
+    procs.iter().filter(|p| p.program() == program).collect()
 }
 
 pub fn xterm(procs: &[MarkedProcess]) -> Vec<&MarkedProcess> {
@@ -44,6 +49,9 @@ pub fn run(ctx: &mut Ctx) -> Gate {
         return g.finish("");
     };
     let tree_pidns = ctx.tree_record(pid).and_then(|t| t.pidns.clone());
+    // The workload's own checks first: typing into the editor changes the screen, which must
+    // then settle before the grabs below.
+    super::workload::live_checks(ctx, &mut g, pid);
 
     let mut last_counter = None;
     match ctx.app(pid, "get") {
@@ -123,7 +131,9 @@ pub fn run(ctx: &mut Ctx) -> Gate {
                 (&b.sha256(), rel_b),
                 "a second grab, on a new connection after the counter ticked, equal to the first",
             ));
-            g.check(compare::one_mapped_window_titled(&windows, XTERM_TITLE));
+            if ctx.cfg.options.workload == Workload::Xterm {
+                g.check(compare::one_mapped_window_titled(&windows, XTERM_TITLE));
+            }
         }
         Ok(Err(e)) => g.problem(format!("the X server did not answer: {e}")),
         Err(e) => {
@@ -146,12 +156,27 @@ pub fn run(ctx: &mut Ctx) -> Gate {
         ns,
         &format!("an Xvfb for {display}"),
     ));
-    g.check(compare::processes_in_tree(
-        "xterm_process",
-        &xterm(&procs),
-        ns,
-        &format!("an xterm titled {XTERM_TITLE}"),
-    ));
+    for (program, name, what) in expected_processes(ctx.cfg.options.workload) {
+        match program {
+            "Xvfb" => {}
+            "xterm" => {
+                g.check(compare::processes_in_tree(
+                    name,
+                    &xterm(&procs),
+                    ns,
+                    &format!("an xterm titled {XTERM_TITLE}"),
+                ));
+            }
+            _ => {
+                g.check(compare::processes_in_tree(
+                    name,
+                    &running(&procs, program),
+                    ns,
+                    what,
+                ));
+            }
+        }
+    }
     g.check(compare::processes_in_tree(
         "stateapp_process",
         &stateapp(&procs),
@@ -169,5 +194,8 @@ pub fn run(ctx: &mut Ctx) -> Gate {
     if !census.unreadable.is_empty() {
         g.data("unreadable", json!(census.unreadable));
     }
-    g.finish("the 8 live-state checks hold, and every marked process runs inside the tree's pid namespace")
+    if ctx.cfg.options.workload == Workload::Xterm {
+        return g.finish("the 8 live-state checks hold, and every marked process runs inside the tree's pid namespace");
+    }
+    g.finish(&format!("the live-state checks of the {} workload hold, and every marked process runs inside the tree's pid namespace", ctx.cfg.options.workload))
 }

@@ -12,6 +12,7 @@ pub mod ctx;
 pub mod fidelity;
 pub mod state;
 pub mod step;
+pub mod workload;
 
 pub mod cleanup;
 pub mod density;
@@ -138,6 +139,7 @@ mod tests {
             cgroup: fidelity::parse_cgroup_limits("cpu=1,memory=512M").ok(),
             cow_root: true,
             userns: true,
+            workload: sharedos_report::report::Workload::Desktop,
         };
         for options in [RunOptions::default(), all] {
             cfg.options = options;

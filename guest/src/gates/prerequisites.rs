@@ -6,13 +6,13 @@ use super::{Config, Ctx, GateBuilder};
 use crate::criu::{self, NetworkLock};
 use serde_json::json;
 use sharedos_report::compare::check;
-use sharedos_report::report::{Gate, GateName};
+use sharedos_report::report::{Gate, GateName, Workload};
 use sharedos_report::which::{find_program, is_executable};
 use std::path::{Path, PathBuf};
 
 /// Checks the tree itself needs. When one fails, launch cannot run; when only the CRIU checks
 /// fail, launch, the live-state probe and cleanup still run.
-pub const TREE_CHECKS: [&str; 7] = [
+pub const TREE_CHECKS: [&str; 8] = [
     "root",
     "work_dir_writable",
     "report_dir_writable",
@@ -20,7 +20,22 @@ pub const TREE_CHECKS: [&str; 7] = [
     "xvfb_present",
     "xterm_present",
     "display_free",
+    "workload_programs_present",
 ];
+
+/// The programs a workload runs beyond Xvfb and xterm, each with the package that brings it
+/// (an image that adds them to a base: images/README.md).
+pub fn workload_programs(w: Workload) -> &'static [(&'static str, &'static str)] {
+    match w {
+        Workload::Xterm => &[],
+        Workload::Desktop => &[
+            ("openbox", "openbox"),
+            ("mousepad", "mousepad"),
+            ("dbus-daemon", "dbus-daemon"),
+        ],
+        Workload::Browser | Workload::BrowserNosandbox => &[("firefox-esr", "firefox-esr")],
+    }
+}
 
 /// Tools the CRIU gates run besides criu, each as the alternatives any one of which will do,
 /// with what needs it and the package that brings it.
@@ -144,6 +159,7 @@ pub fn run(ctx: &mut Ctx) -> Gate {
     // Commands keep their output in the scratch directory; without it none can run.
     let can_run = ctx.cfg.scratch().is_dir();
     check_x_tools(ctx, &mut g, can_run);
+    check_workload_programs(ctx, &mut g);
     check_display(ctx, &mut g);
     check_criu_gate_tools(&mut g);
     ctx.criu = check_criu(ctx, &mut g, root, can_run);
@@ -231,6 +247,42 @@ fn check_x_tools(ctx: &mut Ctx, g: &mut GateBuilder, can_run: bool) {
             ctx.env.xterm_version = Some(v);
         }
     }
+}
+
+/// The workload's own programs are on PATH (only a workload other than xterm has any).
+fn check_workload_programs(ctx: &Ctx, g: &mut GateBuilder) {
+    let w = ctx.cfg.options.workload;
+    let programs = workload_programs(w);
+    if programs.is_empty() {
+        return;
+    }
+    let found: Vec<(&str, Option<PathBuf>)> = programs
+        .iter()
+        .map(|(p, _)| (*p, find_program(p)))
+        .collect();
+    let missing: Vec<&str> = programs
+        .iter()
+        .zip(&found)
+        .filter(|(_, (_, f))| f.is_none())
+        .map(|((_, package), _)| *package)
+        .collect();
+    g.require(
+        check(
+            "workload_programs_present",
+            missing.is_empty(),
+            json!({"workload": w, "found": found}),
+            &format!(
+                "{} on PATH",
+                programs.iter().map(|(p, _)| *p).collect::<Vec<_>>().join(", ")
+            ),
+        ),
+        || {
+            format!(
+                "the {w} workload's programs are missing: install {} (an image with them: images/bookworm-desktop, images/trixie-desktop, images/bookworm-browser)",
+                missing.join(", ")
+            )
+        },
+    );
 }
 
 /// The first line a version command printed, when it succeeded; its run is evidence.

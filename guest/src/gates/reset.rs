@@ -6,7 +6,7 @@
 use super::copies::{kill_step, only_when, restore_steps};
 use super::state::{change_copy, check_app_state, check_x_state, obs_value};
 use super::step::Step;
-use super::{fidelity, Config, Ctx, GateBuilder};
+use super::{fidelity, workload, Config, Ctx, GateBuilder};
 use crate::probe;
 use serde_json::json;
 use sharedos_report::compare::{self, check};
@@ -48,7 +48,7 @@ pub fn run(ctx: &mut Ctx) -> Gate {
         }
     };
     g.data("changed_copy_pid", json!(target));
-    change_and_look(ctx, &mut g, target, &snap);
+    let typed = change_and_look(ctx, &mut g, target, &snap);
     kill_changed(ctx, &mut g, target);
     let (pid, ev) = ctx.restore("reset");
     g.evidence(ev);
@@ -62,14 +62,21 @@ pub fn run(ctx: &mut Ctx) -> Gate {
         }
     };
     g.data("copy_pid", json!(pid));
-    check_reset_copy(ctx, &mut g, pid, &snap);
+    let change = typed.as_ref().map(|(_, c)| c.as_str());
+    check_reset_copy(ctx, &mut g, pid, &snap, change);
     g.finish("a change of app state and pixels was seen, the changed copy killed as a whole, and the new restore has the dump-time token, counter, window and pixels")
 }
 
 /// Our own change of the copy, then a look at it: without it a reset would only prove that a
 /// second restore works.
-fn change_and_look(ctx: &Ctx, g: &mut GateBuilder, target: i32, snap: &Observation) {
+fn change_and_look(
+    ctx: &Ctx,
+    g: &mut GateBuilder,
+    target: i32,
+    snap: &Observation,
+) -> Option<(String, String)> {
     let mutated = change_copy(ctx, g, target, "the copy");
+    let typed = workload::change_editor(ctx, g, target, "the copy");
     if ctx.cfg.options.cow_root {
         fidelity::check_write(
             ctx,
@@ -89,9 +96,11 @@ fn change_and_look(ctx: &Ctx, g: &mut GateBuilder, target: i32, snap: &Observati
                 &o,
                 snap,
             ));
+            workload::check_changed(g, "editor_change_seen", &o, typed.as_ref());
         }
         Err(e) => g.problem(format!("reading the changed copy: {e:#}")),
     }
+    typed
 }
 
 /// Kills the changed copy as a whole and sees it gone: PID 1 and every process of its pid
@@ -113,7 +122,13 @@ fn kill_changed(ctx: &mut Ctx, g: &mut GateBuilder, target: i32) {
 }
 
 /// The new restore is a new tree, back at the dump-time state, without the change.
-fn check_reset_copy(ctx: &Ctx, g: &mut GateBuilder, pid: i32, snap: &Observation) {
+fn check_reset_copy(
+    ctx: &Ctx,
+    g: &mut GateBuilder,
+    pid: i32,
+    snap: &Observation,
+    typed_before_reset: Option<&str>,
+) {
     match ctx.tree_record(pid).cloned() {
         Some(rec) => g.check(compare::fresh_copy(
             "new_copy",
@@ -140,6 +155,7 @@ fn check_reset_copy(ctx: &Ctx, g: &mut GateBuilder, pid: i32, snap: &Observation
     }
     g.check(ctx.check_x_server_in_tree("x_server_in_copy", pid));
     check_app_state(ctx, g, pid, snap, "");
+    workload::check_copy_state(ctx, g, pid, snap, "", typed_before_reset);
     match ctx.observe(pid, "reset") {
         Ok(now) => {
             check_x_state(g, &now, snap, "");

@@ -39,7 +39,8 @@ pub fn run(ctx: &mut Ctx) -> Gate {
         ),
         || match &pid {
             Err(e) => format!(
-                "criu_restore_succeeded failed: criu restore of copy a gave no running copy: {e:#} (log: criu/restore-a.log)"
+                "criu_restore_succeeded failed: criu restore of copy a gave no running copy: {e:#} (log: criu/restore-a.log){}",
+                crate::criu::says(&ctx.cfg.criu_log("restore-a"))
             ),
             Ok(_) => String::new(),
         },
@@ -50,6 +51,7 @@ pub fn run(ctx: &mut Ctx) -> Gate {
     };
     g.data("copy_pid", json!(pid));
     check_app_state(ctx, &mut g, pid, &snap, "");
+    super::workload::check_copy_state(ctx, &mut g, pid, &snap, "", None);
     check_no_network_lock_left(ctx, &mut g, pid);
     g.finish("the restored app has the dump-time token and its counter continues from the dump-time value; no CRIU network lock left behind")
 }

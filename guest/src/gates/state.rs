@@ -10,14 +10,21 @@ use sharedos_report::model::tree::Observation;
 
 /// Records an observation as a check value.
 pub fn obs_value(o: &Observation) -> Value {
-    json!({
+    let mut v = json!({
         "token": o.app.token,
         "counter": o.app.counter,
         "windows": o.windows,
         "framebuffer_sha256": o.frame_sha256,
         "mark_drawn": o.mark_drawn,
         "png": o.png,
-    })
+    });
+    if let Some(t) = &o.editor_text {
+        v["editor_text"] = json!(t);
+    }
+    if let Some(p) = &o.page {
+        v["page"] = json!(p);
+    }
+    v
 }
 
 /// Checks that a copy's app holds the dump-time state: same token, counter continuing (not

@@ -12,6 +12,17 @@ pub struct Window {
     pub height: u16,
 }
 
+/// A mapped top-level window with what a window manager's frame holds: the client window
+/// below it (the one with `WM_STATE`, as ICCCM tools find it; the window itself without a
+/// manager) and that client's `WM_CLASS` class.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct TopLevel {
+    pub window: Window,
+    /// The client window, when one with `WM_STATE` was found below (or at) the top level.
+    pub client: Option<u32>,
+    pub class: String,
+}
+
 /// One GetImage of the whole root window, as tightly packed RGB.
 pub struct Frame {
     pub width: u16,

@@ -1,7 +1,7 @@
 //! The trees a run started or restored and the processes it found: as observed, as recorded
 //! for cleanup, and as listed from /proc.
 
-use super::app::AppState;
+use super::app::{AppState, PageState};
 use super::screen::Window;
 use serde::{Deserialize, Serialize};
 use std::time::Instant;
@@ -18,6 +18,11 @@ pub struct Observation {
     pub mark_drawn: bool,
     /// Report-relative path of the PNG of that frame.
     pub png: String,
+    /// With `--workload desktop`: the editor's whole text, read back over the X wire (selected
+    /// and copied through XTEST, then the CLIPBOARD selection converted) before the frame.
+    pub editor_text: Option<String>,
+    /// With a browser workload: the page's state, read from its window's `_NET_WM_NAME`.
+    pub page: Option<PageState>,
 }
 
 /// A tree this run started or restored: its PID 1 as the host sees it and the pid namespace it

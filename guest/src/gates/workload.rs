@@ -1,0 +1,412 @@
+//! What a workload adds to the gates (`--workload`): its readiness conditions, the live checks
+//! of its programs, and the reading and changing of its application state from outside the
+//! tree, over the X wire.
+//!
+//! - `desktop`: the editor's state is text a user typed. It is typed through XTEST (fake key
+//!   events, keycodes from the server's own keyboard mapping) and read back the way a user
+//!   would take it out: select all and copy (Ctrl+A, Ctrl+C through XTEST), then the CLIPBOARD
+//!   selection is converted to UTF8_STRING on a window of our own and the property read,
+//!   bounded. Selecting all again leaves the screen as it was, so reading is done before every
+//!   frame grab and the dump-time frame already shows the selection.
+//! - `browser`: the page's script keeps a token and a counter and shows them in the document
+//!   title; the browser window's `_NET_WM_NAME` is read.
+//!
+//! Which top-level windows are compared (same_windows): the mapped children of the root. With
+//! the window manager these are its frames, each titled by the client it holds, and its own
+//! mapped 1x1 window (openbox's `_NET_SUPPORTING_WM_CHECK` window, titled "Openbox"); the
+//! browser's title is compared up to its counter, which moves on by design.
+
+use super::{Ctx, GateBuilder};
+use crate::tree::{self, EDITOR_CLASS, WM_NAME};
+use crate::x11::{keysym, XConn};
+use anyhow::{Context, Result};
+use serde_json::json;
+use sharedos_report::compare::{self, check};
+use sharedos_report::model::app::{parse_page_title, PageState};
+use sharedos_report::model::tree::Observation;
+use sharedos_report::report::Workload;
+use std::time::Duration;
+
+/// Bound of one read of the editor (the copy taking the selection, the owner answering).
+const EDITOR_READ: Duration = Duration::from_secs(20);
+
+/// One readiness condition of a tree: its name, the process it waits for, and whether it holds.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Condition {
+    pub name: &'static str,
+    pub process: &'static str,
+    pub holds: bool,
+}
+
+/// The conditions of `ctx`'s workload for the tree whose PID 1 is `pid`, in start order.
+pub fn readiness(ctx: &Ctx, pid: i32) -> Vec<Condition> {
+    let c = |name, process, holds| Condition {
+        name,
+        process,
+        holds,
+    };
+    let x_socket = crate::x11::socket_path(pid, ctx.cfg.display).exists();
+    let mut v = vec![
+        c("init_alive", "the tree's PID 1", crate::probe::is_live(pid)),
+        c("x_socket", "Xvfb", x_socket),
+    ];
+    let tops = if x_socket {
+        ctx.x(pid, "X window list", |c| c.toplevels()).ok()
+    } else {
+        None
+    };
+    let tops = tops.unwrap_or_default();
+    match ctx.cfg.options.workload {
+        Workload::Xterm => v.push(c(
+            "window_mapped",
+            "xterm",
+            tops.iter().any(|t| t.window.title == tree::XTERM_TITLE),
+        )),
+        Workload::Desktop => {
+            let bus = tree::path_in_tree(pid, tree::BUS_SOCKET);
+            v.push(c("session_bus", "dbus-daemon", bus_answers(&bus).is_ok()));
+            let wm = x_socket
+                && ctx
+                    .x(pid, "window manager", |c| c.window_manager_name())
+                    .is_ok_and(|n| n.as_deref() == Some(WM_NAME));
+            v.push(c("window_manager", "openbox", wm));
+            v.push(c(
+                "editor_window",
+                "mousepad",
+                tops.iter()
+                    .any(|t| t.class == EDITOR_CLASS && t.client.is_some()),
+            ));
+        }
+        Workload::Browser | Workload::BrowserNosandbox => v.push(c(
+            "page_shown",
+            "firefox-esr",
+            x_socket && ctx.x(pid, "page title", page_state).is_ok(),
+        )),
+    }
+    v.push(c("app_answers", "stateapp", ctx.app(pid, "get").is_ok()));
+    v
+}
+
+/// What a restored or original tree's session bus answers: the D-Bus handshake's first step
+/// (`AUTH EXTERNAL` with our uid), bounded. Ok with the server's GUID line.
+pub fn bus_answers(socket: &std::path::Path) -> Result<String> {
+    use std::io::{Read, Write};
+    let mut s = std::os::unix::net::UnixStream::connect(socket)
+        .with_context(|| format!("connecting to the session bus at {}", socket.display()))?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    s.set_write_timeout(Some(Duration::from_secs(5)))?;
+    let uid: String = nix::unistd::getuid()
+        .as_raw()
+        .to_string()
+        .bytes()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    s.write_all(format!("\0AUTH EXTERNAL {uid}\r\n").as_bytes())?;
+    let mut buf = [0u8; 256];
+    let n = s.read(&mut buf).context("reading the bus's answer")?;
+    let line = String::from_utf8_lossy(&buf[..n]).trim().to_string();
+    if !line.starts_with("OK ") {
+        anyhow::bail!("the session bus answered {line:?} instead of OK");
+    }
+    let _ = s.write_all(b"BEGIN\r\n");
+    Ok(line)
+}
+
+/// The editor's client window: the one top level holding a managed client of its class.
+fn editor_client(c: &XConn) -> Result<u32> {
+    let tops = c.toplevels()?;
+    let mut editors = tops
+        .iter()
+        .filter(|t| t.class == EDITOR_CLASS)
+        .filter_map(|t| t.client);
+    let first = editors
+        .next()
+        .context("no mapped window of the editor (mousepad)")?;
+    if editors.next().is_some() {
+        anyhow::bail!("more than one editor window is mapped");
+    }
+    Ok(first)
+}
+
+/// The editor's whole text: focus it (unless it has the focus), select all and copy through
+/// XTEST, and read the CLIPBOARD.
+pub fn read_editor(c: &XConn) -> Result<String> {
+    let client = editor_client(c)?;
+    c.focus(client)?;
+    c.copy_and_read_clipboard(
+        |c| {
+            c.press(&[keysym::CONTROL_L], keysym::A)?;
+            c.press(&[keysym::CONTROL_L], keysym::C)
+        },
+        EDITOR_READ,
+    )
+}
+
+/// Types `text` at the end of the editor's text (Ctrl+End first: the read before left all of
+/// it selected, and typing would replace it).
+pub fn type_into_editor(c: &XConn, text: &str) -> Result<()> {
+    let client = editor_client(c)?;
+    c.focus(client)?;
+    c.press(&[keysym::CONTROL_L], keysym::END)?;
+    c.type_text(text)
+}
+
+/// Selects the editor's whole text and deletes it.
+pub fn clear_editor(c: &XConn) -> Result<()> {
+    let client = editor_client(c)?;
+    c.focus(client)?;
+    c.press(&[keysym::CONTROL_L], keysym::A)?;
+    c.press(&[], keysym::BACKSPACE)
+}
+
+/// The page's state from the browser window's `_NET_WM_NAME`: exactly one top level (or the
+/// client it holds) must show it.
+pub fn page_state(c: &XConn) -> Result<PageState> {
+    let mut found = Vec::new();
+    for t in c.toplevels()? {
+        let title = c.net_wm_name(t.client.unwrap_or(t.window.id))?;
+        if let Some(p) = parse_page_title(&title) {
+            found.push(p);
+        }
+    }
+    match found.len() {
+        1 => Ok(found.remove(0)),
+        0 => anyhow::bail!("no window's _NET_WM_NAME shows the page's token and counter"),
+        n => anyhow::bail!("{n} windows show a page's token and counter"),
+    }
+}
+
+/// What `observe` adds for the workload, read before the frame is grabbed.
+pub fn observe_extra(ctx: &Ctx, pid: i32) -> Result<(Option<String>, Option<PageState>)> {
+    match ctx.cfg.options.workload {
+        Workload::Xterm => Ok((None, None)),
+        Workload::Desktop => Ok((Some(ctx.x(pid, "the editor's text", read_editor)?), None)),
+        Workload::Browser | Workload::BrowserNosandbox => {
+            Ok((None, Some(ctx.x(pid, "the page's title", page_state)?)))
+        }
+    }
+}
+
+/// The live probe's checks of the workload's window and, for the desktop, the token typed
+/// into the editor (kept in `ctx.typed` for every later gate).
+pub fn live_checks(ctx: &mut Ctx, g: &mut GateBuilder, pid: i32) {
+    match ctx.cfg.options.workload {
+        Workload::Xterm => {}
+        Workload::Desktop => {
+            let wm = ctx
+                .x(pid, "window manager", |c| c.window_manager_name())
+                .map_err(|e| format!("{e:#}"));
+            g.check(compare::window_manager_running(
+                "window_manager_running",
+                wm,
+                WM_NAME,
+            ));
+            match ctx.x(pid, "X top levels", |c| c.toplevels()) {
+                Ok(tops) => {
+                    g.check(compare::one_managed_window_of_class(
+                        "editor_window",
+                        &tops,
+                        EDITOR_CLASS,
+                    ));
+                }
+                Err(e) => g.problem(format!("listing the top-level windows: {e:#}")),
+            }
+            let bus = tree::path_in_tree(pid, tree::BUS_SOCKET);
+            g.check(bus_check("session_bus_answers", &bus));
+            type_token(ctx, g, pid);
+        }
+        Workload::Browser | Workload::BrowserNosandbox => {
+            match ctx.x(pid, "X top levels", |c| c.toplevels()) {
+                Ok(tops) => g.check(compare::one_window_showing_page("browser_window", &tops)),
+                Err(e) => {
+                    g.problem(format!("listing the top-level windows: {e:#}"));
+                    false
+                }
+            };
+            match ctx.x(pid, "the page's title", page_state) {
+                Ok(first) => {
+                    let mut shape = compare::token_is_32_hex(&first.token);
+                    shape.name = "page_token_is_32_hex".into();
+                    g.check(shape);
+                    let next = next_page(ctx, pid, first.counter).map(|p| p.as_app());
+                    g.check(compare::counter_advances(
+                        "page_counter_advances",
+                        &first.as_app(),
+                        next.as_ref().map_err(|e| e.clone()),
+                    ));
+                }
+                Err(e) => g.problem(format!("reading the page's title: {e:#}")),
+            }
+        }
+    }
+}
+
+/// The session bus answers the first step of its handshake.
+pub fn bus_check(name: &str, socket: &std::path::Path) -> sharedos_report::report::Check {
+    let r = bus_answers(socket).map_err(|e| format!("{e:#}"));
+    check(
+        name,
+        r.is_ok(),
+        json!({"socket": socket, "answer": r}),
+        "the session bus inside the tree answers AUTH EXTERNAL with OK",
+    )
+}
+
+/// Types a random token into the editor and reads the whole text back.
+fn type_token(ctx: &mut Ctx, g: &mut GateBuilder, pid: i32) {
+    let token = match sharedos_report::random::random_hex(16) {
+        Ok(t) => t,
+        Err(e) => {
+            g.problem(format!("making a token to type: {e:#}"));
+            return;
+        }
+    };
+    let typed = {
+        let t = token.clone();
+        ctx.x(pid, "typing into the editor", move |c| {
+            type_into_editor(c, &t)
+        })
+    };
+    if let Err(e) = typed {
+        g.problem(format!("typing into the editor through XTEST: {e:#}"));
+        return;
+    }
+    let read = ctx
+        .x(pid, "the editor's text", read_editor)
+        .map_err(|e| format!("{e:#}"));
+    g.check(compare::editor_holds_typed(
+        "editor_holds_typed_text",
+        &token,
+        read.as_deref().map_err(|e| e.clone()),
+    ));
+    ctx.typed = Some(token);
+}
+
+/// The page's state once its counter passed `above`, bounded by the step timeout: a restored
+/// Firefox under TCG was seen to hold its counter for more than 20 s before its timers ran
+/// again, and a stall is told apart from slowness only by waiting the whole bound.
+fn next_page(ctx: &Ctx, pid: i32, above: u64) -> Result<PageState, String> {
+    sharedos_report::wait::until(
+        "the page's counter to advance",
+        ctx.cfg.step_timeout,
+        || {
+            ctx.x(pid, "the page's title", page_state)
+                .ok()
+                .filter(|p| p.counter > above)
+        },
+    )
+    .map_err(|e| e.to_string())
+}
+
+/// Checks that a copy holds the workload's dump-time application state: the editor's text
+/// (without `typed_elsewhere`, what was typed into another copy), or the page's token and
+/// counter. `prefix` names the copy in the check names.
+pub fn check_copy_state(
+    ctx: &Ctx,
+    g: &mut GateBuilder,
+    pid: i32,
+    snap: &Observation,
+    prefix: &str,
+    typed_elsewhere: Option<&str>,
+) {
+    match ctx.cfg.options.workload {
+        Workload::Xterm => {}
+        Workload::Desktop => {
+            let dump = snap.editor_text.clone().unwrap_or_default();
+            let seen = ctx
+                .x(pid, "the editor's text", read_editor)
+                .map_err(|e| format!("{e:#}"));
+            g.check(compare::editor_same_text(
+                &format!("{prefix}editor_same_text"),
+                &dump,
+                seen.as_deref().map_err(|e| e.clone()),
+                typed_elsewhere,
+            ));
+            let bus = tree::path_in_tree(pid, tree::BUS_SOCKET);
+            g.check(bus_check(&format!("{prefix}session_bus_answers"), &bus));
+        }
+        Workload::Browser | Workload::BrowserNosandbox => {
+            let Some(dump) = &snap.page else {
+                g.problem("no dump-time page state");
+                return;
+            };
+            let first = match ctx.x(pid, "the page's title", page_state) {
+                Ok(p) => p,
+                Err(e) => {
+                    g.problem(format!("the restored page's title: {e:#}"));
+                    return;
+                }
+            };
+            g.check(compare::same_token(
+                &format!("{prefix}page_same_token"),
+                &dump.token,
+                &first.token,
+            ));
+            g.check(compare::counter_continues(
+                &format!("{prefix}page_counter_continues"),
+                dump.counter,
+                snap.app_asked_at.elapsed(),
+                first.counter,
+            ));
+            let next = next_page(ctx, pid, first.counter).map(|p| p.as_app());
+            g.check(compare::counter_advances(
+                &format!("{prefix}page_counter_advances"),
+                &first.as_app(),
+                next.as_ref().map_err(|e| e.clone()),
+            ));
+        }
+    }
+}
+
+/// A change typed at the end of a copy's editor text, different per call: isolation and reset
+/// type one into copy A (which may hold an earlier gate's change already). Returns the text the
+/// editor held before and the change; None for a workload without an editor.
+pub fn change_editor(
+    ctx: &Ctx,
+    g: &mut GateBuilder,
+    pid: i32,
+    name: &str,
+) -> Option<(String, String)> {
+    if ctx.cfg.options.workload != Workload::Desktop {
+        return None;
+    }
+    let suffix = match sharedos_report::random::random_hex(4) {
+        Ok(s) => s,
+        Err(e) => {
+            g.problem(format!("making the change to type: {e:#}"));
+            return None;
+        }
+    };
+    let change = format!(" changed-{suffix}");
+    let t = change.clone();
+    let typed = ctx.x(pid, &format!("typing into {name}'s editor"), move |c| {
+        let before = read_editor(c)?;
+        type_into_editor(c, &t)?;
+        Ok(before)
+    });
+    match typed {
+        Ok(before) => Some((before, change)),
+        Err(e) => {
+            g.problem(format!("typing into {name}'s editor: {e:#}"));
+            None
+        }
+    }
+}
+
+/// The editor of a changed copy shows the text it held before with the change at its end.
+pub fn check_changed(
+    g: &mut GateBuilder,
+    name: &str,
+    o: &Observation,
+    change: Option<&(String, String)>,
+) {
+    let Some((before, change)) = change else {
+        return;
+    };
+    let seen = o
+        .editor_text
+        .as_deref()
+        .context("the observation has no editor text")
+        .map_err(|e| format!("{e:#}"));
+    g.check(compare::editor_changed(name, before, change, seen));
+}
