@@ -161,6 +161,7 @@ fn a_hostile_guest_cannot_touch_the_host_or_the_verdict() {
     )
     .expect("building the static hostile-gate");
     let gate = sb.copy_in(&built, "hostile-gate");
+    common::seed::seed(&sb, "cache", "bookworm", "fakechroot");
     let reports = sb.dir.join("reports");
     let passwd = sha256_file(Path::new("/etc/passwd")).unwrap();
     let mut failures = Vec::new();

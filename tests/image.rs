@@ -135,8 +135,10 @@ fn check_build(
     }
     assert!(["unshare", "fakechroot", "guest"].contains(&m.builder_mode.as_str()));
     let stderr = String::from_utf8_lossy(&out.stderr);
+    // A build announces its mode; a cached entry says it was found, and its manifest the mode.
     assert!(
-        stderr.contains(&format!("builder mode: {}", m.builder_mode)),
+        stderr.contains(&format!("builder mode: {}", m.builder_mode))
+            || stderr.contains(&format!("cached {image_name} (verified in")),
         "the mode is not announced"
     );
 
@@ -239,17 +241,6 @@ fn default_mode_builds_as_a_user_and_twice_gives_the_same_image() {
 }
 
 #[test]
-#[ignore = "slow: a full image build in fakechroot mode (~3 min); run with --ignored"]
-fn fakechroot_mode_builds_without_user_namespaces() {
-    if !can_run("fakechroot_mode_builds_without_user_namespaces") {
-        return;
-    }
-    let sb = Sandbox::new("fakechroot");
-    let m = build_and_check(&sb, "cache", &["--mode", "fakechroot"], Some("fakechroot"));
-    assert_bookworm_bytes(&m);
-}
-
-#[test]
 #[ignore = "needs the Debian mirror's index (a few seconds); run with --ignored"]
 fn a_pin_the_mirror_lacks_fails_fast_naming_it() {
     if !can_run("a_pin_the_mirror_lacks_fails_fast_naming_it") {
@@ -335,6 +326,12 @@ fn without_user_namespaces_a_newer_suite_builds_in_a_guest() {
         "{err}"
     );
     let m = check_build(&sb, "trixie", "cache", &out, Some("guest"));
+
+    // The builder VM's image is bookworm built in fakechroot mode, without user namespaces: the
+    // same bytes as every other build of its lock.
+    let out = image(&sb, "cache", &["--image", "bookworm"]);
+    let builder = check_build(&sb, "bookworm", "cache", &out, Some("fakechroot"));
+    assert_bookworm_bytes(&builder);
     assert!(
         m.tool_versions["builder-vm"].starts_with("bookworm "),
         "{:?}",
@@ -361,6 +358,11 @@ fn without_user_namespaces_a_newer_suite_builds_in_a_guest() {
         &["--image", "trixie", "--mode", "unshare"],
     );
     let u = check_build(&sb, "trixie", "cache-unshare", &out, Some("unshare"));
+    common::seed::publish(
+        &sb,
+        &PathBuf::from(last_line(&out)),
+        &sb.dir.join("cache-unshare"),
+    );
     assert_eq!(
         m.image_sha256, u.image_sha256,
         "the guest-built image differs from the unshare-built one"
@@ -373,7 +375,7 @@ fn without_user_namespaces_a_newer_suite_builds_in_a_guest() {
 /// rig itself, with a message that names the interrupt. Without it the rig would wait out the
 /// build (up to 40 minutes under TCG) before it looked at the signal.
 #[test]
-#[ignore = "slow: a fakechroot build of bookworm, then a guest-mode build of trixie interrupted once mmdebstrap runs in its VM (~5 min); run with --ignored"]
+#[ignore = "slow: a guest-mode build of trixie interrupted once mmdebstrap runs in its VM (~2 min, with bookworm seeded); run with --ignored"]
 fn ctrl_c_ends_a_guest_mode_build_promptly() {
     use std::io::{BufRead, BufReader};
     if !can_run("ctrl_c_ends_a_guest_mode_build_promptly") {
@@ -381,6 +383,8 @@ fn ctrl_c_ends_a_guest_mode_build_promptly() {
     }
     let sb = Sandbox::new("guest-sigint");
     let cache = sb.dir.join("cache");
+    // The builder VM's image is taken from the seed: building it is the test above's.
+    common::seed::seed(&sb, "cache", "bookworm", "fakechroot");
     let mut child = sb.spawn_as_user_without_userns(&sb.xtask, &trixie_args(&sb, &cache));
     // Every step of spawn_as_user_without_userns execs the next: this is the rig's pid.
     let rig = child.id();

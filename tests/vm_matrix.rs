@@ -120,6 +120,9 @@ fn vm_matrix_over_bookworm_and_trixie_merges_what_each_report_says() {
         .expect("building the static gate binary");
     let gate = sb.copy_in(&gate, "sharedos-gate");
     add_stale_image(&sb);
+    // bookworm's seed is the fakechroot build every VM test takes; trixie needs unshare mode.
+    common::seed::seed(&sb, "cache", ROWS[0].1, "fakechroot");
+    common::seed::seed(&sb, "cache", ROWS[1].1, "unshare");
     let reports = sb.dir.join("reports");
     let cache = sb.dir.join("cache");
     let labels: Vec<&str> = ROWS.iter().map(|(label, _)| *label).collect();

@@ -70,6 +70,7 @@ fn vm_run_end_to_end_as_an_unprivileged_user() {
         return;
     };
     let gate = sb.copy_in(&gate_binary(), "sharedos-gate");
+    common::seed::seed(&sb, "cache", "bookworm", "fakechroot");
     full_run_archives_an_identified_report_that_verify_agrees_with(&sb, &gate);
     density_of_three_copies_is_measured_and_verified(&sb, &gate);
     fidelity_options_all_at_once(&sb, &gate);

@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod seed;
 pub mod skip;
 
 use std::os::unix::fs::MetadataExt;
