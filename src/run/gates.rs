@@ -4,7 +4,8 @@
 use super::{
     provenance, Bounds, Event, Observed, VmRunOptions, GUEST_GATE, GUEST_REPORT_DIR, GUEST_WORK,
 };
-use crate::escape::line as one_line;
+use crate::cmd::{self, Cmd};
+use crate::escape::{self, line as one_line};
 use crate::vm::ssh::Guest;
 use anyhow::{bail, Context, Result};
 use sharedos_report::digest;
@@ -33,6 +34,60 @@ pub fn diagnose_argv(step: Duration, extra: &[String]) -> Vec<String> {
     ];
     v.extend(extra.iter().cloned());
     v
+}
+
+/// How long the gate binary gets to check its arguments on the host; it parses them and exits.
+pub const CHECK_ARGS_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The most of the gate binary's output the check keeps.
+const CHECK_ARGS_MAX_OUTPUT: usize = 16 << 10;
+
+/// The gate binary, run on the host with the very arguments the guest will get, asked only to
+/// check them: `--check-args` goes first, so that no argument of the user's can take it as its
+/// value.
+pub fn check_args_cmd(gate: &std::path::Path, extra: &[String]) -> Cmd {
+    let mut argv = diagnose_argv(Duration::from_secs(60), extra);
+    argv[0] = gate.display().to_string();
+    argv.insert(2, "--check-args".into());
+    Cmd::new(argv)
+}
+
+/// Refuses diagnose arguments the gate binary's own parser refuses, before anything is built
+/// or booted: the parser in the guest is the one that counts, so the host asks it rather than
+/// keeping a copy of its rules. Its words are the binary's (which may be any binary given with
+/// --gate-binary): bounded and escaped.
+pub fn check_diagnose_args(opts: &VmRunOptions) -> Result<()> {
+    if opts.diagnose_args.iter().any(|a| a == "--check-args") {
+        bail!(
+            "--check-args after `--` would make the guest's diagnose check its arguments and run nothing: \
+             leave it out (vm-run checks the arguments on the host before it boots)"
+        );
+    }
+    let cmd = check_args_cmd(&opts.gate_binary, &opts.diagnose_args);
+    let out = cmd::capture_bounded(&cmd, CHECK_ARGS_TIMEOUT, CHECK_ARGS_MAX_OUTPUT)
+        .context("checking the diagnose arguments with the gate binary on this host")?;
+    if out.code == Some(0) {
+        return Ok(());
+    }
+    let said = escape::lines(sharedos_report::text::tail(&out.stderr, 12, 4000).trim_end());
+    let gate = opts.gate_binary.display();
+    if out.stderr.contains("'--check-args'") {
+        bail!(
+            "the gate binary {gate} cannot check arguments (it has no --check-args; it said:\n{said})\n\
+             fix: rebuild it (`cargo xtask vm-run` builds it) or give a newer one with --gate-binary"
+        );
+    }
+    match out.code {
+        Some(2) => bail!(
+            "the arguments after `--` are refused by the gate binary's own parser; it said:\n{said}\n\
+             fix: correct them (`{gate} diagnose --help` lists them); nothing was built or booted"
+        ),
+        code => bail!(
+            "the gate binary {gate} could not check the arguments after `--` ({}); it said:\n{said}\n\
+             fix: check that it runs on this host (`{gate} --version`), or rebuild it with `cargo xtask vm-run`",
+            code.map_or("ended by a signal".to_string(), |c| format!("exit code {c}"))
+        ),
+    }
 }
 
 /// One round trip (each costs a second or so under TCG): check the binary that arrived, and
