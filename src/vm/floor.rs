@@ -66,7 +66,7 @@ pub fn boot_bare(
         serial: &serial_log,
         qemu: &qemu_log,
     };
-    let mut booted = accel::start(choice, &cmd_for, logs, false, sink)?;
+    let mut booted = accel::start(choice, None, &cmd_for, logs, false, sink)?;
     let limit = bound(booted.accel);
     let Some((how, elapsed)) = booted.qemu.wait_exit(limit)? else {
         bail!(
