@@ -142,6 +142,33 @@ fn vm_run_refuses_bad_diagnose_arguments_before_building_or_booting() {
         );
         assert!(out.stdout.is_empty());
     }
+    // vm-matrix checks each row's arguments the same way, before any row runs.
+    let out = Command::new(common::xtask_binary())
+        .arg("vm-matrix")
+        .arg("--images")
+        .arg("bookworm,bookworm+copies65")
+        .arg("--images-dir")
+        .arg(&images)
+        .arg("--cache-dir")
+        .arg(&cache)
+        .arg("--accel")
+        .arg("tcg")
+        .arg("--gate-binary")
+        .arg(&gate)
+        .arg("--reports-root")
+        .arg(scratch.join("reports"))
+        .env("CARGO", scratch.join("no-cargo-here"))
+        .current_dir(&scratch)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--images row bookworm+copies65")
+            && stderr.contains("not a number of copies"),
+        "{stderr}"
+    );
+    assert!(!scratch.join("reports").exists(), "a matrix was archived");
     assert!(!cache.exists(), "the image phase ran: {}", cache.display());
     assert!(!out_dir.exists(), "a report was archived");
     assert!(common::processes_mentioning(scratch.to_str().unwrap()).is_empty());
