@@ -645,6 +645,7 @@ fn accel_auto_probes_once_and_then_boots_on_its_cached_verdict() {
             accel_line(&first).starts_with("tcg (auto: /dev/kvm"),
             "{first}"
         );
+        assert!(!first.contains("verdict"), "{first}");
         assert!(verdicts().is_empty(), "{:?}", verdicts());
         common::skip::cannot_run(NAME, &format!("no KVM probe runs here: {why}"));
         return;

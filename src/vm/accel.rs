@@ -178,6 +178,11 @@ fn auto_cached(
     may_outlive: bool,
     sink: Sink,
 ) -> Result<Started> {
+    // Whether this user may open /dev/kvm is asked every time: it is instant, and it may differ
+    // between users of one cache.
+    if kvm_openable().is_err() {
+        return Ok(auto(cmd_for, logs, may_outlive)?.0);
+    }
     let path = spot.path();
     let note = |sink: Sink, text: String| {
         sink(&Event::AccelCache {
