@@ -44,10 +44,12 @@ impl AccelChoice {
     pub fn when(self, accel: Accel) -> String {
         match (self, accel) {
             (AccelChoice::Auto, Accel::Kvm) => format!(
-                "auto: only if /dev/kvm opens read-write; kept if 'Linux version' shows on the console within {} s",
+                "auto: only if /dev/kvm opens read-write; kept if 'Linux version' shows on the console within {} s; not tried while the verdict cached for this host boot, QEMU and kernel is tcg",
                 KVM_PROBE.as_secs()
             ),
-            (AccelChoice::Auto, Accel::Tcg) => "auto: otherwise".into(),
+            (AccelChoice::Auto, Accel::Tcg) => {
+                "auto: otherwise, or at once on a cached tcg verdict".into()
+            }
             _ => String::new(),
         }
     }
