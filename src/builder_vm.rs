@@ -199,6 +199,7 @@ pub fn spec(accel: AccelChoice, logs: &Path) -> SessionSpec {
     SessionSpec {
         name: "sharedos-rig-builder".into(),
         accel,
+        accel_cache: None,
         memory_mib: MEMORY_MIB,
         cpus: CPUS,
         network: Network::Outbound,
@@ -299,7 +300,11 @@ fn build(
             .with_context(|| format!("creating {}", logs.display()))?;
     }
     let mut sink = |e: &Event| progress.note(&format!("builder VM {}", e.line()));
-    let session = Session::open(&spec(accel, &logs), &GuestMedia::of(&entry), &mut sink)
+    let spec = SessionSpec {
+        accel_cache: crate::vm::accel_cache::Spot::of_image(&entry),
+        ..spec(accel, &logs)
+    };
+    let session = Session::open(&spec, &GuestMedia::of(&entry), &mut sink)
         .with_context(|| format!("booting the builder VM (its logs: {})", logs.display()))?;
     let guest = session.guest();
     let b = session.bounds();

@@ -232,6 +232,81 @@ pub fn capture(cmd: &Cmd) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+/// What a bounded run of a command left: its exit code (None: ended by a signal) and the first
+/// bytes of each stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Captured {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs a short command in a process group of its own, keeping at most `max_bytes` of each
+/// stream (the rest is read and dropped, so the command never blocks on a full pipe), and ends
+/// the group when it runs past `timeout` or an interrupt arrives. For programs whose output
+/// is not the rig's own (a gate binary given with --gate-binary): bounded in time and size.
+pub fn capture_bounded(cmd: &Cmd, timeout: Duration, max_bytes: usize) -> Result<Captured> {
+    let mut child = cmd
+        .command()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .with_context(|| format!("starting `{}`", cmd.display()))?;
+    let readers: Vec<JoinHandle<Vec<u8>>> = [
+        child
+            .stdout
+            .take()
+            .map(|s| Box::new(s) as Box<dyn Read + Send>),
+        child
+            .stderr
+            .take()
+            .map(|s| Box::new(s) as Box<dyn Read + Send>),
+    ]
+    .into_iter()
+    .flatten()
+    .map(|stream| {
+        std::thread::spawn(move || {
+            let mut kept = Vec::new();
+            let mut stream = stream;
+            let _ = (&mut stream).take(max_bytes as u64).read_to_end(&mut kept);
+            let _ = std::io::copy(&mut stream, &mut std::io::sink());
+            kept
+        })
+    })
+    .collect();
+    let deadline = std::time::Instant::now() + timeout;
+    let status = loop {
+        if let Some(st) = child
+            .try_wait()
+            .with_context(|| format!("waiting for `{}`", cmd.display()))?
+        {
+            break st;
+        }
+        if let Some(sig) = signals::interrupted() {
+            end_group(&mut child, GRACE);
+            bail!("interrupted by {sig} while running `{}`", cmd.display());
+        }
+        if std::time::Instant::now() >= deadline {
+            end_group(&mut child, GRACE);
+            bail!(
+                "`{}` did not finish within {:.1} s; its process group was ended",
+                cmd.display(),
+                timeout.as_secs_f64()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let mut streams = readers
+        .into_iter()
+        .map(|r| String::from_utf8_lossy(&r.join().unwrap_or_default()).into_owned());
+    Ok(Captured {
+        code: status.code(),
+        stdout: streams.next().unwrap_or_default(),
+        stderr: streams.next().unwrap_or_default(),
+    })
+}
+
 /// Runs a short command with its output discarded and says whether it exited 0; a command
 /// that cannot start counts as failing. For probes whose answer is only yes or no.
 pub fn succeeds(cmd: &Cmd) -> bool {
@@ -284,6 +359,24 @@ mod tests {
         );
         assert!(std::fs::read_to_string(&log).unwrap().contains("line1\n"));
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn capture_bounded_keeps_the_code_and_a_bounded_output_and_ends_a_hang() {
+        let sh = |script: &str| Cmd::new(vec!["sh".into(), "-c".into(), script.into()]);
+        let c = capture_bounded(
+            &sh("echo out; head -c 100000 /dev/zero | tr '\\0' x >&2; exit 2"),
+            Duration::from_secs(20),
+            1000,
+        )
+        .unwrap();
+        assert_eq!(c.code, Some(2));
+        assert_eq!(c.stdout, "out\n");
+        assert_eq!(c.stderr.len(), 1000);
+        let e = capture_bounded(&sh("sleep 30"), Duration::from_millis(300), 1000)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("did not finish within 0.3 s"), "{e}");
     }
 
     #[test]

@@ -77,3 +77,100 @@ fn vm_run_of_an_unknown_image_exits_2_before_building_anything() {
     }
     std::fs::remove_dir_all(&scratch).unwrap();
 }
+
+/// `vm-run -- --cgroup memory=512M`: the gate binary's own parser refuses it on the host,
+/// before the image phase and the boot. The message is the parser's, with a fix; nothing is
+/// built, booted or archived.
+#[test]
+fn vm_run_refuses_bad_diagnose_arguments_before_building_or_booting() {
+    let scratch =
+        std::env::temp_dir().join(format!("sharedos-bad-diagnose-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&scratch);
+    std::fs::create_dir_all(&scratch).unwrap();
+    let images = Path::new(env!("CARGO_MANIFEST_DIR")).join("images");
+    let out_dir = scratch.join("report");
+    let cache = scratch.join("cache");
+    // The gate binary's host build: the check runs it here, as vm-run runs the static one.
+    let gate = common::cargo_binary("sharedos-gate");
+    let run = |diagnose: &[&str]| {
+        let out = Command::new(common::xtask_binary())
+            .arg("vm-run")
+            .arg("--images-dir")
+            .arg(&images)
+            .arg("--cache-dir")
+            .arg(&cache)
+            .arg("--accel")
+            .arg("tcg")
+            .arg("--gate-binary")
+            .arg(&gate)
+            .arg("--out")
+            .arg(&out_dir)
+            .arg("--")
+            .args(diagnose)
+            .env("CARGO", scratch.join("no-cargo-here"))
+            .current_dir(&scratch)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        eprintln!("--- vm-run -- {diagnose:?}: {}\n{stderr}", out.status);
+        (out, stderr)
+    };
+    let mut seen = Vec::new();
+    let (out, stderr) = run(&["--cgroup", "memory=512M"]);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("refused by the gate binary's own parser"),
+        "{stderr}"
+    );
+    // The parser's own words, and the fix.
+    assert!(stderr.contains("gives no cpu=: it needs both"), "{stderr}");
+    assert!(stderr.contains("fix: correct them"), "{stderr}");
+    seen.push((out, stderr));
+    let (out, stderr) = run(&["--copies", "65"]);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("not a number of copies"), "{stderr}");
+    seen.push((out, stderr));
+    let (out, stderr) = run(&["--check-args"]);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("leave it out"), "{stderr}");
+    seen.push((out, stderr));
+    // Nothing was built, booted or archived.
+    for (out, stderr) in &seen {
+        assert!(
+            !stderr.contains("image bookworm") && !stderr.contains("booting"),
+            "{stderr}"
+        );
+        assert!(out.stdout.is_empty());
+    }
+    // vm-matrix checks each row's arguments the same way, before any row runs.
+    let out = Command::new(common::xtask_binary())
+        .arg("vm-matrix")
+        .arg("--images")
+        .arg("bookworm,bookworm+copies65")
+        .arg("--images-dir")
+        .arg(&images)
+        .arg("--cache-dir")
+        .arg(&cache)
+        .arg("--accel")
+        .arg("tcg")
+        .arg("--gate-binary")
+        .arg(&gate)
+        .arg("--reports-root")
+        .arg(scratch.join("reports"))
+        .env("CARGO", scratch.join("no-cargo-here"))
+        .current_dir(&scratch)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--images row bookworm+copies65")
+            && stderr.contains("not a number of copies"),
+        "{stderr}"
+    );
+    assert!(!scratch.join("reports").exists(), "a matrix was archived");
+    assert!(!cache.exists(), "the image phase ran: {}", cache.display());
+    assert!(!out_dir.exists(), "a report was archived");
+    assert!(common::processes_mentioning(scratch.to_str().unwrap()).is_empty());
+    std::fs::remove_dir_all(&scratch).unwrap();
+}

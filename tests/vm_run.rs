@@ -597,3 +597,98 @@ fn plan_starts_nothing() {
     assert!(!dir.exists(), "plan created the report directory");
     assert!(processes_mentioning(&dir.display().to_string()).is_empty());
 }
+
+/// `--accel auto` decides once per host boot, QEMU and guest kernel: the first `vm-exec -- true`
+/// probes KVM and keeps its verdict in the image cache, the second boots on that verdict
+/// without probing and says so, with the verdict's time, in the accelerator's reason. Run as
+/// root: /dev/kvm is root's alone on this project's machines, and a user who cannot open it
+/// gets TCG at once, with no probe to remember.
+#[test]
+#[ignore = "boots VMs: minutes; run with --include-ignored"]
+fn accel_auto_probes_once_and_then_boots_on_its_cached_verdict() {
+    const NAME: &str = "accel_auto_probes_once_and_then_boots_on_its_cached_verdict";
+    let Some(sb) = Sandbox::new_or_skip("accelcache") else {
+        return;
+    };
+    let cache = sb.dir.join("cache");
+    let exec = |accel: &str| {
+        let out = Command::new(&sb.xtask)
+            .args(["vm-exec", "--images-dir", "images", "--cache-dir"])
+            .arg(&cache)
+            .args(["--mode", "fakechroot", "--accel", accel, "--", "true"])
+            .current_dir(&sb.dir)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        eprintln!(
+            "--- vm-exec --accel {accel} -- true ({}):\n{stderr}",
+            out.status
+        );
+        assert_eq!(out.status.code(), Some(0), "{stderr}");
+        stderr
+    };
+    let accel_line = |stderr: &str| -> String {
+        stderr
+            .lines()
+            .find_map(|l| l.split_once("] accelerator: ").map(|(_, a)| a.to_string()))
+            .unwrap_or_else(|| panic!("no accelerator line:\n{stderr}"))
+    };
+    let verdicts = || -> Vec<PathBuf> {
+        std::fs::read_dir(cache.join("accel"))
+            .map(|d| d.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default()
+    };
+
+    let first = exec("auto");
+    if let Err(why) = sharedos_rig::vm::accel::kvm_openable() {
+        // Nothing to probe, so nothing to remember: said, and nothing kept.
+        assert!(
+            accel_line(&first).starts_with("tcg (auto: /dev/kvm"),
+            "{first}"
+        );
+        assert!(!first.contains("verdict"), "{first}");
+        assert!(verdicts().is_empty(), "{:?}", verdicts());
+        common::skip::cannot_run(NAME, &format!("no KVM probe runs here: {why}"));
+        return;
+    }
+    assert!(
+        first.contains("auto: no verdict cached yet: probing KVM"),
+        "{first}"
+    );
+    let first_accel = accel_line(&first);
+    assert!(!first_accel.contains("cached verdict"), "{first_accel}");
+    let kept = verdicts();
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    let record: sharedos_rig::vm::accel_cache::Record =
+        serde_json::from_slice(&std::fs::read(&kept[0]).unwrap()).unwrap();
+    assert!(
+        first_accel.starts_with(&format!("{} (", record.accel)),
+        "{first_accel} vs {record:?}"
+    );
+    assert!(
+        first.contains(&format!("auto: verdict {} cached", record.accel)),
+        "{first}"
+    );
+
+    let second = exec("auto");
+    let second_accel = accel_line(&second);
+    assert!(
+        second_accel.starts_with(&format!(
+            "{} (auto: cached verdict of {}",
+            record.accel, record.decided_at
+        )),
+        "{second_accel}"
+    );
+    assert!(!second.contains("probing KVM"), "{second}");
+
+    // A forced accelerator neither reads nor writes the verdict.
+    let forced = exec("tcg");
+    assert!(
+        accel_line(&forced).starts_with("tcg (forced with --accel tcg)"),
+        "{forced}"
+    );
+    assert!(!forced.contains("verdict"), "{forced}");
+    assert_eq!(verdicts(), kept);
+    let left = processes_mentioning(sb.dir.to_str().unwrap());
+    assert!(left.is_empty(), "vm-exec left {left:?}");
+}

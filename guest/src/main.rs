@@ -100,6 +100,10 @@ struct DiagnoseArgs {
     /// Print every command the run would execute, and execute nothing.
     #[arg(long)]
     plan: bool,
+    /// Check the other arguments as a run would take them, and do nothing else: exit 0 when
+    /// they are good, else say what is wrong and exit 2. The host runs this before it boots.
+    #[arg(long)]
+    check_args: bool,
     /// Scratch directory: CRIU images, the tree's root bind, command output.
     /// [default: /tmp/sharedos-gate-<marker>]
     #[arg(long)]
@@ -123,8 +127,9 @@ struct DiagnoseArgs {
     /// upward for the most that fit (`max`).
     #[arg(long, value_parser = parse_copies)]
     copies: Option<Copies>,
-    /// Run the tree, and each restored copy, in a cgroup v2 group of its own with these limits:
-    /// cpu=N (N CPUs of quota) and memory=SIZE (memory.max), e.g. cpu=1,memory=512M.
+    /// Run the tree, and each restored copy, in a cgroup v2 group of its own with these limits,
+    /// both required: cpu=N (N CPUs of quota) and memory=SIZE (memory.max), e.g.
+    /// cpu=1,memory=512M.
     #[arg(long, value_parser = fidelity::parse_cgroup_limits, value_name = "cpu=N,memory=SIZE")]
     cgroup: Option<CgroupLimits>,
     /// Give the tree, and each restored copy, a writable overlay of its own over the read-only
@@ -216,6 +221,10 @@ fn refuse_non_empty_report_dir(out: &std::path::Path) -> Result<()> {
 }
 
 fn diagnose_main(a: DiagnoseArgs) -> Result<i32> {
+    // Every check of the arguments is in their parsers, so parsing them was the whole check.
+    if a.check_args {
+        return Ok(0);
+    }
     let marker = match a.marker {
         Some(m) => m,
         None => format!("spike-{}", sharedos_report::random::random_hex(6)?),
@@ -348,6 +357,64 @@ fn main() {
         Err(e) => {
             output::error(&e);
             std::process::exit(1);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn diagnose(args: &[&str]) -> Result<DiagnoseArgs, clap::Error> {
+        let argv = ["sharedos-gate", "diagnose", "--check-args"]
+            .iter()
+            .chain(args)
+            .copied();
+        match Cli::try_parse_from(argv)?.command {
+            Cmd::Diagnose(a) => Ok(a),
+            _ => unreachable!("diagnose parses as diagnose"),
+        }
+    }
+
+    #[test]
+    fn check_args_accepts_good_arguments() {
+        let a = diagnose(&[
+            "--work",
+            "/root/work",
+            "--userns",
+            "--cgroup",
+            "cpu=1,memory=512M",
+            "--copies",
+            "max",
+            "--workload",
+            "desktop",
+        ])
+        .unwrap();
+        assert!(a.check_args);
+        assert_eq!(diagnose_main(a).unwrap(), 0);
+    }
+
+    #[test]
+    fn check_args_rejects_bad_arguments_with_the_parsers_message() {
+        for (bad, says) in [
+            (
+                &["--cgroup", "memory=512M"][..],
+                "gives no cpu=: it needs both",
+            ),
+            (
+                &["--cgroup", "cpu=1"][..],
+                "gives no memory=: it needs both",
+            ),
+            (&["--copies", "65"][..], "not a number of copies"),
+            (&["--workload", "kde"][..], "not a workload"),
+            (&["--no-such-flag"][..], "--no-such-flag"),
+        ] {
+            let e = diagnose(bad)
+                .err()
+                .unwrap_or_else(|| panic!("{bad:?} parsed"));
+            assert_eq!(e.exit_code(), 2, "{bad:?}");
+            let text = e.to_string();
+            assert!(text.contains(says), "{bad:?}: {text}");
         }
     }
 }

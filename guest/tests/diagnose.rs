@@ -203,6 +203,34 @@ fn plan_prints_commands_and_starts_and_writes_nothing() {
     c.assert_nothing_left();
 }
 
+/// The host checks vm-run's diagnose arguments with this before it boots anything.
+#[test]
+fn check_args_exits_0_or_2_with_the_parsers_message_and_does_nothing_else() {
+    let c = Case::new("checkargs");
+    let run = |extra: &[&str]| {
+        Command::new(BIN)
+            .args(c.args())
+            .arg("--check-args")
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let good = run(&["--cgroup", "cpu=1,memory=512M", "--userns"]);
+    assert_eq!(
+        good.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&good.stderr)
+    );
+    assert!(good.stdout.is_empty() && good.stderr.is_empty());
+    let bad = run(&["--cgroup", "memory=512M"]);
+    let stderr = String::from_utf8_lossy(&bad.stderr);
+    assert_eq!(bad.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("gives no cpu=: it needs both"), "{stderr}");
+    assert!(!c.dir.join("work").exists() && !c.out().exists());
+    c.assert_nothing_left();
+}
+
 #[test]
 fn a_non_empty_report_dir_is_refused_before_anything_runs() {
     let c = Case::new("stale");

@@ -4,6 +4,7 @@
 
 use super::{Observed, VmRunOptions};
 use crate::image::ImageEntry;
+use crate::vm::accel_cache::Spot;
 use crate::vm::qemu::Network;
 use crate::vm::session::short_id;
 use crate::vm::{GuestMedia, Session, SessionSpec, Start};
@@ -17,6 +18,7 @@ pub fn spec(opts: &VmRunOptions, name: &str, logs: &Path) -> SessionSpec {
     SessionSpec {
         name: format!("sharedos-rig-{name}"),
         accel: opts.accel,
+        accel_cache: None,
         memory_mib: opts.memory_mib,
         cpus: opts.cpus,
         network: Network::Restricted,
@@ -30,7 +32,10 @@ pub fn spec(opts: &VmRunOptions, name: &str, logs: &Path) -> SessionSpec {
 /// the session, or here when it fails.
 pub fn open(opts: &VmRunOptions, entry: &ImageEntry, obs: &mut Observed) -> Result<Session> {
     let t = Instant::now();
-    let spec = spec(opts, &short_id(), &obs.report_dir);
+    let spec = SessionSpec {
+        accel_cache: Spot::of_image(entry),
+        ..spec(opts, &short_id(), &obs.report_dir)
+    };
     let session = Session::open(&spec, &GuestMedia::of(entry), &mut obs.vm_sink());
     if session.is_err() {
         obs.phase("boot_to_ssh", t);

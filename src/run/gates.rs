@@ -4,7 +4,8 @@
 use super::{
     provenance, Bounds, Event, Observed, VmRunOptions, GUEST_GATE, GUEST_REPORT_DIR, GUEST_WORK,
 };
-use crate::escape::line as one_line;
+use crate::cmd::{self, Cmd};
+use crate::escape::{self, line as one_line};
 use crate::vm::ssh::Guest;
 use anyhow::{bail, Context, Result};
 use sharedos_report::digest;
@@ -33,6 +34,72 @@ pub fn diagnose_argv(step: Duration, extra: &[String]) -> Vec<String> {
     ];
     v.extend(extra.iter().cloned());
     v
+}
+
+/// How long the gate binary gets to check its arguments on the host; it parses them and exits.
+pub const CHECK_ARGS_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The most of the gate binary's output the check keeps.
+const CHECK_ARGS_MAX_OUTPUT: usize = 16 << 10;
+
+/// The gate binary, run on the host with the very arguments the guest will get, asked only to
+/// check them: `--check-args` goes first, so that no argument of the user's can take it as its
+/// value.
+pub fn check_args_cmd(gate: &std::path::Path, extra: &[String]) -> Cmd {
+    let mut argv = diagnose_argv(Duration::from_secs(60), extra);
+    argv[0] = gate.display().to_string();
+    argv.insert(2, "--check-args".into());
+    Cmd::new(argv)
+}
+
+/// Refuses diagnose arguments the gate binary's own parser refuses, before anything is built
+/// or booted: the parser in the guest is the one that counts, so the host asks it rather than
+/// keeping a copy of its rules. Its words are the binary's (which may be any binary given with
+/// --gate-binary): bounded and escaped.
+pub fn check_diagnose_args(opts: &VmRunOptions) -> Result<()> {
+    check_args(&opts.gate_binary, &opts.diagnose_args)
+}
+
+/// [`check_diagnose_args`] for the arguments `args` and the gate binary `gate`; vm-matrix
+/// checks each row's this way before its first run.
+pub fn check_args(gate: &std::path::Path, args: &[String]) -> Result<()> {
+    if args.iter().any(|a| a == "--check-args") {
+        bail!(
+            "--check-args after `--` would make the guest's diagnose check its arguments and run nothing: \
+             leave it out (vm-run checks the arguments on the host before it boots)"
+        );
+    }
+    let cmd = check_args_cmd(gate, args);
+    let out = cmd::capture_bounded(&cmd, CHECK_ARGS_TIMEOUT, CHECK_ARGS_MAX_OUTPUT)
+        .context("checking the diagnose arguments with the gate binary on this host")?;
+    if out.code == Some(0) {
+        return Ok(());
+    }
+    // The binary's words as the cause, the rig's diagnosis and fix above them.
+    let said = anyhow::anyhow!(
+        "{}",
+        escape::lines(sharedos_report::text::tail(&out.stderr, 12, 4000).trim_end())
+    );
+    let gate = gate.display();
+    let head = if out.stderr.contains("'--check-args'") {
+        format!(
+            "the gate binary {gate} cannot check arguments: it has no --check-args\n\
+             fix: rebuild it (`cargo xtask vm-run` builds it) or give a newer one with --gate-binary"
+        )
+    } else if out.code == Some(2) {
+        format!(
+            "the arguments after `--` are refused by the gate binary's own parser; nothing was built or booted\n\
+             fix: correct them (`{gate} diagnose --help` lists them)"
+        )
+    } else {
+        format!(
+            "the gate binary {gate} could not check the arguments after `--` ({})\n\
+             fix: check that it runs on this host (`{gate} --version`), or rebuild it with `cargo xtask vm-run`",
+            out.code
+                .map_or("ended by a signal".to_string(), |c| format!("exit code {c}"))
+        )
+    };
+    Err(said.context(head))
 }
 
 /// One round trip (each costs a second or so under TCG): check the binary that arrived, and
@@ -151,6 +218,19 @@ mod tests {
         assert_eq!(
             a.join(" "),
             "/usr/local/bin/sharedos-gate diagnose --work /root/work --out /root/report/report.json --step-timeout 180 --display :171"
+        );
+    }
+
+    #[test]
+    fn the_host_check_takes_the_guests_arguments_with_check_args_first() {
+        let c = check_args_cmd(
+            std::path::Path::new("/b/sharedos-gate"),
+            &["--cgroup".into()],
+        );
+        // A trailing option that wants a value cannot swallow --check-args.
+        assert_eq!(
+            c.argv.join(" "),
+            "/b/sharedos-gate diagnose --check-args --work /root/work --out /root/report/report.json --step-timeout 60 --cgroup"
         );
     }
 

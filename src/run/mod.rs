@@ -115,6 +115,10 @@ fn start(opts: &VmRunOptions) -> Result<Option<Observed>> {
             crate::gate_binary::gate_build_cmd("cargo").display()
         );
     }
+    // Before the report directory, the image and the boot: a bad argument costs nothing.
+    if !opts.diagnose_args.is_empty() {
+        gates::check_diagnose_args(opts)?;
+    }
     if let Some(key) = &opts.sign_key {
         crate::judge::sign::load_key(key).context("--sign-key")?;
     }

@@ -1,7 +1,10 @@
 //! The accelerator: KVM or TCG, forced or chosen by a probe. `auto` tries KVM and watches the
 //! console for the kernel's banner; on no progress it ends that QEMU, says why, and starts
-//! again under TCG. Never silently: the reason goes with the choice.
+//! again under TCG. Never silently: the reason goes with the choice. The probe's verdict is
+//! kept in the image cache (`accel_cache`) for this host boot, QEMU and guest kernel, so a KVM
+//! that hangs costs its probe once.
 
+use super::accel_cache::{self, Lookup, Spot};
 use super::event::{Event, Sink};
 use super::process::QemuProcess;
 use super::qemu::Accel;
@@ -41,10 +44,12 @@ impl AccelChoice {
     pub fn when(self, accel: Accel) -> String {
         match (self, accel) {
             (AccelChoice::Auto, Accel::Kvm) => format!(
-                "auto: only if /dev/kvm opens read-write; kept if 'Linux version' shows on the console within {} s",
+                "auto: only if /dev/kvm opens read-write; kept if 'Linux version' shows on the console within {} s; not tried while the verdict cached for this host boot, QEMU and kernel is tcg",
                 KVM_PROBE.as_secs()
             ),
-            (AccelChoice::Auto, Accel::Tcg) => "auto: otherwise".into(),
+            (AccelChoice::Auto, Accel::Tcg) => {
+                "auto: otherwise, or at once on a cached tcg verdict".into()
+            }
             _ => String::new(),
         }
     }
@@ -89,8 +94,11 @@ pub struct Logs<'a> {
 /// Starts QEMU as `cmd_for` builds it for an accelerator (its serial console must go to
 /// `logs.serial`), under the accelerator `choice` gets through to, and sends the choice and its
 /// reason. The floor starts through here too, so it runs under the accelerator a session gets.
+/// `cache`, when given, is where `auto` keeps its verdict for the guest kernel it boots;
+/// `--accel kvm|tcg` never reads or writes it.
 pub fn start(
     choice: AccelChoice,
+    cache: Option<&Spot>,
     cmd_for: &dyn Fn(Accel) -> Cmd,
     logs: Logs,
     may_outlive: bool,
@@ -116,7 +124,10 @@ pub fn start(
                 may_outlive,
             )?
         }
-        AccelChoice::Auto => auto(cmd_for, logs, may_outlive)?,
+        AccelChoice::Auto => match cache {
+            Some(spot) => auto_cached(spot, cmd_for, logs, may_outlive, sink)?,
+            None => auto(cmd_for, logs, may_outlive)?.0,
+        },
     };
     sink(&Event::Accel {
         accel: started.accel,
@@ -143,17 +154,126 @@ fn spawn(
     })
 }
 
-/// KVM where it opens and the kernel shows progress under it, else TCG with the reason.
-fn auto(cmd_for: &dyn Fn(Accel) -> Cmd, logs: Logs, may_outlive: bool) -> Result<Started> {
+/// KVM where it opens and the kernel shows progress under it, else TCG with the reason; and
+/// whether the probe ran (only a probe's verdict is worth keeping: the rest costs nothing).
+fn auto(cmd_for: &dyn Fn(Accel) -> Cmd, logs: Logs, may_outlive: bool) -> Result<(Started, bool)> {
     let tcg = |why: String| spawn(Accel::Tcg, why, cmd_for, logs, may_outlive);
     if let Err(why) = kvm_openable() {
-        return tcg(format!("auto: {why}"));
+        return Ok((tcg(format!("auto: {why}"))?, false));
     }
     let kvm = spawn(Accel::Kvm, String::new(), cmd_for, logs, may_outlive)?;
     match probe_kvm(kvm, logs)? {
-        Ok(kvm) => Ok(kvm),
-        Err(why) => tcg(why),
+        Ok(kvm) => Ok((kvm, true)),
+        Err(why) => Ok((tcg(why)?, true)),
     }
+}
+
+/// `auto` with the verdict kept at `spot`. A TCG verdict boots TCG at once. A KVM verdict
+/// still watches for the banner, which costs nothing while KVM works and falls back if it
+/// stopped working. No verdict, or one that does not hold for this host boot, QEMU and kernel:
+/// the probe runs and its verdict is kept. A cache that cannot be read or written only costs
+/// the probe, and says so.
+fn auto_cached(
+    spot: &Spot,
+    cmd_for: &dyn Fn(Accel) -> Cmd,
+    logs: Logs,
+    may_outlive: bool,
+    sink: Sink,
+) -> Result<Started> {
+    // Whether this user may open /dev/kvm is asked every time: it is instant, and it may differ
+    // between users of one cache.
+    if kvm_openable().is_err() {
+        return Ok(auto(cmd_for, logs, may_outlive)?.0);
+    }
+    let path = spot.path();
+    let note = |sink: Sink, text: String| {
+        sink(&Event::AccelCache {
+            note: format!("{text} ({})", path.display()),
+        })
+    };
+    let key = match cache_key(spot) {
+        Ok(k) => k,
+        Err(e) => {
+            note(sink, format!("auto: not using the verdict cache ({e:#})"));
+            return Ok(auto(cmd_for, logs, may_outlive)?.0);
+        }
+    };
+    let lookup = match accel_cache::read(&path) {
+        Ok(bytes) => accel_cache::decide(&key, bytes.as_deref()),
+        Err(e) => Lookup::Miss(format!("the cached verdict is unreadable ({e:#})")),
+    };
+    let (started, probed) = match lookup {
+        Lookup::Hit(v) if v.accel == Accel::Tcg => {
+            let reason = format!(
+                "auto: cached verdict of {} for this host boot, QEMU and guest kernel: {}",
+                v.decided_at,
+                v.reason.strip_prefix("auto: ").unwrap_or(&v.reason)
+            );
+            note(
+                sink,
+                format!("auto: using the cached verdict of {}: tcg", v.decided_at),
+            );
+            return spawn(Accel::Tcg, reason, cmd_for, logs, may_outlive);
+        }
+        Lookup::Hit(v) => {
+            note(
+                sink,
+                format!(
+                    "auto: cached verdict of {} is kvm: watching for the kernel banner",
+                    v.decided_at
+                ),
+            );
+            let (mut started, probed) = auto(cmd_for, logs, may_outlive)?;
+            if started.accel == Accel::Kvm {
+                started.reason = format!(
+                    "auto: cached verdict of {} was kvm; {}",
+                    v.decided_at,
+                    started
+                        .reason
+                        .strip_prefix("auto: ")
+                        .unwrap_or(&started.reason)
+                );
+                return Ok(started);
+            }
+            (started, probed)
+        }
+        Lookup::Miss(why) => {
+            note(
+                sink,
+                format!("auto: {why}: probing KVM (up to {} s)", KVM_PROBE.as_secs()),
+            );
+            auto(cmd_for, logs, may_outlive)?
+        }
+    };
+    if probed {
+        let r = accel_cache::record(
+            &key,
+            started.accel,
+            &started.reason,
+            &sharedos_report::clock::now_rfc3339(),
+        );
+        match accel_cache::write(&path, &r) {
+            Ok(()) => note(
+                sink,
+                format!("auto: verdict {} cached", started.accel.as_str()),
+            ),
+            Err(e) => note(sink, format!("auto: the verdict was not cached ({e:#})")),
+        }
+    }
+    Ok(started)
+}
+
+/// This run's key: the host boot, the QEMU that runs, the guest kernel.
+fn cache_key(spot: &Spot) -> Result<accel_cache::Key> {
+    let k = &spot.kernel_sha256;
+    if k.len() != 64 || !k.chars().all(|c| c.is_ascii_hexdigit()) {
+        bail!("the guest kernel's sha256 is unknown");
+    }
+    Ok(accel_cache::Key {
+        host_boot_id: accel_cache::host_boot_id()?,
+        qemu_version: super::qemu_version()?,
+        kernel_sha256: spot.kernel_sha256.clone(),
+    })
 }
 
 /// Watches KVM's boot for the kernel banner: Ok with the QEMU that showed it, or Err with why

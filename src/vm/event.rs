@@ -11,6 +11,9 @@ use std::time::Duration;
 pub enum Event {
     /// The accelerator QEMU runs under, and why (a failed KVM attempt included).
     Accel { accel: Accel, reason: String },
+    /// What `auto` did with its cached verdict: used it, probed for want of one, kept a new
+    /// one, or could not.
+    AccelCache { note: String },
     /// QEMU started under that accelerator; `argv` is its line, `port` the host's end of the
     /// forward to the guest's sshd.
     Booting {
@@ -46,6 +49,7 @@ impl Event {
     pub fn line(&self) -> String {
         match self {
             Event::Accel { accel, reason } => format!("accelerator: {} ({reason})", accel.as_str()),
+            Event::AccelCache { note } => note.clone(),
             Event::Booting { pid, port, .. } => {
                 format!("booting (QEMU pid {pid}, ssh port {port}) ...")
             }

@@ -3,6 +3,7 @@
 //! boot of that kernel in that QEMU costs, so the rig's phases can be read as multiples of it.
 
 use super::accel::{self, AccelChoice, Logs};
+use super::accel_cache::Spot;
 use super::event::Sink;
 use super::{qemu, serial};
 use anyhow::{bail, Context, Result};
@@ -46,10 +47,12 @@ pub fn judge_console(text: &str) -> Result<String> {
     }
 }
 
-/// Boots `kernel` bare once; `dir` receives `serial.log` and `qemu.log`. QEMU is ended on every
+/// Boots `kernel` bare once, under `auto` on the verdict kept at `accel_cache` when given (the
+/// same kernel a session boots, so the same verdict); `dir` receives `serial.log` and `qemu.log`. QEMU is ended on every
 /// path: on an error, on a timeout and on Ctrl-C its process handle's Drop stops it.
 pub fn boot_bare(
     choice: AccelChoice,
+    accel_cache: Option<&Spot>,
     memory_mib: u64,
     cpus: u32,
     kernel: &Path,
@@ -66,7 +69,7 @@ pub fn boot_bare(
         serial: &serial_log,
         qemu: &qemu_log,
     };
-    let mut booted = accel::start(choice, &cmd_for, logs, false, sink)?;
+    let mut booted = accel::start(choice, accel_cache, &cmd_for, logs, false, sink)?;
     let limit = bound(booted.accel);
     let Some((how, elapsed)) = booted.qemu.wait_exit(limit)? else {
         bail!(

@@ -1,10 +1,12 @@
 //! L3, the session layer: from a QEMU start to a pinned, logged-in SSH session. The QEMU
-//! command lines (`qemu`, pure), the accelerator (`accel`), the QEMU process (`process`) and its
-//! `watchdog`, the serial console (`serial`, read by `image::contract`), `ssh`, and `session`,
-//! which puts them together for every client; `event` is what a session tells its client, and
-//! `floor` is the benchmark's bare kernel boot. Nothing here prints or knows about run/.
+//! command lines (`qemu`, pure), the accelerator (`accel`, its `auto` verdict kept by
+//! `accel_cache`), the QEMU process (`process`) and its `watchdog`, the serial console
+//! (`serial`, read by `image::contract`), `ssh`, and `session`, which puts them together for
+//! every client; `event` is what a session tells its client, and `floor` is the benchmark's
+//! bare kernel boot. Nothing here prints or knows about run/.
 
 pub mod accel;
+pub mod accel_cache;
 pub mod event;
 pub mod floor;
 pub mod process;

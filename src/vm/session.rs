@@ -35,6 +35,8 @@ pub struct SessionSpec {
     /// QEMU's `-name`.
     pub name: String,
     pub accel: AccelChoice,
+    /// Where `--accel auto` keeps its verdict for the guest's kernel; None: it probes every time.
+    pub accel_cache: Option<super::accel_cache::Spot>,
     pub memory_mib: u64,
     pub cpus: u32,
     pub network: Network,
@@ -377,7 +379,14 @@ fn start_qemu(
         qemu: &qemu_log,
     };
     let cmd_for = |accel| qemu_cmd(spec, media, inst, accel);
-    let started = accel::start(spec.accel, &cmd_for, logs, spec.keep, sink)?;
+    let started = accel::start(
+        spec.accel,
+        spec.accel_cache.as_ref(),
+        &cmd_for,
+        logs,
+        spec.keep,
+        sink,
+    )?;
     sink(&Event::Booting {
         pid: started.qemu.pid,
         port: inst.port,
@@ -477,6 +486,7 @@ mod tests {
         SessionSpec {
             name: "sharedos-rig-ab12".into(),
             accel,
+            accel_cache: None,
             memory_mib: 1024,
             cpus: 2,
             network,

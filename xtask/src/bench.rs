@@ -215,6 +215,7 @@ pub fn bench(opts: &VmRunOptions, n: Counts) -> Result<String> {
     let sitting = Sitting {
         opts,
         kernel: entry.kernel(),
+        accel_cache: vm::accel_cache::Spot::of_image(&entry),
         root: opts.out.clone().unwrap_or_else(|| {
             opts.reports_root
                 .join(format!("bench-{}", clock::compact_utc_now()))
@@ -244,6 +245,8 @@ struct Sitting<'a> {
     opts: &'a VmRunOptions,
     /// The image's kernel, which the floor boots bare.
     kernel: PathBuf,
+    /// Where `auto` keeps its verdict for that kernel, as vm-run's sessions do.
+    accel_cache: Option<vm::accel_cache::Spot>,
     /// Where the runs' reports and the floor's logs go.
     root: PathBuf,
     progress: Progress,
@@ -256,6 +259,7 @@ impl Sitting<'_> {
         let o = self.opts;
         let f = floor::boot_bare(
             o.accel,
+            self.accel_cache.as_ref(),
             o.memory_mib,
             o.cpus,
             &self.kernel,

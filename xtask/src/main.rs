@@ -141,12 +141,20 @@ fn vm_matrix(a: MatrixArgs) -> Result<i32> {
         command_line: std::env::args().collect(),
     };
     // Every name is checked before the gate binary is built: a typo costs nothing.
-    matrix::resolve_images(&opts)?;
+    let rows = matrix::resolve_images(&opts)?;
     let gate = match a.gate_binary {
         Some(p) => p,
         None => gate_binary::build_gate_binary(&workspace())?,
     };
     let gate = std::path::absolute(&gate).unwrap_or(gate);
+    // Every row's diagnose arguments, by the gate binary's own parser, before any row runs.
+    for row in &rows {
+        let args = row.diagnose_args();
+        if !args.is_empty() {
+            run::gates::check_args(&gate, &args)
+                .with_context(|| format!("--images row {}", row.label()))?;
+        }
+    }
     opts.extra_args
         .extend(["--gate-binary".into(), gate.display().to_string()]);
     Ok(matrix::vm_matrix(&opts))

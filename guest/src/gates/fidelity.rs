@@ -17,8 +17,10 @@ use std::path::{Path, PathBuf};
 /// Where the guest's PID 1 mounts cgroup2.
 pub const CGROUP_FS: &str = "/sys/fs/cgroup";
 
-/// `cpu=N,memory=SIZE` (either or both): N CPUs of quota (a fraction allowed, at least 0.01),
-/// SIZE in bytes with an optional K, M, G or T suffix (powers of 1024).
+/// `cpu=N,memory=SIZE`, both required: N CPUs of quota (a fraction allowed, at least 0.01),
+/// SIZE in bytes with an optional K, M, G or T suffix (powers of 1024). Both, because the
+/// report's `CgroupLimits` records both limits and the checks compare both; "no limit" has no
+/// value there.
 pub fn parse_cgroup_limits(s: &str) -> Result<CgroupLimits, String> {
     const FORM: &str = "write it as cpu=N,memory=SIZE, e.g. --cgroup cpu=1,memory=512M";
     let mut cpu = None;
@@ -47,7 +49,12 @@ pub fn parse_cgroup_limits(s: &str) -> Result<CgroupLimits, String> {
             cpu_quota_us,
             memory_max_bytes,
         }),
-        _ => Err(format!("--cgroup {s} needs both cpu and memory: {FORM}")),
+        (None, _) => Err(format!(
+            "--cgroup {s} gives no cpu=: it needs both cpu and memory; {FORM}"
+        )),
+        (_, None) => Err(format!(
+            "--cgroup {s} gives no memory=: it needs both cpu and memory; {FORM}"
+        )),
     }
 }
 
@@ -708,7 +715,8 @@ mod tests {
     #[test]
     fn bad_limits_name_the_problem_and_the_form() {
         for (bad, says) in [
-            ("cpu=1", "needs both"),
+            ("cpu=1", "gives no memory=: it needs both"),
+            ("memory=512M", "gives no cpu=: it needs both"),
             ("cpu=x,memory=1G", "not a number"),
             ("cpu=0,memory=1G", "out of range"),
             ("cpu=1,memory=12Q", "unknown suffix"),
