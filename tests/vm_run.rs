@@ -610,6 +610,7 @@ fn accel_auto_probes_once_and_then_boots_on_its_cached_verdict() {
     let Some(sb) = Sandbox::new_or_skip("accelcache") else {
         return;
     };
+    common::seed::seed(&sb, "cache", "bookworm", "fakechroot");
     let cache = sb.dir.join("cache");
     let exec = |accel: &str| {
         let out = Command::new(&sb.xtask)
