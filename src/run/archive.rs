@@ -52,20 +52,24 @@ pub fn finish(mut obs: Observed, result: Result<Report>, sign_key: Option<&Path>
         (r, _) => r,
     };
     obs.vm.finished_at = clock::now_rfc3339();
+    // An oops is recorded whether or not the run failed: a kernel that oopsed and kept going
+    // may still have let every gate pass.
+    let console = crate::vm::serial::read(&obs.report_dir.join("serial.log"));
+    obs.vm.kernel_oops = console.oops.clone();
     let mut report = match result {
         Ok(report) => report,
         Err(e) => {
             // A guest kernel that panicked mid-session shows up first as a broken SSH read; the
             // console says what really happened.
-            let console = crate::vm::serial::read(&obs.report_dir.join("serial.log"));
-            let e = match console.panic {
+            let e = match &console.panic {
                 _ if watchdog::console_flooded() => e.context(format!(
                     "the guest wrote more than {} MiB to its serial console, so QEMU was stopped",
                     watchdog::CONSOLE_CAP >> 20
                 )),
-                Some(p) if !format!("{e:#}").contains("panicked") => {
-                    e.context(format!("the guest kernel panicked ({p})"))
-                }
+                Some(p) if !format!("{e:#}").contains("panicked") => e.context(format!(
+                    "the guest kernel panicked ({p}{})",
+                    crate::vm::serial::oops_said(&console)
+                )),
                 _ => e,
             };
             let msg = format!("{e:#}");
