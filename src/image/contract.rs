@@ -89,7 +89,8 @@ pub fn parse_console(text: &str) -> ConsoleState {
         if line.contains(KERNEL_BANNER) {
             s.kernel_started = true;
         }
-        if line.contains(KERNEL_PANIC) {
+        // The first: the panic's own line, not the `---[ end Kernel panic ...` that closes it.
+        if s.panic.is_none() && line.contains(KERNEL_PANIC) {
             s.panic = Some(line.to_string());
         }
         let message = kernel_message(line);
@@ -173,6 +174,7 @@ mod tests {
 [    2.703744]  <#DF>\r
 [    2.703790] RIP: 0033:0x7f3a1c2e4d27\r
 [    2.704001] Kernel panic - not syncing: Fatal exception in interrupt\r
+[    2.705210] ---[ end Kernel panic - not syncing: Fatal exception in interrupt ]---\r
 ";
 
     /// forky's console when the kernel oopsed inside criu during a restore and kept going.
@@ -194,7 +196,11 @@ SHAREDOS-READY\n\
         // The first RIP after the oops, the kernel's, not the user one of the trace.
         assert_eq!(o.rip_function(), Some("kmem_cache_alloc_noprof+0x9d/0x2f0"));
         assert!(o.panic.contains("Fatal exception"), "{o:?}");
-        assert!(s.panic.is_some());
+        assert!(
+            !o.panic.contains("---[ end"),
+            "the panic's line, not its closing one: {o:?}"
+        );
+        assert_eq!(s.panic.as_deref(), Some(o.panic.as_str()));
 
         let s = parse_console(OOPS_WITHOUT_PANIC);
         assert!(s.ready && s.panic.is_none());

@@ -67,7 +67,8 @@ pub fn finish(mut obs: Observed, result: Result<Report>, sign_key: Option<&Path>
                     watchdog::CONSOLE_CAP >> 20
                 )),
                 Some(p) if !format!("{e:#}").contains("panicked") => e.context(format!(
-                    "the guest kernel panicked ({p}{})",
+                    "the guest kernel panicked ({}{})",
+                    sharedos_report::cause::kernel_message(p),
                     crate::vm::serial::oops_said(&console)
                 )),
                 _ => e,
