@@ -74,7 +74,7 @@ pub fn short_cause(g: &Gate) -> Option<String> {
 }
 
 /// A failed gate's quoted cause: where it was quoted from, then its lines oldest first, the
-/// error last (marked `>`). Not escaped.
+/// error last: `| ` before each line that led to it, `> ` before the error. Not escaped.
 pub fn cause_quote(g: &Gate) -> Option<(String, Vec<String>)> {
     if g.status == Status::Pass {
         return None;
@@ -85,7 +85,7 @@ pub fn cause_quote(g: &Gate) -> Option<(String, Vec<String>)> {
     } else {
         format!("{}, {}", c.source, c.log)
     };
-    let mut lines: Vec<String> = c.before.iter().map(|l| format!("  {l}")).collect();
+    let mut lines: Vec<String> = c.before.iter().map(|l| format!("| {l}")).collect();
     lines.push(format!("> {}", c.error));
     Some((from, lines))
 }
