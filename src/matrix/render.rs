@@ -310,7 +310,19 @@ fn junit_suite(c: &Cell) -> String {
         let _ = write!(s, "    <testcase classname=\"{image}\" name=\"{name}\"");
         let _ = match g.status {
             Status::Pass => writeln!(s, "/>"),
-            Status::Fail => writeln!(s, "><failure message=\"{} FAIL\"/></testcase>", g.name),
+            Status::Fail => {
+                // The cell's cause, where it is this gate's.
+                let cause = c
+                    .cause
+                    .strip_prefix(&format!("{}: ", g.name))
+                    .map(|why| format!(" ({})", xml_esc(why)))
+                    .unwrap_or_default();
+                writeln!(
+                    s,
+                    "><failure message=\"{} FAIL{cause}\"/></testcase>",
+                    g.name
+                )
+            }
             Status::NotRun | Status::ReviewRequired => {
                 writeln!(s, "><skipped message=\"{}\"/></testcase>", g.status)
             }
@@ -528,6 +540,12 @@ mod tests {
         );
         let md_page = md(&m);
         assert!(!md_page.contains("| *boom*"), "{md_page}");
+        let x = junit(&m);
+        assert!(
+            x.contains("<failure message=\"dump FAIL (criu dump: sockets: Sockects collect"),
+            "{x}"
+        );
+        assert!(!x.contains("<img"), "{x}");
     }
 
     #[test]
