@@ -235,8 +235,9 @@ pub fn parse_version(stdout: &str) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    /// How trixie-bpo's `criu/dump.log` ends (criu 4.1.1 on Linux 7.3.4, which has no UDP-Lite):
-    /// the socket collection's errors, then the unwinding, then the closing line.
+    /// A log ending as trixie-bpo's `criu/dump.log` does (criu 4.1.1 on Linux 7.3.4, which has no
+    /// UDP-Lite): the socket collection's errors, then the unwinding, then the closing line. The
+    /// messages are CRIU's; the time stamps, source lines and lines between are examples.
     const TRIXIE_BPO_DUMP: &str = "\
 (00.045873) Collecting netns 2/4026532293 pid 1093
 (00.045990) sockets: Collect sockets family 1 proto 0
@@ -253,7 +254,8 @@ mod tests {
 (00.048020) Error (criu/cr-dump.c:2111): Dumping FAILED.
 ";
 
-    /// How bookworm-browser's dump log ends (criu 3.17.1, Firefox with its sandbox on).
+    /// A log ending as bookworm-browser's did (criu 3.17.1, Firefox with its sandbox on; the
+    /// README quotes its error lines); the lines before them are examples.
     const BOOKWORM_BROWSER_DUMP: &str = "\
 (00.512301) Dumping pid 1234 namespaces
 (00.512388) Dumping 1234's namespaces

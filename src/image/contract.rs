@@ -159,8 +159,9 @@ mod tests {
         assert!(!parse_console("SHAREDOS-READY-ish").ready);
     }
 
-    /// bookworm-bpo's console as the matrix saw it (kernel 6.12.95 under TCG): a double fault in
-    /// the slab allocator, then the panic it ends in.
+    /// A console in the form bookworm-bpo's took in the matrix (kernel 6.12.95 under TCG): a
+    /// double fault in the slab allocator, then the panic it ends in. Written after it, not a
+    /// copy: the offsets and addresses are examples.
     const DOUBLE_FAULT_THEN_PANIC: &str = "\
 [    2.690114] Freeing unused kernel image (rodata/data gap) memory: 1572K\r
 [    2.703542] traps: PANIC: double fault, error_code: 0x0\r
@@ -177,7 +178,8 @@ mod tests {
 [    2.705210] ---[ end Kernel panic - not syncing: Fatal exception in interrupt ]---\r
 ";
 
-    /// forky's console when the kernel oopsed inside criu during a restore and kept going.
+    /// An oops the kernel survives, as forky's did inside criu during a restore: in the kernel's
+    /// own form, but the function and addresses are examples.
     const OOPS_WITHOUT_PANIC: &str = "\
 SHAREDOS-READY\n\
 [  301.442871] BUG: kernel NULL pointer dereference, address: 0000000000000008\n\
