@@ -2,7 +2,8 @@
 //! built statically, which acts out one attack per run in a real VM (links out of and into the
 //! report, a FIFO, a device node, a huge file, a never-ending line, a report claiming exit 0
 //! beside a failing gate, a duplicated gate). For each one: nothing outside the report directory
-//! changed, nothing hung, the exit code fits, and the rig's words name the cause.
+//! changed, nothing hung, the exit code fits, and the rig's words name the cause. A kernel
+//! panic is a RIG FAILURE that quotes the panic line; no other attack's run flags one.
 //!
 //! Minutes, so `#[ignore]`d in a plain `cargo test`; the README's test command runs it.
 
@@ -115,7 +116,8 @@ const ATTACKS: &[Attack] = &[
         options: &[],
         name: "kernel-panic",
         exit: 2,
-        says: "the guest kernel panicked",
+        // The panic line itself, as the console has it: the detection quotes what it saw.
+        says: "the guest kernel panicked (Kernel panic - not syncing: sysrq triggered crash",
     },
     Attack {
         options: &[],
@@ -165,7 +167,17 @@ fn a_hostile_guest_cannot_touch_the_host_or_the_verdict() {
     let reports = sb.dir.join("reports");
     let passwd = sha256_file(Path::new("/etc/passwd")).unwrap();
     let mut failures = Vec::new();
-    for a in ATTACKS {
+    // `SHAREDOS_HOSTILE_ATTACKS=kernel-panic,fifo` runs only those: one attack is one boot.
+    let only = std::env::var("SHAREDOS_HOSTILE_ATTACKS").unwrap_or_default();
+    let chosen: Vec<&Attack> = ATTACKS
+        .iter()
+        .filter(|a| only.is_empty() || only.split(',').any(|n| n.trim() == a.name))
+        .collect();
+    assert!(
+        !chosen.is_empty(),
+        "SHAREDOS_HOSTILE_ATTACKS={only:?} names no attack"
+    );
+    for a in chosen {
         let out_dir = reports.join(a.name);
         // The image cache fills on the first run; nothing else outside the report may change.
         let before = snapshot(&sb.dir, &sb.dir.join("cache"));
@@ -217,6 +229,32 @@ fn a_hostile_guest_cannot_touch_the_host_or_the_verdict() {
         }
         if sha256_file(Path::new("/etc/passwd")).unwrap() != passwd {
             problems.push("/etc/passwd changed".into());
+        }
+        // Panic detection, both ways: the panic is the matrix row's RIG FAILURE and its reason
+        // quotes the panic line; every other attack's console has no panic or oops to flag.
+        let report = std::fs::read(out_dir.join("report.json"))
+            .ok()
+            .and_then(|b| sharedos_rig::judge::verdict::parse_report(&b).ok());
+        match (&report, a.name) {
+            (None, _) => problems.push("report.json does not read back".into()),
+            (Some(r), "kernel-panic") => {
+                let cell = sharedos_rig::matrix::cell_from_report(a.name, r, code);
+                if cell.outcome != sharedos_rig::matrix::CellOutcome::RigFailed
+                    || !cell.reason.contains("sysrq triggered crash")
+                {
+                    problems.push(format!(
+                        "the matrix cell is {:?}, its reason {:?}: not a RIG FAILURE quoting the panic",
+                        cell.outcome, cell.reason
+                    ));
+                }
+            }
+            (Some(r), _) => {
+                let vm = r.vm.as_ref();
+                let err = vm.and_then(|v| v.rig_error.as_deref()).unwrap_or_default();
+                if err.contains("panicked") || vm.is_some_and(|v| v.kernel_oops.is_some()) {
+                    problems.push(format!("a panic or oops flagged without one: {err}"));
+                }
+            }
         }
         if a.name == "overwrite-host-evidence" {
             let serial = std::fs::read_to_string(out_dir.join("serial.log")).unwrap_or_default();

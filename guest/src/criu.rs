@@ -1,6 +1,7 @@
 //! CRIU command lines. Each is a pure function so the plan prints exactly what runs and tests can
 //! check the flags the tree was found to need.
 
+use sharedos_report::cause::{self, Cause};
 use std::path::Path;
 
 /// How CRIU locks the tree's network while it dumps. The default lock runs iptables-restore;
@@ -126,32 +127,37 @@ pub fn external_dev_restore_args(nodes: &[&str]) -> Vec<String> {
         .collect()
 }
 
-/// "Version: 3.17.1" -> "3.17.1".
 /// The most of a CRIU log read for its errors, from its end: the errors that end a dump or a
 /// restore are its last lines.
 const LOG_TAIL: u64 = 256 * 1024;
 /// How many error lines a gate's reason quotes.
 const ERRORS_QUOTED: usize = 4;
 
+/// The last [`LOG_TAIL`] bytes of a CRIU log, from the first whole line; None when it cannot be
+/// read.
+fn log_tail(log: &Path) -> Option<String> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = std::fs::File::open(log).ok()?;
+    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+    let from = len.saturating_sub(LOG_TAIL);
+    f.seek(SeekFrom::Start(from)).ok()?;
+    let mut bytes = Vec::new();
+    f.take(LOG_TAIL).read_to_end(&mut bytes).ok()?;
+    let text = String::from_utf8_lossy(&bytes).into_owned();
+    // A tail that starts inside a line would quote half of it.
+    Some(match text.split_once('\n') {
+        Some((_, rest)) if from > 0 => rest.to_string(),
+        _ => text,
+    })
+}
+
 /// CRIU's own error lines (`Error (file:line): ...`) in the last lines of its log: the first
 /// few and the last, each cut to 300 characters; empty when the log cannot be read or holds
 /// none.
 pub fn log_errors(log: &Path) -> Vec<String> {
-    use std::io::{Read, Seek, SeekFrom};
-    let Ok(mut f) = std::fs::File::open(log) else {
-        return Vec::new();
-    };
-    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
-    if f.seek(SeekFrom::Start(len.saturating_sub(LOG_TAIL)))
-        .is_err()
-    {
-        return Vec::new();
-    }
-    let mut bytes = Vec::new();
-    if f.take(LOG_TAIL).read_to_end(&mut bytes).is_err() {
-        return Vec::new();
-    }
-    parse_log_errors(&String::from_utf8_lossy(&bytes))
+    log_tail(log)
+        .map(|t| parse_log_errors(&t))
+        .unwrap_or_default()
 }
 
 pub fn parse_log_errors(text: &str) -> Vec<String> {
@@ -183,6 +189,42 @@ pub fn says(log: &Path) -> String {
     format!("; CRIU says: {}", errors.join(" | "))
 }
 
+/// A line CRIU writes when it fails: its error level (`Error (criu/x.c:N):`, or `Error:` from
+/// its early checks), or the closing `Dumping FAILED.` / `Restoring FAILED.`, which criu 4 logs
+/// without the level.
+fn is_error_line(l: &str) -> bool {
+    l.contains("Error (") || l.contains("Error:") || l.contains("FAILED")
+}
+
+/// The cause of a failed CRIU call from its log's text: the first error line and up to
+/// [`cause::CONTEXT_LINES`] lines before it, bounded. None when no line is an error: a cause
+/// is quoted, never made up.
+pub fn parse_cause(text: &str, source: &str, log: &str) -> Option<Cause> {
+    let lines: Vec<&str> = text.lines().collect();
+    let at = lines.iter().position(|l| is_error_line(l))?;
+    let from = at.saturating_sub(cause::CONTEXT_LINES);
+    Some(
+        Cause {
+            source: source.to_string(),
+            log: log.to_string(),
+            error: lines[at].to_string(),
+            before: lines[from..at]
+                .iter()
+                .filter(|l| !l.trim().is_empty())
+                .map(|l| l.to_string())
+                .collect(),
+        }
+        .bounded(),
+    )
+}
+
+/// The cause a failed CRIU call left in its log (`name` as for `Config::criu_log`, so the log
+/// is `criu/<name>.log` in the report); None when the log cannot be read or holds no error.
+pub fn cause(log: &Path, source: &str, name: &str) -> Option<Cause> {
+    parse_cause(&log_tail(log)?, source, &format!("criu/{name}.log"))
+}
+
+/// "Version: 3.17.1" -> "3.17.1".
 pub fn parse_version(stdout: &str) -> Option<String> {
     stdout
         .lines()
@@ -193,6 +235,109 @@ pub fn parse_version(stdout: &str) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
+    /// A log ending as trixie-bpo's `criu/dump.log` does (criu 4.1.1 on Linux 7.3.4, which has no
+    /// UDP-Lite): the socket collection's errors, then the unwinding, then the closing line. The
+    /// messages are CRIU's; the time stamps, source lines and lines between are examples.
+    const TRIXIE_BPO_DUMP: &str = "\
+(00.045873) Collecting netns 2/4026532293 pid 1093
+(00.045990) sockets: Collect sockets family 1 proto 0
+(00.046310) sockets: Collect sockets family 2 proto 6
+(00.046521) sockets: Collect sockets family 2 proto 17
+(00.046640) sockets: Collect sockets family 2 proto 136
+(00.046702) Error (criu/sockets.c:885): sockets: Sockects collect procedure family AF_INET proto IPPROTO_UDPLITE: -2
+(00.046760) sockets: Collect sockets family 10 proto 6
+(00.046801) Error (criu/sockets.c:885): sockets: Sockects collect procedure family AF_INET6 proto IPPROTO_UDPLITE: -2
+(00.047112) Unlock network
+(00.047398) Running network-unlock scripts
+(00.047501) Unfreezing tasks into 1
+(00.047530) \tUnseizing 1093 into 1
+(00.048020) Error (criu/cr-dump.c:2111): Dumping FAILED.
+";
+
+    /// A log ending as bookworm-browser's did (criu 3.17.1, Firefox with its sandbox on; the
+    /// README quotes its error lines); the lines before them are examples.
+    const BOOKWORM_BROWSER_DUMP: &str = "\
+(00.512301) Dumping pid 1234 namespaces
+(00.512388) Dumping 1234's namespaces
+(00.512401) Error (criu/namespaces.c:463): Can't dump nested ipc namespace for 1234
+(00.512420) Error (criu/namespaces.c:717): Can't make ipcns id
+(00.512630) Unlock network
+(00.513010) Unfreezing tasks into 1
+(00.514102) Error (criu/cr-dump.c:2053): Dumping FAILED.
+";
+
+    #[test]
+    fn the_cause_is_the_first_error_and_what_led_to_it() {
+        let c = super::parse_cause(TRIXIE_BPO_DUMP, "criu dump", "criu/dump.log").unwrap();
+        assert!(
+            c.error.contains("AF_INET proto IPPROTO_UDPLITE: -2"),
+            "{c:?}"
+        );
+        assert!(
+            !c.error.contains("AF_INET6"),
+            "the first error, not a later one"
+        );
+        assert_eq!(
+            c.before.len(),
+            5,
+            "every line before it, up to the bound: {c:?}"
+        );
+        assert!(c.before[0].contains("Collecting netns"));
+        assert_eq!(
+            c.headline(),
+            "criu dump: sockets: Sockects collect procedure family AF_INET proto IPPROTO_UDPLITE: -2"
+        );
+        assert_eq!(c.log, "criu/dump.log");
+
+        let b = super::parse_cause(BOOKWORM_BROWSER_DUMP, "criu dump", "criu/dump.log").unwrap();
+        assert_eq!(
+            b.headline(),
+            "criu dump: Can't dump nested ipc namespace for 1234"
+        );
+        assert_eq!(b.before.len(), 2);
+    }
+
+    #[test]
+    fn a_cause_is_quoted_never_made_up() {
+        // A log without an error line, as a restore that CRIU thought went well leaves.
+        let clean = "(00.000001) Version: 4.1.1 (gitid 0)\n(00.2) Restore finished successfully. Tasks resumed.\n";
+        assert_eq!(super::parse_cause(clean, "criu restore", "l"), None);
+        assert_eq!(super::parse_cause("", "criu restore", "l"), None);
+        assert_eq!(
+            super::cause(
+                std::path::Path::new("/nonexistent/log"),
+                "criu dump",
+                "dump"
+            ),
+            None
+        );
+        // criu 4 logs the closing line without a level: it alone still counts.
+        let only = "(00.1) Unfreezing tasks into 1\n(00.2) Dumping FAILED.\n";
+        let c = super::parse_cause(only, "criu dump", "l").unwrap();
+        assert_eq!(c.headline(), "criu dump: Dumping FAILED.");
+    }
+
+    #[test]
+    fn a_flooding_log_gives_a_bounded_cause() {
+        let mut log: String = (0..50)
+            .map(|i| format!("(00.{i}) {}\n", "x".repeat(5000)))
+            .collect();
+        log.push_str(&format!("Error (a.c:1): {}\n", "y".repeat(100_000)));
+        let c = super::parse_cause(&log, "criu dump", "l").unwrap();
+        assert_eq!(c.before.len(), sharedos_report::cause::CONTEXT_LINES);
+        for l in c.before.iter().chain([&c.error]) {
+            assert!(l.chars().count() <= sharedos_report::cause::LINE_CHARS);
+        }
+        // Read from a file, only its tail is read, from the first whole line.
+        let p = std::env::temp_dir().join(format!("criu-cause-{}", std::process::id()));
+        let big = "z".repeat(super::LOG_TAIL as usize + 10) + "\n" + BOOKWORM_BROWSER_DUMP;
+        std::fs::write(&p, big).unwrap();
+        let c = super::cause(&p, "criu dump", "dump").unwrap();
+        std::fs::remove_file(&p).unwrap();
+        assert_eq!(c.log, "criu/dump.log");
+        assert!(c.error.contains("nested ipc"), "{c:?}");
+    }
+
     #[test]
     fn the_last_error_lines_of_a_log() {
         let log = "(00.1) Warn (criu/x.c:1): harmless\n(00.2) Error (criu/namespaces.c:451): Can't dump nested pid namespace for 57\n(00.3) Error (criu/cr-dump.c:2111): Dumping FAILED.\n";

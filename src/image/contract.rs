@@ -5,6 +5,7 @@
 //! guest, and nothing here boots anything.
 
 use anyhow::{bail, Result};
+use sharedos_report::cause::{kernel_message, KernelOops};
 
 /// Where PID 1 lives in the image; the kernel command line passes it as `init=`.
 pub const GUEST_INIT_PATH: &str = "/usr/sbin/sharedos-init";
@@ -57,6 +58,26 @@ pub struct ConsoleState {
     pub ready: bool,
     pub errors: Vec<String>,
     pub panic: Option<String>,
+    /// The first kernel oops (its first line, the RIP line after it, the panic when one
+    /// followed), whether or not the kernel went on to panic.
+    pub oops: Option<KernelOops>,
+}
+
+/// How the kernel starts an oops report: a BUG, a fault it cannot handle, a double fault.
+/// Matched at the start of a message (after the time stamp), so the init's own lines that
+/// merely mention one do not count.
+pub const OOPS_STARTS: [&str; 7] = [
+    "Oops:",
+    "BUG:",
+    "kernel BUG at",
+    "general protection fault",
+    "double fault",
+    "PANIC: double fault",
+    "traps: PANIC: double fault",
+];
+
+fn oops_start(message: &str) -> bool {
+    OOPS_STARTS.iter().any(|p| message.starts_with(p))
 }
 
 /// Reads the whole console text so far; lines can arrive split across reads, so the state is
@@ -68,8 +89,22 @@ pub fn parse_console(text: &str) -> ConsoleState {
         if line.contains(KERNEL_BANNER) {
             s.kernel_started = true;
         }
-        if line.contains(KERNEL_PANIC) {
+        // The first: the panic's own line, not the `---[ end Kernel panic ...` that closes it.
+        if s.panic.is_none() && line.contains(KERNEL_PANIC) {
             s.panic = Some(line.to_string());
+        }
+        let message = kernel_message(line);
+        match &mut s.oops {
+            None if oops_start(message) => {
+                s.oops = Some(KernelOops {
+                    first: line.to_string(),
+                    ..KernelOops::default()
+                })
+            }
+            Some(o) if o.rip.is_empty() && message.starts_with("RIP: ") => {
+                o.rip = line.to_string();
+            }
+            _ => {}
         }
         if let Some(r) = line.strip_prefix(MARK_KERNEL) {
             s.kernel_release = Some(r.trim().to_string());
@@ -84,6 +119,10 @@ pub fn parse_console(text: &str) -> ConsoleState {
             s.errors.push(e.trim().to_string());
         }
     }
+    if let (Some(o), Some(p)) = (&mut s.oops, &s.panic) {
+        o.panic = p.clone();
+    }
+    s.oops = s.oops.map(KernelOops::bounded);
     s
 }
 
@@ -118,6 +157,80 @@ mod tests {
         assert!(s.host_key.is_none(), "only SHA256 fingerprints are pinned");
         assert!(s.panic.is_some());
         assert!(!parse_console("SHAREDOS-READY-ish").ready);
+    }
+
+    /// A console in the form bookworm-bpo's took in the matrix (kernel 6.12.95 under TCG): a
+    /// double fault in the slab allocator, then the panic it ends in. Written after it, not a
+    /// copy: the offsets and addresses are examples.
+    const DOUBLE_FAULT_THEN_PANIC: &str = "\
+[    2.690114] Freeing unused kernel image (rodata/data gap) memory: 1572K\r
+[    2.703542] traps: PANIC: double fault, error_code: 0x0\r
+[    2.703551] Oops: double fault: 0000 [#1] PREEMPT SMP NOPTI\r
+[    2.703560] CPU: 1 UID: 0 PID: 1 Comm: swapper/0 Not tainted 6.12.95+bpo-cloud-amd64 #1  Debian 6.12.95-1~bpo12+1\r
+[    2.703566] Hardware name: QEMU Standard PC (i440FX + PIIX, 1996), BIOS 1.16.2-debian-1.16.2-1 04/01/2014\r
+[    2.703570] RIP: 0010:kmem_cache_alloc_noprof+0x9d/0x2f0\r
+[    2.703575] Code: 48 8b 50 08 48 83 78 10 00 49 8b 04 24 0f 84 6f 01 00 00 48 85 c0\r
+[    2.703580] RSP: 0018:ff5e2c3180013f58 EFLAGS: 00010086\r
+[    2.703720] Call Trace:\r
+[    2.703744]  <#DF>\r
+[    2.703790] RIP: 0033:0x7f3a1c2e4d27\r
+[    2.704001] Kernel panic - not syncing: Fatal exception in interrupt\r
+[    2.705210] ---[ end Kernel panic - not syncing: Fatal exception in interrupt ]---\r
+";
+
+    /// An oops the kernel survives, as forky's did inside criu during a restore: in the kernel's
+    /// own form, but the function and addresses are examples.
+    const OOPS_WITHOUT_PANIC: &str = "\
+SHAREDOS-READY\n\
+[  301.442871] BUG: kernel NULL pointer dereference, address: 0000000000000008\n\
+[  301.442902] #PF: supervisor read access in kernel mode\n\
+[  301.442913] Oops: Oops: 0000 [#1] PREEMPT SMP NOPTI\n\
+[  301.442940] CPU: 0 UID: 0 PID: 2211 Comm: criu Not tainted 7.2.0-1-cloud-amd64 #1 Debian 7.2.3-1\n\
+[  301.442968] RIP: 0010:mnt_ns_tree_add+0x3c/0x120\n\
+[  301.443410] ---[ end trace 0000000000000000 ]---\n\
+[  305.112003] sharedos-gate[2101]: restore of copy a finished\n";
+
+    #[test]
+    fn an_oops_is_quoted_with_its_rip_and_its_panic() {
+        let s = parse_console(DOUBLE_FAULT_THEN_PANIC);
+        let o = s.oops.expect("the double fault is an oops");
+        assert!(o.first.contains("PANIC: double fault"), "{o:?}");
+        // The first RIP after the oops, the kernel's, not the user one of the trace.
+        assert_eq!(o.rip_function(), Some("kmem_cache_alloc_noprof+0x9d/0x2f0"));
+        assert!(o.panic.contains("Fatal exception"), "{o:?}");
+        assert!(
+            !o.panic.contains("---[ end"),
+            "the panic's line, not its closing one: {o:?}"
+        );
+        assert_eq!(s.panic.as_deref(), Some(o.panic.as_str()));
+
+        let s = parse_console(OOPS_WITHOUT_PANIC);
+        assert!(s.ready && s.panic.is_none());
+        let o = s.oops.expect("an oops that did not panic is still one");
+        assert!(
+            o.first.contains("BUG: kernel NULL pointer dereference"),
+            "{o:?}"
+        );
+        assert_eq!(o.rip_function(), Some("mnt_ns_tree_add+0x3c/0x120"));
+        assert!(o.panic.is_empty());
+        assert_eq!(o.headline(), "kernel oops: RIP mnt_ns_tree_add+0x3c/0x120");
+    }
+
+    #[test]
+    fn a_clean_console_flags_nothing() {
+        let clean = "[    0.000000] Linux version 6.1.0-50-cloud-amd64\n\
+                     [    1.2] Run /sbin/sharedos-init as init process\n\
+                     SHAREDOS-KERNEL 6.1.0-50-cloud-amd64\n\
+                     echo BUG: not a kernel line, and neither is this Oops: one\n\
+                     SHAREDOS-READY\n";
+        let s = parse_console(clean);
+        assert!(s.ready);
+        assert_eq!(s.oops, None);
+        assert_eq!(s.panic, None);
+        // A flood of oops lines quotes one, bounded.
+        let flood = format!("BUG: {}\n", "z".repeat(100_000)).repeat(3);
+        let o = parse_console(&flood).oops.unwrap();
+        assert!(o.first.chars().count() <= sharedos_report::cause::LINE_CHARS);
     }
 
     #[test]

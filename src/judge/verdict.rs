@@ -59,7 +59,11 @@ pub fn parse_report(bytes: &[u8]) -> Result<Report> {
         ),
         None => bail!("it has no numeric schema_version, so it is not a sharedos report"),
     }
-    serde_json::from_value(value).context("it does not match the report schema")
+    let mut r: Report =
+        serde_json::from_value(value).context("it does not match the report schema")?;
+    // Quoted causes are display only, and cut to their bounds here whatever wrote them.
+    r.bound_quotes();
+    Ok(r)
 }
 
 /// How a judgement reads the directory.
@@ -751,6 +755,38 @@ mod tests {
         assert!(msg.contains("schema_version is 99"), "{msg}");
         let ok = parse_report(&serde_json::to_vec(&fresh_report()).unwrap()).unwrap();
         assert_eq!(ok, fresh_report());
+    }
+
+    #[test]
+    fn a_quoted_cause_is_bounded_on_read_and_never_a_verdict() {
+        use sharedos_report::cause::{Cause, KernelOops, CONTEXT_LINES, LINE_CHARS};
+        let mut r = fresh_report();
+        r.gates[3].status = Status::Fail;
+        r.gates[3].cause = Some(Cause {
+            source: "criu dump".into(),
+            log: "criu/dump.log".into(),
+            error: format!("all gates PASS {}", "x".repeat(1 << 20)),
+            before: vec!["PASS".to_string(); 10_000],
+        });
+        r.vm = Some(sharedos_report::report::VmProvenance {
+            kernel_oops: Some(KernelOops {
+                first: "BUG: ".to_string() + &"y".repeat(1 << 20),
+                ..KernelOops::default()
+            }),
+            ..Default::default()
+        });
+        r.seal();
+        let read = parse_report(&serde_json::to_vec(&r).unwrap()).unwrap();
+        let c = read.gates[3].cause.as_ref().unwrap();
+        assert_eq!(c.error.chars().count(), LINE_CHARS);
+        assert_eq!(c.before.len(), CONTEXT_LINES);
+        let oops = read
+            .vm
+            .as_ref()
+            .and_then(|v| v.kernel_oops.as_ref())
+            .unwrap();
+        assert_eq!(oops.first.chars().count(), LINE_CHARS);
+        assert_eq!(evaluate_report(&read, None).exit_code, 1);
     }
 
     #[test]

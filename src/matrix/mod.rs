@@ -111,6 +111,34 @@ pub struct Cell {
     /// One line per gate whose status differs from the expectation.
     #[serde(default)]
     pub differences: Vec<String>,
+    /// The first failed gate and what it failed on, in a few words (`dump: criu dump: Can't
+    /// dump nested ipc namespace for 1234`): CRIU's own first error when the gate quoted one,
+    /// else its reason. Guest text, for display only; empty when no gate failed.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub cause: String,
+    /// A guest kernel oops the host saw on the console (`kernel oops: RIP function+0x..`),
+    /// whether or not the run failed; empty when there was none.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub kernel_oops: String,
+}
+
+/// The most characters of a cell's cause: a matrix row stays readable in a terminal.
+pub const CELL_CAUSE_CHARS: usize = 120;
+
+/// The first failed gate's cause, as [`Cell::cause`] holds it.
+pub fn cell_cause(r: &Report) -> String {
+    use sharedos_report::cause::cut;
+    r.gates
+        .iter()
+        .find(|g| g.status == Status::Fail)
+        .map(|g| {
+            let why = match &g.cause {
+                Some(c) => c.headline(),
+                None => g.reason.clone(),
+            };
+            cut(&format!("{}: {why}", g.name), CELL_CAUSE_CHARS)
+        })
+        .unwrap_or_default()
 }
 
 impl Cell {
@@ -321,6 +349,11 @@ pub fn cell_from_report(image: &str, r: &Report, exit_code: i32) -> Cell {
         image_mb: data_f64(r, GateName::Dump, "image_bytes").map(|b| round(b / 1e6, 1)),
         expected: None,
         differences: Vec::new(),
+        cause: cell_cause(r),
+        kernel_oops: vm
+            .and_then(|v| v.kernel_oops.as_ref())
+            .map(|o| sharedos_report::cause::cut(&o.headline(), CELL_CAUSE_CHARS))
+            .unwrap_or_default(),
     };
     if cell.outcome == CellOutcome::RigFailed {
         cell.fix = format!(
@@ -401,6 +434,8 @@ pub fn not_run_cell(image: &str, reason: &str, kernel_pinned: &str) -> Cell {
         image_mb: None,
         expected: None,
         differences: Vec::new(),
+        cause: String::new(),
+        kernel_oops: String::new(),
     }
 }
 

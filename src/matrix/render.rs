@@ -69,17 +69,35 @@ fn row(c: &Cell) -> Vec<String> {
         num(c.dump_seconds, 2),
         num(c.restore_seconds, 2),
         num(c.image_mb, 1),
-        match (c.outcome, &c.expected) {
-            (CellOutcome::NotRun, _) => "NOT_RUN".into(),
-            (CellOutcome::RigFailed, _) => "RIG FAILURE".into(),
-            // The verdict found something wrong with the report: whatever its statuses say.
-            (CellOutcome::Ran, _) if !c.problems.is_empty() => "REJECTED".into(),
-            (CellOutcome::Ran, Some(_)) if c.differences.is_empty() => "as expected".into(),
-            (CellOutcome::Ran, Some(_)) => "DIFFERS".into(),
-            (CellOutcome::Ran, None) => format!("exit {}", c.exit_code.unwrap_or(2)),
-        },
+        one_line(&cell_word(c)),
     ]);
     r
+}
+
+/// The cell's last column: how it ended, then in brackets the first failed gate's cause and
+/// any kernel oops (`as expected (dump: criu dump: ...)`, `exit 0, kernel oops: RIP f+0x1`).
+/// Not escaped: [`row`] escapes it.
+fn cell_word(c: &Cell) -> String {
+    let word = match (c.outcome, &c.expected) {
+        (CellOutcome::NotRun, _) => "NOT_RUN".into(),
+        (CellOutcome::RigFailed, _) => "RIG FAILURE".into(),
+        // The verdict found something wrong with the report: whatever its statuses say.
+        (CellOutcome::Ran, _) if !c.problems.is_empty() => "REJECTED".into(),
+        (CellOutcome::Ran, Some(_)) if c.differences.is_empty() => "as expected".into(),
+        (CellOutcome::Ran, Some(_)) => "DIFFERS".into(),
+        (CellOutcome::Ran, None) => format!("exit {}", c.exit_code.unwrap_or(2)),
+    };
+    let cause = match c.outcome {
+        CellOutcome::Ran => c.cause.as_str(),
+        // A rig failure's own reason is in the notes; its gates' causes are not why it ended.
+        _ => "",
+    };
+    match (cause, c.kernel_oops.as_str()) {
+        ("", "") => word,
+        (cause, "") => format!("{word} ({cause})"),
+        ("", oops) => format!("{word}, {oops}"),
+        (cause, oops) => format!("{word} ({cause}), {oops}"),
+    }
 }
 
 fn headings() -> Vec<String> {
@@ -113,6 +131,12 @@ fn notes(m: &Matrix) -> Vec<String> {
         }
         for d in &c.differences {
             out.push(format!("{image}: {}", one_line(d)));
+        }
+        if !c.kernel_oops.is_empty() {
+            out.push(format!(
+                "{image}: the guest kernel oopsed ({}); its serial.log has the whole report",
+                one_line(&c.kernel_oops)
+            ));
         }
     }
     out
@@ -180,7 +204,9 @@ pub fn md(m: &Matrix) -> String {
 }
 
 fn colour(s: &str) -> &'static str {
-    match s {
+    // The cell's word, without the cause and oops after it.
+    let word = s.split(" (").next().unwrap_or(s);
+    match word.split(", ").next().unwrap_or(word) {
         "PASS" | "as expected" => "#1a7f37",
         "FAIL" | "DIFFERS" | "REJECTED" | "RIG FAILURE" => "#cf222e",
         "REVIEW" => "#9a6700",
@@ -284,7 +310,19 @@ fn junit_suite(c: &Cell) -> String {
         let _ = write!(s, "    <testcase classname=\"{image}\" name=\"{name}\"");
         let _ = match g.status {
             Status::Pass => writeln!(s, "/>"),
-            Status::Fail => writeln!(s, "><failure message=\"{} FAIL\"/></testcase>", g.name),
+            Status::Fail => {
+                // The cell's cause, where it is this gate's.
+                let cause = c
+                    .cause
+                    .strip_prefix(&format!("{}: ", g.name))
+                    .map(|why| format!(" ({})", xml_esc(why)))
+                    .unwrap_or_default();
+                writeln!(
+                    s,
+                    "><failure message=\"{} FAIL{cause}\"/></testcase>",
+                    g.name
+                )
+            }
             Status::NotRun | Status::ReviewRequired => {
                 writeln!(s, "><skipped message=\"{}\"/></testcase>", g.status)
             }
@@ -419,6 +457,95 @@ mod tests {
             exit_code: exit_code(&cells),
             cells,
         }
+    }
+
+    #[test]
+    fn a_cell_shows_its_cause_and_a_kernel_oops_beside_its_word() {
+        use super::super::tests::report;
+        use crate::judge::verdict::evaluate_report;
+        use sharedos_report::cause::{Cause, KernelOops};
+        // trixie-bpo: CRIU's first error beside the expected FAIL.
+        let mut r = report(
+            &[(GateName::Dump, Status::Fail)],
+            "7.3.4+bpo-cloud-amd64",
+            "4.1.1",
+        );
+        r.gate_mut(GateName::Dump).unwrap().cause = Some(Cause {
+            source: "criu dump".into(),
+            log: "criu/dump.log".into(),
+            error: "(00.046702) Error (criu/sockets.c:885): sockets: Sockects collect procedure family AF_INET proto IPPROTO_UDPLITE: -2".into(),
+            before: vec![],
+        });
+        let mut c = cell_from_report("trixie-bpo", &r, evaluate_report(&r, None).exit_code);
+        c.expected = Some(c.gates.clone());
+        compare(&mut c);
+        assert_eq!(
+            cell_word(&c),
+            "as expected (dump: criu dump: sockets: Sockects collect procedure family AF_INET proto IPPROTO_UDPLITE: -2)"
+        );
+        // forky: an oops the guest kept going after, in a run that got to its end.
+        let mut p = report(&[], "7.2.12-cloud-amd64", "4.2.1");
+        p.vm.as_mut().unwrap().kernel_oops = Some(KernelOops {
+            first: "[  301.44] BUG: kernel NULL pointer dereference, address: 0000000000000008"
+                .into(),
+            rip: "[  301.45] RIP: 0010:mnt_ns_tree_add+0x3c/0x120".into(),
+            panic: String::new(),
+        });
+        let code = evaluate_report(&p, None).exit_code;
+        let fk = cell_from_report("forky", &p, code);
+        assert_eq!(
+            cell_word(&fk),
+            format!("exit {code}, kernel oops: RIP mnt_ns_tree_add+0x3c/0x120")
+        );
+        // bookworm-bpo: the panic's rig failure, its oops beside it and the panic in the notes.
+        let mut f = report(&[], "", "");
+        let vm = f.vm.as_mut().unwrap();
+        vm.rig_error = Some("reading the gate's output: the guest kernel panicked (Kernel panic - not syncing: Fatal exception in interrupt; after traps: PANIC: double fault, error_code: 0x0; RIP: 0010:kmem_cache_alloc_noprof+0x9d/0x2f0)".into());
+        vm.kernel_oops = Some(KernelOops {
+            first: "[ 2.703542] traps: PANIC: double fault, error_code: 0x0".into(),
+            rip: "[ 2.703570] RIP: 0010:kmem_cache_alloc_noprof+0x9d/0x2f0".into(),
+            panic: "[ 2.704001] Kernel panic - not syncing: Fatal exception in interrupt".into(),
+        });
+        let bpo = cell_from_report("bookworm-bpo", &f, 2);
+        assert_eq!(
+            cell_word(&bpo),
+            "RIG FAILURE, kernel oops: RIP kmem_cache_alloc_noprof+0x9d/0x2f0"
+        );
+        // A hostile cause reaches no table unescaped.
+        let mut h = r.clone();
+        h.gate_mut(GateName::Dump)
+            .unwrap()
+            .cause
+            .as_mut()
+            .unwrap()
+            .error = "Error (x.c:1): \u{1b}[2J<img src=x> | *boom*".into();
+        let hc = cell_from_report("hostile", &h, 1);
+        let mut m = matrix();
+        m.cells = vec![c, fk, bpo, hc];
+        let t = text(&m);
+        assert!(
+            t.contains("Kernel panic - not syncing: Fatal exception"),
+            "{t}"
+        );
+        assert!(t.contains("forky: the guest kernel oopsed"), "{t}");
+        assert!(!t.contains('\u{1b}'), "{t}");
+        let page = html(&m);
+        assert!(
+            !page.contains("<img") && page.contains("as expected (dump: criu dump"),
+            "{page}"
+        );
+        assert!(
+            page.contains("color:#1a7f37;font-weight:bold\">as expected ("),
+            "the word keeps its colour"
+        );
+        let md_page = md(&m);
+        assert!(!md_page.contains("| *boom*"), "{md_page}");
+        let x = junit(&m);
+        assert!(
+            x.contains("<failure message=\"dump FAIL (criu dump: sockets: Sockects collect"),
+            "{x}"
+        );
+        assert!(!x.contains("<img"), "{x}");
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! provenance. No script, no external resource, and no clock, so a headless browser screenshots
 //! the same page every time.
 
-use super::{density, duration, provenance, total_duration, value_str};
+use super::{cause_quote, density, duration, provenance, short_cause, total_duration, value_str};
 use crate::escape::html as esc;
 use crate::judge::pixels;
 use crate::judge::reader::ReportDir;
@@ -118,9 +118,12 @@ fn write_gate_table(s: &mut String, o: &Outcome) -> std::fmt::Result {
     for g in &o.gates {
         writeln!(
             s,
-            "<tr><td><a href=\"#gate-{n}\"><code>{n}</code></a></td><td class=\"status\">{}</td>\
+            "<tr><td><a href=\"#gate-{n}\"><code>{n}</code></a></td><td class=\"status\">{}{}</td>\
              <td class=\"num\">{}</td><td>{}</td></tr>",
             status_badge(g.status),
+            short_cause(g)
+                .map(|c| format!(" <span class=\"cause\">({})</span>", esc(&c)))
+                .unwrap_or_default(),
             duration(g.duration_ms),
             esc(&g.reason),
             n = g.name
@@ -422,6 +425,14 @@ fn write_gate_detail(s: &mut String, g: &Gate) -> std::fmt::Result {
         esc(&g.reason),
         n = g.name
     )?;
+    if let Some((from, lines)) = cause_quote(g) {
+        writeln!(
+            s,
+            "<p>Cause, quoted from {}:</p>\n<pre class=\"cause\">{}</pre>",
+            esc(&from),
+            lines.iter().map(|l| esc(l)).collect::<Vec<_>>().join("\n")
+        )?;
+    }
     if g.checks.is_empty() {
         writeln!(s, "<p>No checks recorded.</p>")?;
     } else {

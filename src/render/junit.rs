@@ -167,6 +167,12 @@ fn gate_details(g: &Gate) -> String {
             }
         );
     }
+    if let Some((from, lines)) = super::cause_quote(g) {
+        let _ = writeln!(out, "cause, quoted from {from}:");
+        for l in lines {
+            let _ = writeln!(out, "{l}");
+        }
+    }
     out
 }
 
@@ -249,5 +255,22 @@ mod tests {
         r.gates[0].reason = "bad\u{7}bell".into();
         let x = render(&evaluate_report(&r, None));
         assert!(!x.contains('\u{7}'));
+    }
+
+    #[test]
+    fn a_failure_carries_its_quoted_cause_escaped() {
+        let x = render(&evaluate_report(
+            &crate::render::tests::caused_report(),
+            None,
+        ));
+        assert!(
+            x.contains("cause, quoted from criu dump, criu/dump.log:&#10;| (00.512301)"),
+            "{x}"
+        );
+        assert!(
+            x.contains("&gt; (00.512401) Error (criu/namespaces.c:463)"),
+            "{x}"
+        );
+        assert!(!x.contains("<script>") && !x.contains('\u{1b}'), "{x}");
     }
 }

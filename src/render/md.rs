@@ -1,6 +1,8 @@
 //! GitHub-flavoured Markdown, fit to paste into a pull request.
 
-use super::{density, dir_arg, duration, provenance, total_duration, value_str};
+use super::{
+    cause_quote, density, dir_arg, duration, provenance, short_cause, total_duration, value_str,
+};
 use crate::escape::markdown as esc;
 use crate::judge::review::ReviewState;
 use crate::judge::verdict::{verdict_meaning, Outcome};
@@ -68,15 +70,32 @@ fn write_gates(s: &mut String, o: &Outcome) -> std::fmt::Result {
     for g in &o.gates {
         writeln!(
             s,
-            "| `{}` | {} {} | {} | {} |",
+            "| `{}` | {} {}{} | {} | {} |",
             g.name,
             icon(g.status),
             g.status,
+            short_cause(g)
+                .map(|c| format!(" ({})", esc(&c)))
+                .unwrap_or_default(),
             duration(g.duration_ms),
             esc(&g.reason)
         )?;
     }
     writeln!(s, "| **total** | | {} | |\n", total_duration(&o.gates))?;
+    for g in &o.gates {
+        if let Some((from, lines)) = cause_quote(g) {
+            writeln!(
+                s,
+                "**Cause of `{}`**, quoted from {}:\n",
+                g.name,
+                esc(&from)
+            )?;
+            for l in lines {
+                writeln!(s, "- {}", esc(&l))?;
+            }
+            writeln!(s)?;
+        }
+    }
 
     if o.gates.iter().any(|g| !g.checks.is_empty()) {
         writeln!(s, "## Checks\n")?;

@@ -6,7 +6,8 @@
 //! is `judge::verdict`'s, and every string a guest wrote is escaped by `crate::escape`.
 
 use crate::judge::verdict::{self, Outcome};
-use sharedos_report::report::{Gate, GateName, Report, Review};
+use sharedos_report::cause::cut;
+use sharedos_report::report::{Gate, GateName, Report, Review, Status};
 
 pub mod diff;
 pub mod html;
@@ -57,6 +58,52 @@ pub fn duration(ms: u64) -> String {
     } else {
         format!("{} min {:.1} s", ms / 60_000, (ms % 60_000) as f64 / 1000.0)
     }
+}
+
+/// The most characters a cause takes beside a status; the whole quote is shown apart.
+pub const CAUSE_WIDTH: usize = 100;
+
+/// A gate's cause in a few words, for beside its status (`criu dump: Can't dump nested ipc
+/// namespace for 1234`); None when the gate passed or quotes none. Guest text: not escaped
+/// here, every format escapes it.
+pub fn short_cause(g: &Gate) -> Option<String> {
+    if g.status == Status::Pass {
+        return None;
+    }
+    g.cause.as_ref().map(|c| cut(&c.headline(), CAUSE_WIDTH))
+}
+
+/// A failed gate's quoted cause: where it was quoted from, then its lines oldest first, the
+/// error last: `| ` before each line that led to it, `> ` before the error. Not escaped.
+pub fn cause_quote(g: &Gate) -> Option<(String, Vec<String>)> {
+    if g.status == Status::Pass {
+        return None;
+    }
+    let c = g.cause.as_ref()?;
+    let from = if c.log.is_empty() {
+        c.source.clone()
+    } else {
+        format!("{}, {}", c.source, c.log)
+    };
+    let mut lines: Vec<String> = c.before.iter().map(|l| format!("| {l}")).collect();
+    lines.push(format!("> {}", c.error));
+    Some((from, lines))
+}
+
+/// A kernel oops the host read on the console, in words: its first line, its RIP line, and
+/// the panic or that the guest kept going. Not escaped.
+pub fn oops_words(o: &sharedos_report::cause::KernelOops) -> String {
+    use sharedos_report::cause::kernel_message as k;
+    let mut parts = vec![k(&o.first).to_string()];
+    if !o.rip.is_empty() {
+        parts.push(k(&o.rip).to_string());
+    }
+    parts.push(if o.panic.is_empty() {
+        "no panic: the guest kept going".to_string()
+    } else {
+        k(&o.panic).to_string()
+    });
+    parts.join("; ")
 }
 
 fn opt(v: &Option<String>) -> String {
@@ -121,6 +168,9 @@ pub fn provenance(r: &Report) -> Vec<(&'static str, String)> {
             }
             if let Some(err) = &vm.rig_error {
                 rows.push(("rig error", err.clone()));
+            }
+            if let Some(o) = &vm.kernel_oops {
+                rows.push(("kernel oops", oops_words(o)));
             }
         }
         None => rows.push((
@@ -301,6 +351,64 @@ pub(crate) mod tests {
         });
         r.seal();
         r
+    }
+
+    /// rich_report whose failed dump quotes CRIU (hostile bytes in one line) and whose guest
+    /// kernel oopsed without panicking.
+    pub(crate) fn caused_report() -> Report {
+        let mut r = rich_report();
+        r.gates[3].cause = Some(sharedos_report::cause::Cause {
+            source: "criu dump".into(),
+            log: "criu/dump.log".into(),
+            error: "(00.512401) Error (criu/namespaces.c:463): Can't dump nested ipc namespace for 1234".into(),
+            before: vec![
+                "(00.512301) Dumping pid 1234 namespaces".into(),
+                "(00.512388) \u{1b}]0;owned\u{7}<script>x</script> | `y`".into(),
+            ],
+        });
+        r.vm.as_mut().unwrap().kernel_oops = Some(sharedos_report::cause::KernelOops {
+            first: "[  301.44] BUG: kernel NULL pointer dereference, address: 0000000000000008"
+                .into(),
+            rip: "[  301.45] RIP: 0010:mnt_ns_tree_add+0x3c/0x120".into(),
+            panic: String::new(),
+        });
+        r
+    }
+
+    #[test]
+    fn a_failed_gate_shows_its_cause_beside_its_status_escaped() {
+        let r = caused_report();
+        let short = "criu dump: Can't dump nested ipc namespace for 1234";
+        assert_eq!(short_cause(&r.gates[3]).as_deref(), Some(short));
+        let text = render_report(&r, None, Format::Text);
+        assert!(text.contains(&format!("cause: {short}")), "{text}");
+        assert!(
+            text.contains("> (00.512401) Error (criu/namespaces.c:463)"),
+            "{text}"
+        );
+        assert!(text.contains("kernel oops") && text.contains("no panic: the guest kept going"));
+        let md = render_report(&r, None, Format::Md);
+        assert!(md.contains("FAIL (criu dump: Can"), "{md}");
+        let html = render_report(&r, None, Format::Html);
+        assert!(
+            html.contains("<span class=\"cause\">(criu dump: Can"),
+            "{html}"
+        );
+        assert!(html.contains("RIP: 0010:mnt_ns_tree_add"), "{html}");
+        for page in [&text, &md, &html] {
+            assert!(!page.contains('\u{1b}') && !page.contains('\u{7}'));
+        }
+        for page in [&md, &html] {
+            assert!(!page.contains("<script>"), "{page}");
+        }
+        // A passing gate shows no cause, whatever it carries.
+        let mut passed = r.gates[3].clone();
+        passed.status = Status::Pass;
+        assert_eq!(short_cause(&passed), None);
+        assert_eq!(cause_quote(&passed), None);
+        // No cause quoted, none shown.
+        let plain = render_report(&rich_report(), None, Format::Text);
+        assert!(!plain.contains("cause:") && !plain.contains("kernel oops"));
     }
 
     #[test]

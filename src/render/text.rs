@@ -1,6 +1,8 @@
 //! Plain text for a terminal.
 
-use super::{density, dir_arg, duration, provenance, total_duration, value_str};
+use super::{
+    cause_quote, density, dir_arg, duration, provenance, short_cause, total_duration, value_str,
+};
 use crate::escape::line as one_line;
 use crate::judge::review::ReviewState;
 use crate::judge::verdict::{verdict_meaning, Outcome};
@@ -71,6 +73,25 @@ fn write_gates(s: &mut String, o: &Outcome) -> std::fmt::Result {
             duration(g.duration_ms),
             one_line(&g.reason),
         )?;
+        if let (Some(short), Some((from, lines))) = (short_cause(g), cause_quote(g)) {
+            writeln!(
+                s,
+                "  {:<15} {:<width$}    cause: {}",
+                "",
+                "",
+                one_line(&short)
+            )?;
+            writeln!(
+                s,
+                "  {:<15} {:<width$}      from {}:",
+                "",
+                "",
+                one_line(&from)
+            )?;
+            for l in lines {
+                writeln!(s, "  {:<15} {:<width$}      {}", "", "", one_line(&l))?;
+            }
+        }
         for c in &g.checks {
             // PASS gates list only their failed checks: the evidence is in the other formats.
             if g.status == Status::Pass && c.passed {

@@ -52,20 +52,25 @@ pub fn finish(mut obs: Observed, result: Result<Report>, sign_key: Option<&Path>
         (r, _) => r,
     };
     obs.vm.finished_at = clock::now_rfc3339();
+    // An oops is recorded whether or not the run failed: a kernel that oopsed and kept going
+    // may still have let every gate pass.
+    let console = crate::vm::serial::read(&obs.report_dir.join("serial.log"));
+    obs.vm.kernel_oops = console.oops.clone();
     let mut report = match result {
         Ok(report) => report,
         Err(e) => {
             // A guest kernel that panicked mid-session shows up first as a broken SSH read; the
             // console says what really happened.
-            let console = crate::vm::serial::read(&obs.report_dir.join("serial.log"));
-            let e = match console.panic {
+            let e = match &console.panic {
                 _ if watchdog::console_flooded() => e.context(format!(
                     "the guest wrote more than {} MiB to its serial console, so QEMU was stopped",
                     watchdog::CONSOLE_CAP >> 20
                 )),
-                Some(p) if !format!("{e:#}").contains("panicked") => {
-                    e.context(format!("the guest kernel panicked ({p})"))
-                }
+                Some(p) if !format!("{e:#}").contains("panicked") => e.context(format!(
+                    "the guest kernel panicked ({}{})",
+                    sharedos_report::cause::kernel_message(p),
+                    crate::vm::serial::oops_said(&console)
+                )),
                 _ => e,
             };
             let msg = format!("{e:#}");
@@ -284,6 +289,57 @@ mod tests {
         assert_eq!(g.reason, "CRIU is not usable: x");
         assert!(parse_gate_line("sharedos-gate: marker x").is_none());
         assert!(parse_gate_line("gate 1/10 bogus PASS 1ms: x").is_none());
+    }
+
+    /// The report a run archives, with `console` as its serial.log and the session's `result`.
+    fn archived(name: &str, console: &str, result: Result<Report>) -> (i32, Report) {
+        let d = std::env::temp_dir().join(format!("archive-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("serial.log"), console).unwrap();
+        let obs = Observed::new(d.clone(), Default::default());
+        let code = finish(obs, result, None);
+        let bytes = std::fs::read(d.join(REPORT_FILE)).unwrap();
+        std::fs::remove_dir_all(&d).unwrap();
+        (code, crate::judge::verdict::parse_report(&bytes).unwrap())
+    }
+
+    #[test]
+    fn a_kernel_oops_is_recorded_panic_or_not_and_a_panic_quotes_it() {
+        let oops = "[  2.70] BUG: unable to handle page fault for address: ff11000000000000\n\
+                    [  2.71] RIP: 0010:kmem_cache_alloc_noprof+0x9d/0x2f0\n";
+        // The guest kept going and the run ended: the oops is in the provenance all the same.
+        let (_, r) = archived(
+            "oops",
+            &format!("SHAREDOS-READY\n{oops}"),
+            Ok(crate::judge::review::tests::fresh_report()),
+        );
+        let vm = r.vm.unwrap();
+        let o = vm.kernel_oops.expect("the oops is recorded");
+        assert_eq!(o.rip_function(), Some("kmem_cache_alloc_noprof+0x9d/0x2f0"));
+        assert!(o.panic.is_empty() && vm.rig_error.is_none());
+        // It panicked under the session: the rig error quotes the panic and the oops.
+        let (code, r) = archived(
+            "panic",
+            &format!("{oops}[  2.72] Kernel panic - not syncing: Fatal exception\n"),
+            Err(anyhow::anyhow!("transport read")),
+        );
+        assert_eq!(code, RIG_FAILURE_EXIT);
+        let vm = r.vm.unwrap();
+        assert_eq!(
+            vm.rig_error.as_deref(),
+            Some("the guest kernel panicked (Kernel panic - not syncing: Fatal exception; after BUG: unable to handle page fault for address: ff11000000000000; RIP: 0010:kmem_cache_alloc_noprof+0x9d/0x2f0): transport read")
+        );
+        assert!(vm
+            .kernel_oops
+            .is_some_and(|o| o.panic.contains("Fatal exception")));
+        // A clean console: nothing recorded.
+        let (_, r) = archived(
+            "clean",
+            "SHAREDOS-READY\n",
+            Ok(crate::judge::review::tests::fresh_report()),
+        );
+        assert_eq!(r.vm.unwrap().kernel_oops, None);
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! boot contract (`image::contract`), and its last lines for messages.
 
 use crate::image::contract::{parse_console, ConsoleState};
+use sharedos_report::cause::kernel_message;
 use std::path::Path;
 
 pub fn read(path: &Path) -> ConsoleState {
@@ -35,6 +36,20 @@ pub fn log_tail(path: &Path) -> String {
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
+/// What an error that quotes a panic adds of the oops before it: `; after BUG: ...; RIP: ...`,
+/// or nothing when the console has no oops.
+pub fn oops_said(s: &ConsoleState) -> String {
+    match &s.oops {
+        Some(o) if o.rip.is_empty() => format!("; after {}", kernel_message(&o.first)),
+        Some(o) => format!(
+            "; after {}; {}",
+            kernel_message(&o.first),
+            kernel_message(&o.rip)
+        ),
+        None => String::new(),
+    }
+}
+
 /// The last lines of the console, for error messages.
 pub fn tail(path: &Path, lines: usize) -> String {
     sharedos_report::text::tail(&log_tail(path), lines, 3000)
@@ -43,6 +58,23 @@ pub fn tail(path: &Path, lines: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_panic_quotes_the_oops_before_it() {
+        let s = crate::image::contract::parse_console(
+            "[ 2.70] BUG: unable to handle page fault for address: ff11000000000000\n\
+             [ 2.71] RIP: 0010:kmem_cache_alloc_noprof+0x9d/0x2f0\n\
+             [ 2.72] Kernel panic - not syncing: Fatal exception\n",
+        );
+        assert_eq!(
+            oops_said(&s),
+            "; after BUG: unable to handle page fault for address: ff11000000000000; RIP: 0010:kmem_cache_alloc_noprof+0x9d/0x2f0"
+        );
+        let bare = crate::image::contract::parse_console(
+            "Kernel panic - not syncing: sysrq triggered crash\n",
+        );
+        assert_eq!(oops_said(&bare), "");
+    }
 
     #[test]
     fn a_flooded_console_is_read_only_so_far() {

@@ -438,7 +438,11 @@ fn wait_ready(started: &mut Started, serial_log: &Path, timeout: Duration) -> Re
             );
         }
         if let Some(p) = &s.panic {
-            bail!("the guest kernel panicked: {p}");
+            bail!(
+                "the guest kernel panicked: {}{}",
+                sharedos_report::cause::kernel_message(p),
+                serial::oops_said(&s)
+            );
         }
         if s.ready {
             if s.host_key.is_none() {

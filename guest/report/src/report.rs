@@ -1,6 +1,7 @@
 //! The one report schema. The guest writes it, the host extends it (`vm`) and reads it back
 //! (review, verify, show, diff, list): both sides use these types and nothing else.
 
+use crate::cause::{Cause, KernelOops};
 use crate::fidelity::{Difference, FidelityOption};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -182,6 +183,10 @@ pub struct Gate {
     /// Gate-specific measurements (init pid, image size, pids of the copies, ...).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub data: BTreeMap<String, Value>,
+    /// What the program the gate failed on said, quoted from its log (CRIU's first error and
+    /// the lines before it): for display only, never read by a verdict.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<Cause>,
 }
 
 impl Gate {
@@ -194,6 +199,7 @@ impl Gate {
             checks: Vec::new(),
             evidence: Vec::new(),
             data: BTreeMap::new(),
+            cause: None,
         }
     }
 
@@ -268,6 +274,11 @@ pub struct VmProvenance {
     /// Set when the rig itself failed (exit 2): what went wrong and how to fix it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rig_error: Option<String>,
+    /// A guest kernel oops the host read on the serial console, whether or not the kernel went
+    /// on to panic: the host's own evidence, but the console is the guest's to write, so it is
+    /// shown and never judged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel_oops: Option<KernelOops>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -493,6 +504,16 @@ impl Report {
         let v = verdict(&self.gates);
         self.all_gates_pass = v == Verdict::Pass;
         self.exit_code = v.exit_code();
+    }
+
+    /// Every quoted cause and oops cut to its bounds again: whoever wrote them may not have.
+    pub fn bound_quotes(&mut self) {
+        for g in &mut self.gates {
+            g.cause = g.cause.take().map(Cause::bounded);
+        }
+        if let Some(vm) = &mut self.vm {
+            vm.kernel_oops = vm.kernel_oops.take().map(KernelOops::bounded);
+        }
     }
 
     /// The PNG artifacts a reviewer must cite.

@@ -1,6 +1,7 @@
 //! Builds a gate from its checks: PASS only when there are checks and all passed.
 
 use serde_json::Value;
+use sharedos_report::cause::Cause;
 use sharedos_report::report::{Check, Evidence, Gate, GateName, Status};
 
 pub struct GateBuilder {
@@ -57,6 +58,14 @@ impl GateBuilder {
         self.gate.evidence.extend(e);
     }
 
+    /// What the program a step failed on said (its log's first error): the first one a gate
+    /// is given stays, as it is the one the rest followed from.
+    pub fn cause(&mut self, c: Option<Cause>) {
+        if self.gate.cause.is_none() {
+            self.gate.cause = c;
+        }
+    }
+
     pub fn data(&mut self, k: &str, v: Value) {
         self.gate.data.insert(k.to_string(), v);
     }
@@ -71,6 +80,8 @@ impl GateBuilder {
         if self.problems.is_empty() && !self.gate.checks.is_empty() && all_passed {
             self.gate.status = Status::Pass;
             self.gate.reason = pass_reason.to_string();
+            // A failure the gate went past (a density search's last restore) is not its cause.
+            self.gate.cause = None;
         } else {
             self.gate.status = Status::Fail;
             if self.problems.is_empty() {

@@ -82,6 +82,11 @@ impl Config {
     pub fn criu_log(&self, name: &str) -> PathBuf {
         self.report_dir().join("criu").join(format!("{name}.log"))
     }
+    /// What CRIU's log of the restore of copy `label` says went wrong, when it says.
+    pub fn restore_cause(&self, label: &str) -> Option<sharedos_report::cause::Cause> {
+        let name = format!("restore-{label}");
+        crate::criu::cause(&self.criu_log(&name), "criu restore", &name)
+    }
     pub fn spec(&self) -> TreeSpec {
         TreeSpec {
             marker: self.marker.clone(),

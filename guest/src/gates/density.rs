@@ -466,6 +466,9 @@ fn restore_one(
     let (pid, ev) = ctx.restore(label);
     restore_ms.push(ev.duration_ms);
     g.evidence(ev);
+    if pid.is_err() {
+        g.cause(ctx.cfg.restore_cause(label));
+    }
     pid.map_err(|e| format!("restoring {label}: {e:#} (log: criu/restore-{label}.log)"))
 }
 

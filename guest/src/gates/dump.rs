@@ -140,6 +140,9 @@ fn run_dump(ctx: &Ctx, g: &mut GateBuilder, criu: &Path, pid: i32) -> bool {
             )
         },
     );
+    if !dumped {
+        g.cause(criu::cause(&ctx.cfg.criu_log("dump"), "criu dump", "dump"));
+    }
     g.evidence(out.evidence);
     dumped
 }

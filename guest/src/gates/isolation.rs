@@ -46,6 +46,7 @@ pub fn run(ctx: &mut Ctx) -> Gate {
             g.problem(format!(
                 "restoring copy B beside A: {e:#} (log: criu/restore-b.log)"
             ));
+            g.cause(ctx.cfg.restore_cause("b"));
             return g.finish("");
         }
     };

@@ -58,6 +58,7 @@ pub fn run(ctx: &mut Ctx) -> Gate {
             g.problem(format!(
                 "restoring again: {e:#} (log: criu/restore-reset.log)"
             ));
+            g.cause(ctx.cfg.restore_cause("reset"));
             return g.finish("");
         }
     };

@@ -47,6 +47,7 @@ pub fn run(ctx: &mut Ctx) -> Gate {
     );
     g.evidence(ev);
     let Ok(pid) = pid else {
+        g.cause(ctx.cfg.restore_cause("a"));
         return g.finish("");
     };
     g.data("copy_pid", json!(pid));
