@@ -163,7 +163,7 @@ pub fn log_errors(log: &Path) -> Vec<String> {
 pub fn parse_log_errors(text: &str) -> Vec<String> {
     let errors: Vec<String> = text
         .lines()
-        .filter(|l| l.contains("Error (") || l.contains("Error:"))
+        .filter(|l| l.contains("Error (") || l.contains("Error:") || is_failed_call(l))
         .map(|l| l.trim().chars().take(300).collect())
         .collect();
     // The first errors name the cause (`Can't dump nested ipc namespace for 883`), the last
@@ -193,7 +193,30 @@ pub fn says(log: &Path) -> String {
 /// its early checks), or the closing `Dumping FAILED.` / `Restoring FAILED.`, which criu 4 logs
 /// without the level.
 fn is_error_line(l: &str) -> bool {
-    l.contains("Error (") || l.contains("Error:") || l.contains("FAILED")
+    l.contains("Error (") || l.contains("Error:") || is_closing_line(l)
+}
+
+/// The line that says only that the whole call failed, not why.
+fn is_closing_line(l: &str) -> bool {
+    l.contains("FAILED")
+}
+
+/// A call CRIU reports as failed with its negative errno at the end of the line, at no error
+/// level: criu 4.1.1 logs a socket family the kernel lacks (`... IPPROTO_UDPLITE: -2`) so, and
+/// its only error line is then the closing one.
+fn is_failed_call(l: &str) -> bool {
+    let Some((_, errno)) = l.trim_end().rsplit_once(": -") else {
+        return false;
+    };
+    !errno.is_empty() && errno.len() <= 4 && errno.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// Where the cause is: the first error line that says why, or failed call; else the closing line.
+fn cause_line(lines: &[&str]) -> Option<usize> {
+    lines
+        .iter()
+        .position(|l| (is_error_line(l) && !is_closing_line(l)) || is_failed_call(l))
+        .or_else(|| lines.iter().position(|l| is_error_line(l)))
 }
 
 /// The cause of a failed CRIU call from its log's text: the first error line and up to
@@ -201,7 +224,7 @@ fn is_error_line(l: &str) -> bool {
 /// is quoted, never made up.
 pub fn parse_cause(text: &str, source: &str, log: &str) -> Option<Cause> {
     let lines: Vec<&str> = text.lines().collect();
-    let at = lines.iter().position(|l| is_error_line(l))?;
+    let at = cause_line(&lines)?;
     let from = at.saturating_sub(cause::CONTEXT_LINES);
     Some(
         Cause {
@@ -235,23 +258,41 @@ pub fn parse_version(stdout: &str) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    /// A log ending as trixie-bpo's `criu/dump.log` does (criu 4.1.1 on Linux 7.3.4, which has no
-    /// UDP-Lite): the socket collection's errors, then the unwinding, then the closing line. The
-    /// messages are CRIU's; the time stamps, source lines and lines between are examples.
+    /// The last 31 lines of trixie-bpo's `criu/dump.log` (criu 4.1.1 on Linux 7.3.4, which has no
+    /// UDP-Lite), as a matrix run wrote it: criu 4.1.1 logs the failed socket collection without
+    /// an error level, and its only `Error` line is the closing one.
     const TRIXIE_BPO_DUMP: &str = "\
-(00.045873) Collecting netns 2/4026532293 pid 1093
-(00.045990) sockets: Collect sockets family 1 proto 0
-(00.046310) sockets: Collect sockets family 2 proto 6
-(00.046521) sockets: Collect sockets family 2 proto 17
-(00.046640) sockets: Collect sockets family 2 proto 136
-(00.046702) Error (criu/sockets.c:885): sockets: Sockects collect procedure family AF_INET proto IPPROTO_UDPLITE: -2
-(00.046760) sockets: Collect sockets family 10 proto 6
-(00.046801) Error (criu/sockets.c:885): sockets: Sockects collect procedure family AF_INET6 proto IPPROTO_UDPLITE: -2
-(00.047112) Unlock network
-(00.047398) Running network-unlock scripts
-(00.047501) Unfreezing tasks into 1
-(00.047530) \tUnseizing 1093 into 1
-(00.048020) Error (criu/cr-dump.c:2111): Dumping FAILED.
+(01.398447) mnt: Inspecting sharing on 67 shared_id 0 master_id 0 (@./dev/shm)
+(01.398464) mnt: Inspecting sharing on 66 shared_id 0 master_id 0 (@./dev/pts)
+(01.398482) mnt: Inspecting sharing on 65 shared_id 0 master_id 0 (@./dev)
+(01.398499) mnt: Inspecting sharing on 63 shared_id 0 master_id 0 (@./)
+(01.399055) net: Collecting netns 10/163
+(01.399167) net: Switching to 163's net for collecting sockets
+(01.410643) unix: \tCollected: ino 1330 peer_ino 698 family    1 type    1 state  1 name null
+(01.411266) unix: \tCollected: ino 1328 peer_ino 0 family    1 type    1 state 10 name /tmp/.X11-unix/X170
+(01.411477) unix: \tCollected: ino 693 peer_ino 0 family    1 type    1 state 10 name /tmp/sharedos-app.sock
+(01.411617) unix: \tCollected: ino 1465 peer_ino 0 family    1 type    5 state  7 name null
+(01.411686) unix: \tCollected: ino 698 peer_ino 1330 family    1 type    1 state  1 name 
+(01.411829) unix: \tCollected: ino 1327 peer_ino 0 family    1 type    1 state 10 name 
+(01.416890) sockets: Sockects collect procedure family AF_INET proto IPPROTO_UDPLITE: -2
+(01.419305) sockets: Sockects collect procedure family AF_INET6 proto IPPROTO_UDPLITE: -2
+(01.422501) netlink: Collect netlink sock 0x514
+(01.422771) netlink: Collect netlink sock 0x51a
+(01.422815) netlink: Collect netlink sock 0x5b8
+(01.422835) netlink: Collect netlink sock 0x516
+(01.422853) netlink: Collect netlink sock 0x518
+(01.422871) netlink: Collect netlink sock 0x51b
+(01.422887) netlink: Collect netlink sock 0x517
+(01.422905) netlink: Collect netlink sock 0x515
+(01.425890) net: Unlock network
+(01.426270) Running network-unlock scripts
+(02.449964) Unfreezing tasks into 1
+(02.450680) \tUnseizing 163 into 1
+(02.451345) \tUnseizing 164 into 1
+(02.451625) \tUnseizing 165 into 1
+(02.451871) \tUnseizing 166 into 1
+(02.452014) \tUnseizing 193 into 1
+(02.457363) Error (criu/cr-dump.c:2111): Dumping FAILED.
 ";
 
     /// A log ending as bookworm-browser's did (criu 3.17.1, Firefox with its sandbox on; the
@@ -267,6 +308,25 @@ mod tests {
 ";
 
     #[test]
+    fn a_failed_call_is_a_negative_errno_ending_the_line() {
+        for yes in [
+            "(01.416890) sockets: Sockects collect procedure family AF_INET proto IPPROTO_UDPLITE: -2",
+            "(00.1) foo: bar: -22  ",
+        ] {
+            assert!(super::is_failed_call(yes), "{yes}");
+        }
+        for no in [
+            "(01.422501) netlink: Collect netlink sock 0x514",
+            "(00.1) offset: -",
+            "(00.1) range: -12345678",
+            "(00.1) value: -2x",
+            "(00.1) Unseizing 163 into 1",
+        ] {
+            assert!(!super::is_failed_call(no), "{no}");
+        }
+    }
+
+    #[test]
     fn the_cause_is_the_first_error_and_what_led_to_it() {
         let c = super::parse_cause(TRIXIE_BPO_DUMP, "criu dump", "criu/dump.log").unwrap();
         assert!(
@@ -275,19 +335,24 @@ mod tests {
         );
         assert!(
             !c.error.contains("AF_INET6"),
-            "the first error, not a later one"
+            "the first failed call, not a later one"
         );
         assert_eq!(
             c.before.len(),
-            5,
-            "every line before it, up to the bound: {c:?}"
+            sharedos_report::cause::CONTEXT_LINES,
+            "the lines before it, up to the bound: {c:?}"
         );
-        assert!(c.before[0].contains("Collecting netns"));
+        assert!(c.before[7].contains("Collected: ino 1327"), "{c:?}");
         assert_eq!(
             c.headline(),
             "criu dump: sockets: Sockects collect procedure family AF_INET proto IPPROTO_UDPLITE: -2"
         );
         assert_eq!(c.log, "criu/dump.log");
+        // The gate's reason quotes the failed calls and the closing line.
+        let said = super::parse_log_errors(TRIXIE_BPO_DUMP);
+        assert_eq!(said.len(), 3, "{said:?}");
+        assert!(said[0].contains("AF_INET proto IPPROTO_UDPLITE: -2"));
+        assert!(said[2].contains("Dumping FAILED."));
 
         let b = super::parse_cause(BOOKWORM_BROWSER_DUMP, "criu dump", "criu/dump.log").unwrap();
         assert_eq!(
