@@ -15,7 +15,9 @@ use super::review::{self, ReviewState};
 use super::sign::{self, AllowedSigner, SigState, Signature};
 use crate::escape;
 use anyhow::{bail, Context, Result};
-use sharedos_report::report::{self, Gate, Report, Verdict, REPORT_FILE, REVIEW_FILE};
+use sharedos_report::report::{
+    self, Gate, GateName, Report, Status, Verdict, REPORT_FILE, REVIEW_FILE,
+};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
@@ -480,6 +482,52 @@ impl fmt::Display for Outcome {
             verdict_meaning(self),
             self.signature_note()
         )
+    }
+}
+
+/// The gates each guest of a migration (vm-migrate) must pass, beside cleanup: the one that
+/// dumps runs the tree up to its dump; the one that restores takes the checkpoint in (its dump
+/// gate) and runs the restores on it. The rest of each guest's report is NOT_RUN by design.
+pub const MIGRATION_DUMP_SIDE: [GateName; 5] = [
+    GateName::Prerequisites,
+    GateName::Launch,
+    GateName::LiveStateProbe,
+    GateName::Dump,
+    GateName::Cleanup,
+];
+pub const MIGRATION_RESTORE_SIDE: [GateName; 7] = [
+    GateName::Prerequisites,
+    GateName::Dump,
+    GateName::RestoreLiveProcess,
+    GateName::RestoreXState,
+    GateName::Isolation,
+    GateName::Reset,
+    GateName::Cleanup,
+];
+
+/// What keeps one guest's half of a migration from passing: every problem the judgement found
+/// (the rig's failure included), and each gate of `side` that is not PASS, with its reason.
+pub fn migration_half_problems(o: &Outcome, side: &[GateName]) -> Vec<String> {
+    let mut p = o.problems();
+    for name in side {
+        match o.gates.iter().find(|g| g.name == *name) {
+            Some(g) if g.status == Status::Pass => {}
+            Some(g) => p.push(format!("{name} is {}: {}", g.status, g.reason)),
+            None => p.push(format!("the report has no {name} gate")),
+        }
+    }
+    p
+}
+
+/// The one verdict on a migration: PASS when both halves hold (the restore side judged only
+/// once the dump side passed), else FAIL. No human review stands in a migration's way.
+pub fn migration(from: &Outcome, to: Option<&Outcome>) -> Verdict {
+    let to_holds =
+        to.is_some_and(|t| migration_half_problems(t, &MIGRATION_RESTORE_SIDE).is_empty());
+    if migration_half_problems(from, &MIGRATION_DUMP_SIDE).is_empty() && to_holds {
+        Verdict::Pass
+    } else {
+        Verdict::Fail
     }
 }
 

@@ -244,6 +244,7 @@ fn boot_options(b: BootArgs) -> VmRunOptions {
         sign_key: None,
         gates_timeout: None,
         command_line: std::env::args().collect(),
+        upload: Vec::new(),
     }
 }
 

@@ -2,6 +2,7 @@
 //! writes reports and the host reads, rechecks and extends them, so the schema, the comparisons
 //! and the helpers both sides run live here once, apart from either side's own code.
 
+pub mod checkpoint;
 pub mod clock;
 pub mod compare;
 pub mod digest;
