@@ -1,0 +1,43 @@
+//! `cargo xtask vm-migrate --from IMAGE --to IMAGE`: a checkpoint made in a guest of one image
+//! restored in a guest of another (sharedos_rig::migrate).
+
+use crate::{vm_options, VmArgs};
+use anyhow::Result;
+use sharedos_rig::migrate::{self, MigrateOptions};
+
+#[derive(clap::Args)]
+pub struct MigrateArgs {
+    /// The image whose guest runs the tree and dumps it.
+    #[arg(long, value_name = "IMAGE")]
+    pub from: String,
+    /// The image whose guest is sent the checkpoint and restores it.
+    #[arg(long, value_name = "IMAGE")]
+    pub to: String,
+    /// Test only: flip a byte of the checkpoint between the two guests.
+    #[arg(long, hide = true)]
+    pub test_tamper_checkpoint: bool,
+    /// How the guests boot, the gate binary, --out (the migration's directory); --image and
+    /// the arguments after `--` are not taken (the migration sets them).
+    #[command(flatten)]
+    pub vm: VmArgs,
+}
+
+pub fn vm_migrate(a: MigrateArgs) -> Result<i32> {
+    if !a.vm.diagnose_args.is_empty() {
+        anyhow::bail!(
+            "vm-migrate takes no diagnose arguments after `--` (it gives each guest its own): \
+             leave them out"
+        );
+    }
+    let mut vm = a.vm;
+    // The image checked first is --from's; --image plays no part.
+    vm.boot.image.image = a.from.clone();
+    let mut base = vm_options(vm)?;
+    base.plan = false;
+    Ok(migrate::vm_migrate(&MigrateOptions {
+        base,
+        from: a.from,
+        to: a.to,
+        tamper_checkpoint: a.test_tamper_checkpoint,
+    }))
+}
