@@ -29,8 +29,10 @@ pub fn vm_migrate(a: MigrateArgs) -> Result<i32> {
              leave them out"
         );
     }
+    // Both names, each with its flag, before the gate binary's build: a typo costs nothing.
+    migrate::plan::check_pair(&a.vm.boot.image, &a.from, &a.to)?;
     let mut vm = a.vm;
-    // The image checked first is --from's; --image plays no part.
+    // --image plays no part: each guest gets its own.
     vm.boot.image.image = a.from.clone();
     let mut base = vm_options(vm)?;
     base.plan = false;
