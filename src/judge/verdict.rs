@@ -595,6 +595,53 @@ mod tests {
     }
 
     #[test]
+    fn a_migration_passes_only_when_each_side_holds_its_own_gates() {
+        use GateName::*;
+        let side = |not_here: &[GateName], failed: &[GateName], mism: Vec<Mismatch>| {
+            let mut r = fresh_report();
+            for g in r.gates.iter_mut() {
+                if not_here.contains(&g.name) {
+                    g.status = Status::NotRun;
+                } else if failed.contains(&g.name) {
+                    g.status = Status::Fail;
+                    g.reason = "criu restore failed; CRIU says: Error (criu/x.c:1): no".into();
+                    g.checks[0].passed = false;
+                }
+            }
+            r.seal();
+            judge(&r, ReviewFile::Absent, mism)
+        };
+        let dump_side = [
+            RestoreLiveProcess,
+            RestoreXState,
+            Isolation,
+            Reset,
+            GuiPixelReview,
+        ];
+        let restore_side = [Launch, LiveStateProbe, GuiPixelReview];
+        let from = side(&dump_side, &[], vec![]);
+        let to = side(&restore_side, &[], vec![]);
+        assert!(migration_half_problems(&from, &MIGRATION_DUMP_SIDE).is_empty());
+        assert_eq!(from.verdict, Verdict::Fail, "alone, each side is FAIL");
+        assert_eq!(migration(&from, Some(&to)), Verdict::Pass);
+        // No restore side, a restore CRIU refused, a dump side that did not dump, a changed
+        // artifact: each a FAIL, and the refusal's reason is quoted.
+        assert_eq!(migration(&from, None), Verdict::Fail);
+        let refused = side(&restore_side, &[RestoreLiveProcess], vec![]);
+        assert_eq!(migration(&from, Some(&refused)), Verdict::Fail);
+        let why = migration_half_problems(&refused, &MIGRATION_RESTORE_SIDE);
+        assert!(why.iter().any(|p| p.contains("CRIU says")), "{why:?}");
+        let not_dumped = side(&dump_side, &[Dump], vec![]);
+        assert_eq!(migration(&not_dumped, Some(&to)), Verdict::Fail);
+        let changed = Mismatch {
+            path: "guest/checkpoint/images/pages-1.img".into(),
+            problem: "sha256 differs".into(),
+        };
+        let tampered = side(&dump_side, &[], vec![changed]);
+        assert_eq!(migration(&tampered, Some(&to)), Verdict::Fail);
+    }
+
+    #[test]
     fn fresh_report_without_review_is_three() {
         let r = fresh_report();
         let o = judge(&r, ReviewFile::Absent, vec![]);

@@ -153,6 +153,7 @@ pub fn send_files(guest: &Guest, files: &[(PathBuf, String)], obs: &mut Observed
         .filter_map(|(_, r)| r.rsplit_once('/').map(|(d, _)| d.to_string()))
         .filter(|d| !d.is_empty())
         .collect();
+    dirs.sort();
     dirs.dedup();
     let made = guest.exec(&format!("mkdir -p -- {}", shell_words(&dirs)))?;
     if made.status != 0 {
