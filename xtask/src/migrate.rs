@@ -29,13 +29,18 @@ pub fn vm_migrate(a: MigrateArgs) -> Result<i32> {
              leave them out"
         );
     }
+    if a.vm.boot.image.plan || a.vm.boot.keep_vm {
+        anyhow::bail!(
+            "vm-migrate takes neither --plan nor --keep-vm yet: each guest's plan is vm-run's \
+             (`cargo xtask vm-run --plan --image IMAGE`), and its guests end with it"
+        );
+    }
     // Both names, each with its flag, before the gate binary's build: a typo costs nothing.
     migrate::plan::check_pair(&a.vm.boot.image, &a.from, &a.to)?;
     let mut vm = a.vm;
     // --image plays no part: each guest gets its own.
     vm.boot.image.image = a.from.clone();
-    let mut base = vm_options(vm)?;
-    base.plan = false;
+    let base = vm_options(vm)?;
     Ok(migrate::vm_migrate(&MigrateOptions {
         base,
         from: a.from,
