@@ -8,6 +8,7 @@ pub mod gate_binary;
 pub mod image;
 pub mod judge;
 pub mod matrix;
+pub mod migrate;
 pub mod progress;
 pub mod render;
 pub mod run;

@@ -83,8 +83,32 @@ fn private_mounts() -> Result<()> {
     Ok(())
 }
 
+/// What one run of the sequence covers: all of it, or one guest's half of a migration
+/// (`crate::migrate`), which runs some gates its own way and leaves others to the other guest.
+pub trait Phase {
+    /// Why `name` runs in the other guest, or None when it runs here.
+    fn elsewhere(&self, _name: GateName) -> Option<String> {
+        None
+    }
+    /// The gate as this phase runs it instead of the registry's `run`, or None.
+    fn instead(&self, _name: GateName, _ctx: &mut Ctx) -> Option<Gate> {
+        None
+    }
+    /// Called with each gate this run ran, before it is reported.
+    fn after(&self, _ctx: &mut Ctx, _gate: &mut Gate) {}
+}
+
+/// The whole sequence in one guest.
+pub struct Whole;
+impl Phase for Whole {}
+
 /// Runs the ten gates (and density, when asked for) and returns the sealed report (already written to `cfg.out` when possible).
 pub fn run(cfg: Config, progress: &mut dyn FnMut(&Gate)) -> Report {
+    run_phase(cfg, &Whole, progress)
+}
+
+/// As `run`, for one phase of the sequence.
+pub fn run_phase(cfg: Config, phase: &dyn Phase, progress: &mut dyn FnMut(&Gate)) -> Report {
     let env = environment::capture(cfg.argv.clone());
     let mut ctx = Ctx::new(cfg, env);
     let mut setup_error = None;
@@ -107,12 +131,16 @@ pub fn run(cfg: Config, progress: &mut dyn FnMut(&Gate)) -> Report {
         };
         let mut gate = if name == GateName::Cleanup {
             run_gate(&mut ctx)
+        } else if let Some(why) = phase.elsewhere(name) {
+            Gate::new(name, Status::NotRun, why)
         } else if let Some(sig) = signals::interrupted() {
             Gate::new(
                 name,
                 Status::NotRun,
                 format!("the run was interrupted by {sig}"),
             )
+        } else if let Some(g) = phase.instead(name, &mut ctx) {
+            g
         } else if let Some(why) = blocked(name, &done) {
             Gate::new(name, Status::NotRun, why)
         } else {
@@ -130,6 +158,9 @@ pub fn run(cfg: Config, progress: &mut dyn FnMut(&Gate)) -> Report {
                 gate.status = Status::Fail;
                 gate.reason = format!("interrupted by {sig}: {}", gate.reason);
             }
+        }
+        if gate.status != Status::NotRun {
+            phase.after(&mut ctx, &mut gate);
         }
         gate.duration_ms = started.elapsed().as_millis() as u64;
         progress(&gate);

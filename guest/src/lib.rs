@@ -9,6 +9,7 @@ pub mod diagnose;
 pub mod exec;
 pub mod gates;
 pub mod lies;
+pub mod migrate;
 pub mod output;
 pub mod probe;
 pub mod pstree;

@@ -3,7 +3,7 @@ use clap::{Parser, Subcommand};
 use sharedos_gate::gates::fidelity;
 use sharedos_gate::gates::Config;
 use sharedos_gate::tree::TreeSpec;
-use sharedos_gate::{diagnose, lies, output, stateapp, tree};
+use sharedos_gate::{diagnose, lies, migrate, output, stateapp, tree};
 use sharedos_report::report::{CgroupLimits, Copies, Gate, RunOptions, Workload};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -146,6 +146,25 @@ struct DiagnoseArgs {
     /// same browser with its sandboxes off). The image must hold the workload's programs.
     #[arg(long, value_parser = parse_workload, default_value = "xterm")]
     workload: Workload,
+    /// The first half of a migration (`cargo xtask vm-migrate`): run the gates up to and
+    /// including the dump, and keep the CRIU images and the dump-time state in the report's
+    /// checkpoint/ for another guest.
+    #[arg(long, conflicts_with_all = ["migrate_restore", "copies"])]
+    migrate_dump: bool,
+    /// The second half of a migration: take the checkpoint the host sent into DIR (its
+    /// MANIFEST, images/, state.json, dump-time.png) and run the restore gates on it. Give the
+    /// dump side's --marker and --display.
+    #[arg(
+        long,
+        value_name = "DIR",
+        requires = "since_dump_ms",
+        conflicts_with = "copies"
+    )]
+    migrate_restore: Option<PathBuf>,
+    /// With --migrate-restore: an upper bound, in milliseconds, of the time since the dump
+    /// side's dump-time app query (the host measures it).
+    #[arg(long, value_name = "MS", requires = "migrate_restore")]
+    since_dump_ms: Option<u64>,
 }
 
 fn parse_workload(s: &str) -> Result<Workload, String> {
@@ -268,7 +287,19 @@ fn diagnose_main(a: DiagnoseArgs) -> Result<i32> {
     output::started(&cfg);
     let total = cfg.options.gates().len();
     let mut n = 0;
-    let report = diagnose::run(cfg, &mut |g: &Gate| {
+    let restore_side;
+    let phase: &dyn diagnose::Phase = match (a.migrate_dump, a.migrate_restore) {
+        (true, _) => &migrate::DumpSide,
+        (false, Some(from)) => {
+            restore_side = migrate::RestoreSide {
+                from: absolute(from)?,
+                since_dump: Duration::from_millis(a.since_dump_ms.unwrap_or(0)),
+            };
+            &restore_side
+        }
+        (false, None) => &diagnose::Whole,
+    };
+    let report = diagnose::run_phase(cfg, phase, &mut |g: &Gate| {
         n += 1;
         output::gate(n, total, g);
     });

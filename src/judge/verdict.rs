@@ -15,7 +15,9 @@ use super::review::{self, ReviewState};
 use super::sign::{self, AllowedSigner, SigState, Signature};
 use crate::escape;
 use anyhow::{bail, Context, Result};
-use sharedos_report::report::{self, Gate, Report, Verdict, REPORT_FILE, REVIEW_FILE};
+use sharedos_report::report::{
+    self, Gate, GateName, Report, Status, Verdict, REPORT_FILE, REVIEW_FILE,
+};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
@@ -487,6 +489,52 @@ impl fmt::Display for Outcome {
     }
 }
 
+/// The gates each guest of a migration (vm-migrate) must pass, beside cleanup: the one that
+/// dumps runs the tree up to its dump; the one that restores takes the checkpoint in (its dump
+/// gate) and runs the restores on it. The rest of each guest's report is NOT_RUN by design.
+pub const MIGRATION_DUMP_SIDE: [GateName; 5] = [
+    GateName::Prerequisites,
+    GateName::Launch,
+    GateName::LiveStateProbe,
+    GateName::Dump,
+    GateName::Cleanup,
+];
+pub const MIGRATION_RESTORE_SIDE: [GateName; 7] = [
+    GateName::Prerequisites,
+    GateName::Dump,
+    GateName::RestoreLiveProcess,
+    GateName::RestoreXState,
+    GateName::Isolation,
+    GateName::Reset,
+    GateName::Cleanup,
+];
+
+/// What keeps one guest's half of a migration from passing: every problem the judgement found
+/// (the rig's failure included), and each gate of `side` that is not PASS, with its reason.
+pub fn migration_half_problems(o: &Outcome, side: &[GateName]) -> Vec<String> {
+    let mut p = o.problems();
+    for name in side {
+        match o.gates.iter().find(|g| g.name == *name) {
+            Some(g) if g.status == Status::Pass => {}
+            Some(g) => p.push(format!("{name} is {}: {}", g.status, g.reason)),
+            None => p.push(format!("the report has no {name} gate")),
+        }
+    }
+    p
+}
+
+/// The one verdict on a migration: PASS when both halves hold (the restore side judged only
+/// once the dump side passed), else FAIL. No human review stands in a migration's way.
+pub fn migration(from: &Outcome, to: Option<&Outcome>) -> Verdict {
+    let to_holds =
+        to.is_some_and(|t| migration_half_problems(t, &MIGRATION_RESTORE_SIDE).is_empty());
+    if migration_half_problems(from, &MIGRATION_DUMP_SIDE).is_empty() && to_holds {
+        Verdict::Pass
+    } else {
+        Verdict::Fail
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -548,6 +596,53 @@ mod tests {
             .iter()
             .any(|p| p.contains("reset.cgroup_limits failed")));
         assert_eq!(o.verdict, Verdict::Fail);
+    }
+
+    #[test]
+    fn a_migration_passes_only_when_each_side_holds_its_own_gates() {
+        use GateName::*;
+        let side = |not_here: &[GateName], failed: &[GateName], mism: Vec<Mismatch>| {
+            let mut r = fresh_report();
+            for g in r.gates.iter_mut() {
+                if not_here.contains(&g.name) {
+                    g.status = Status::NotRun;
+                } else if failed.contains(&g.name) {
+                    g.status = Status::Fail;
+                    g.reason = "criu restore failed; CRIU says: Error (criu/x.c:1): no".into();
+                    g.checks[0].passed = false;
+                }
+            }
+            r.seal();
+            judge(&r, ReviewFile::Absent, mism)
+        };
+        let dump_side = [
+            RestoreLiveProcess,
+            RestoreXState,
+            Isolation,
+            Reset,
+            GuiPixelReview,
+        ];
+        let restore_side = [Launch, LiveStateProbe, GuiPixelReview];
+        let from = side(&dump_side, &[], vec![]);
+        let to = side(&restore_side, &[], vec![]);
+        assert!(migration_half_problems(&from, &MIGRATION_DUMP_SIDE).is_empty());
+        assert_eq!(from.verdict, Verdict::Fail, "alone, each side is FAIL");
+        assert_eq!(migration(&from, Some(&to)), Verdict::Pass);
+        // No restore side, a restore CRIU refused, a dump side that did not dump, a changed
+        // artifact: each a FAIL, and the refusal's reason is quoted.
+        assert_eq!(migration(&from, None), Verdict::Fail);
+        let refused = side(&restore_side, &[RestoreLiveProcess], vec![]);
+        assert_eq!(migration(&from, Some(&refused)), Verdict::Fail);
+        let why = migration_half_problems(&refused, &MIGRATION_RESTORE_SIDE);
+        assert!(why.iter().any(|p| p.contains("CRIU says")), "{why:?}");
+        let not_dumped = side(&dump_side, &[Dump], vec![]);
+        assert_eq!(migration(&not_dumped, Some(&to)), Verdict::Fail);
+        let changed = Mismatch {
+            path: "guest/checkpoint/images/pages-1.img".into(),
+            problem: "sha256 differs".into(),
+        };
+        let tampered = side(&dump_side, &[], vec![changed]);
+        assert_eq!(migration(&tampered, Some(&to)), Verdict::Fail);
     }
 
     #[test]

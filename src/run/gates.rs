@@ -11,6 +11,7 @@ use anyhow::{bail, Context, Result};
 use sharedos_report::digest;
 use sharedos_report::report::REPORT_FILE;
 use sharedos_report::text::shell_words;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 /// The longest line of the guest's output the rig keeps; a longer one is cut there.
@@ -138,6 +139,47 @@ pub fn copy(guest: &Guest, opts: &VmRunOptions, obs: &mut Observed) -> Result<()
         );
     }
     obs.phase("copy", t);
+    Ok(())
+}
+
+/// Sends `files` in, each to its guest path, and checks each one's sha256 there.
+pub fn send_files(guest: &Guest, files: &[(PathBuf, String)], obs: &mut Observed) -> Result<()> {
+    if files.is_empty() {
+        return Ok(());
+    }
+    let t = Instant::now();
+    let mut dirs: Vec<String> = files
+        .iter()
+        .filter_map(|(_, r)| r.rsplit_once('/').map(|(d, _)| d.to_string()))
+        .filter(|d| !d.is_empty())
+        .collect();
+    dirs.sort();
+    dirs.dedup();
+    let made = guest.exec(&format!("mkdir -p -- {}", shell_words(&dirs)))?;
+    if made.status != 0 {
+        bail!("mkdir in the guest failed: {}", one_line(&made.output));
+    }
+    let mut sums = Vec::new();
+    for (local, remote) in files {
+        guest
+            .upload(local, remote, 0o600)
+            .with_context(|| format!("sending {} into the guest as {remote}", local.display()))?;
+        let (sha, _) =
+            digest::sha256_file(local).with_context(|| format!("hashing {}", local.display()))?;
+        sums.push(format!("{sha}  {remote}"));
+    }
+    // One round trip checks them all: sha256sum -c reads the list from stdin.
+    let check = guest.exec(&format!(
+        "printf '%s\\n' {} | sha256sum --quiet -c -",
+        shell_words(&sums)
+    ))?;
+    if check.status != 0 {
+        bail!(
+            "files sent into the guest arrived corrupted: {}",
+            one_line(&sharedos_report::text::tail(&check.output, 3, 500))
+        );
+    }
+    obs.phase("send", t);
     Ok(())
 }
 

@@ -51,6 +51,9 @@ pub struct VmRunOptions {
     /// The whole gate phase's bound, instead of the accelerator's default.
     pub gates_timeout: Option<Duration>,
     pub command_line: Vec<String>,
+    /// Files sent into the guest after the gate binary, each to its absolute guest path (a
+    /// checkpoint from another guest, for vm-migrate).
+    pub upload: Vec<(PathBuf, String)>,
 }
 
 /// The run's bounds over its session, which scale with the accelerator.
@@ -138,6 +141,7 @@ fn run_phases(opts: &VmRunOptions, obs: &mut Observed) -> Result<Report> {
     let session = boot::open(opts, &entry, obs)?;
     let guest = session.guest();
     gates::copy(guest, opts, obs)?;
+    gates::send_files(guest, &opts.upload, obs)?;
     let b = bounds(session.accel());
     let gates_bound = Bounds {
         gates: opts.gates_timeout.unwrap_or(b.gates),

@@ -6,6 +6,7 @@
 #![allow(clippy::disallowed_macros)]
 
 mod bench;
+mod migrate;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
@@ -167,6 +168,10 @@ enum Command {
     /// Boot the pinned image in QEMU, run the ten gates over SSH, archive the report.
     /// Exits 0/3/1 with the verdict, 2 when the rig itself failed.
     VmRun(VmArgs),
+    /// Dump the tree in a guest of --from, bring the checkpoint home (bounded, hashed), send it
+    /// into a guest of --to, and run the restore, X-state, isolation and reset gates there.
+    /// Both guests' reports and migration.json (both kernels and CRIU versions) go under --out.
+    VmMigrate(migrate::MigrateArgs),
     /// Boot the pinned image and run one command in it over the pinned SSH session; its output
     /// streams here, and its exit code is this command's (2 when the rig itself failed).
     /// Example: cargo xtask vm-exec -- 'criu check; uname -r'
@@ -244,6 +249,7 @@ fn boot_options(b: BootArgs) -> VmRunOptions {
         sign_key: None,
         gates_timeout: None,
         command_line: std::env::args().collect(),
+        upload: Vec::new(),
     }
 }
 
@@ -288,6 +294,7 @@ fn run_cli(cli: Cli) -> Result<i32> {
             Ok(0)
         }
         Command::VmRun(a) => Ok(run::vm_run(&vm_options(a)?)),
+        Command::VmMigrate(a) => migrate::vm_migrate(a),
         Command::VmExec {
             boot,
             timeout,

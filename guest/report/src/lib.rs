@@ -3,6 +3,7 @@
 //! and the helpers both sides run live here once, apart from either side's own code.
 
 pub mod cause;
+pub mod checkpoint;
 pub mod clock;
 pub mod compare;
 pub mod digest;
