@@ -237,6 +237,10 @@ fn browser_on_bookworm_reaches_the_dump_and_names_what_criu_says() {
     let named = |g: &sharedos_report::report::Gate| g.reason.contains("CRIU says:");
     if dump.status == Status::Fail {
         assert!(named(dump), "{}", dump.reason);
+        // The cause show and the matrix print: CRIU's own line that says why, not its closing one.
+        let cause = dump.cause.as_ref().expect("a failed dump quotes its cause");
+        assert_eq!(cause.log, "criu/dump.log");
+        assert!(!cause.error.contains("Dumping FAILED"), "{cause:?}");
     }
     if let Some(g) = r.gate(GateName::RestoreLiveProcess) {
         if g.status == Status::Fail

@@ -1,7 +1,7 @@
 //! Test support, never shipped: stands in for `sharedos-gate diagnose` in the guest and acts out
 //! one attack on the host through its report directory, named by `--attack NAME`. Everything
 //! else it writes is a well-formed report, so that the attack alone decides what the rig does.
-//! tests/hostile_guest.rs runs it through the real vm-run.
+//! tests/vm_hostile_guest.rs runs it through the real vm-run.
 
 // A stand-in for the guest, whose printing is what it attacks with.
 #![allow(clippy::disallowed_macros)]
