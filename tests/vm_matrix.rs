@@ -15,8 +15,10 @@
 
 mod common;
 
+use common::read_report;
+
 use common::{last_line, Sandbox};
-use sharedos_report::report::{GateName, Report, Status};
+use sharedos_report::report::{GateName, Status};
 use sharedos_rig::matrix::{self, CellOutcome, Matrix};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -79,12 +81,6 @@ fn without_build_pid(s: &str) -> String {
     }
     out.push_str(rest);
     out
-}
-
-fn read_report(dir: &Path) -> Report {
-    let text = std::fs::read_to_string(dir.join("report.json"))
-        .unwrap_or_else(|e| panic!("no report.json in {}: {e}", dir.display()));
-    serde_json::from_str(&text).unwrap()
 }
 
 fn show(dir: &Path, format: &str) -> String {

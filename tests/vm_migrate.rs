@@ -12,22 +12,13 @@
 
 mod common;
 
+use common::{gate_binary, read_report};
+
 use common::{last_line, Sandbox};
 use serde_json::Value;
-use sharedos_report::report::{GateName, Report, Status};
-use std::path::{Path, PathBuf};
+use sharedos_report::report::{GateName, Status};
+use std::path::Path;
 use std::process::Command;
-
-fn gate_binary() -> PathBuf {
-    sharedos_rig::gate_binary::build_gate_binary(Path::new(env!("CARGO_MANIFEST_DIR")))
-        .expect("building the static gate binary")
-}
-
-fn read_report(dir: &Path) -> Report {
-    let text = std::fs::read_to_string(dir.join("report.json"))
-        .unwrap_or_else(|e| panic!("no report.json in {}: {e}", dir.display()));
-    serde_json::from_str(&text).unwrap()
-}
 
 fn read_summary(dir: &Path) -> Value {
     let text = std::fs::read_to_string(dir.join("migration.json"))

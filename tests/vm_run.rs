@@ -11,23 +11,14 @@
 
 mod common;
 
+use common::{gate_binary, read_report};
+
 use common::{last_line, processes_mentioning, vm_run_args, Sandbox};
-use sharedos_report::report::{GateName, Report, Status};
+use sharedos_report::report::{GateName, Status};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn gate_binary() -> PathBuf {
-    sharedos_rig::gate_binary::build_gate_binary(Path::new(env!("CARGO_MANIFEST_DIR")))
-        .expect("building the static gate binary")
-}
-
-fn read_report(dir: &Path) -> Report {
-    let text = std::fs::read_to_string(dir.join("report.json"))
-        .unwrap_or_else(|e| panic!("no report.json in {}: {e}", dir.display()));
-    serde_json::from_str(&text).unwrap()
-}
 
 fn strs(v: &[String]) -> Vec<&str> {
     v.iter().map(String::as_str).collect()

@@ -17,17 +17,13 @@
 
 mod common;
 
+use common::read_report;
+
 use common::{processes_mentioning, vm_run_args, Sandbox};
 use sharedos_report::fidelity::Key;
 use sharedos_report::report::{GateName, Report, Status, Workload};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-fn read_report(dir: &Path) -> Report {
-    let text = std::fs::read_to_string(dir.join("report.json"))
-        .unwrap_or_else(|e| panic!("no report.json in {}: {e}", dir.display()));
-    serde_json::from_str(&text).unwrap()
-}
 
 fn summary(r: &Report) -> String {
     r.gates

@@ -347,3 +347,16 @@ pub fn processes_mentioning(needle: &str) -> Vec<(i32, String)> {
     }
     out
 }
+
+/// The static gate binary the VM tests copy into their sandboxes.
+pub fn gate_binary() -> PathBuf {
+    sharedos_rig::gate_binary::build_gate_binary(Path::new(env!("CARGO_MANIFEST_DIR")))
+        .expect("building the static gate binary")
+}
+
+/// A vm-run report directory's report.json, as the tests read it back.
+pub fn read_report(dir: &Path) -> sharedos_report::report::Report {
+    let text = std::fs::read_to_string(dir.join("report.json"))
+        .unwrap_or_else(|e| panic!("no report.json in {}: {e}", dir.display()));
+    serde_json::from_str(&text).unwrap()
+}
