@@ -26,32 +26,14 @@ fn read_summary(dir: &Path) -> Value {
     serde_json::from_str(&text).unwrap()
 }
 
+/// vm-run's arguments as every VM test gives them, for vm-migrate from bookworm to bookworm-bpo.
 fn migrate_args(sb: &Sandbox, gate: &Path, out: &Path, extra: &[&str]) -> Vec<String> {
-    let p = |p: &Path| p.display().to_string();
-    let mut v: Vec<String> = [
-        "vm-migrate",
-        "--from",
-        "bookworm",
-        "--to",
-        "bookworm-bpo",
-        "--images-dir",
-        "images",
-        "--cache-dir",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    v.extend([
-        p(&sb.dir.join("cache")),
-        "--accel".into(),
-        "tcg".into(),
-        "--mode".into(),
-        "fakechroot".into(),
-        "--gate-binary".into(),
-        p(gate),
-        "--out".into(),
-        p(out),
-    ]);
+    let mut v = common::vm_run_args(sb, gate, out, "tcg");
+    v[0] = "vm-migrate".into();
+    v.splice(
+        1..1,
+        ["--from", "bookworm", "--to", "bookworm-bpo"].map(String::from),
+    );
     v.extend(extra.iter().map(|s| s.to_string()));
     v
 }
