@@ -206,6 +206,7 @@ pub fn spec(accel: AccelChoice, logs: &Path) -> SessionSpec {
         logs: logs.to_path_buf(),
         keep: false,
         start: Start::Cold,
+        snapshot: None,
     }
 }
 

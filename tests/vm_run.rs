@@ -11,7 +11,7 @@
 
 mod common;
 
-use common::{gate_binary, read_report};
+use common::{gate_binary, read_report, vm_exec};
 
 use common::{last_line, processes_mentioning, vm_run_args, Sandbox};
 use sharedos_report::report::{GateName, Status};
@@ -64,6 +64,8 @@ fn vm_run_end_to_end_as_an_unprivileged_user() {
     common::seed::seed(&sb, "cache", "bookworm", "fakechroot");
     full_run_archives_an_identified_report_that_verify_agrees_with(&sb, &gate);
     density_of_three_copies_is_measured_and_verified(&sb, &gate);
+    two_resumes_of_one_snapshot_share_nothing_of_their_own(&sb);
+    damage_the_snapshots_state(&sb);
     fidelity_options_all_at_once(&sb, &gate);
     vm_exec_runs_one_command_and_exits_with_its_code(&sb);
     lying_criu_suite_in_the_guest(&sb, &gate);
@@ -325,6 +327,72 @@ fn density_of_three_copies_is_measured_and_verified(sb: &Sandbox, gate: &Path) {
     );
 }
 
+/// The full run and the density run resumed one snapshot (the first run made it): the same
+/// machine up to the moment it was saved. Nothing each run drew after the resume may repeat:
+/// the tokens its apps made, its client key, its nonce.
+fn two_resumes_of_one_snapshot_share_nothing_of_their_own(sb: &Sandbox) {
+    let [a, b] = ["run", "density"].map(|n| read_report(&sb.dir.join("reports").join(n)));
+    let [sa, sb_] = [&a, &b].map(|r| {
+        r.vm.as_ref()
+            .and_then(|v| v.start.clone())
+            .expect("the report says how the guest came up")
+    });
+    for s in [&sa, &sb_] {
+        assert_eq!(s.how, "resumed", "{s:?}");
+        assert!(s.rng_reseeded, "{s:?}");
+        assert_eq!(s.nonce, s.nonce_echo, "{s:?}");
+        assert!(s.client_key.starts_with("ssh-ed25519 "), "{s:?}");
+    }
+    assert_eq!(
+        sa.snapshot.as_ref().unwrap().state_sha256,
+        sb_.snapshot.as_ref().unwrap().state_sha256
+    );
+    assert_ne!(sa.nonce, sb_.nonce);
+    assert_ne!(sa.client_key, sb_.client_key);
+    // The snapshot's key is on the resumed QEMU's command line; the run's own is not.
+    let argv = a.vm.as_ref().unwrap().qemu_argv.join(" ");
+    let own = sa.client_key.split(' ').nth(1).unwrap();
+    assert!(!argv.contains(own), "{argv}");
+    let (ta, tb) = (app_tokens(&a), app_tokens(&b));
+    assert!(!ta.is_empty() && !tb.is_empty());
+    assert!(
+        ta.is_disjoint(&tb),
+        "tokens repeated across resumes: {ta:?} {tb:?}"
+    );
+}
+
+/// Every state-app token a report holds.
+fn app_tokens(r: &sharedos_report::report::Report) -> std::collections::BTreeSet<String> {
+    let text = serde_json::to_string(&r.gates).unwrap();
+    text.split("\"token\":\"")
+        .skip(1)
+        .filter_map(|rest| rest.get(..32))
+        .filter(|t| t.chars().all(|c| c.is_ascii_hexdigit()))
+        .map(str::to_string)
+        .collect()
+}
+
+/// The next run (the fidelity options) must find the damage before QEMU loads the state, make
+/// the snapshot again, and say why in its report.
+fn damage_the_snapshots_state(sb: &Sandbox) {
+    let store = sb.dir.join("cache/snapshots");
+    let dirs: Vec<PathBuf> = std::fs::read_dir(&store)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert_eq!(
+        dirs.len(),
+        1,
+        "one snapshot for one image and one setting: {dirs:?}"
+    );
+    let state = dirs[0].join("state");
+    let mut bytes = std::fs::read(&state).unwrap();
+    let at = bytes.len() / 3;
+    bytes[at] ^= 0xff;
+    std::fs::write(&state, bytes).unwrap();
+}
+
 /// `--userns --cgroup cpu=1,memory=512M --cow-root` in one run on bookworm. Measured there
 /// (criu 3.17.1, kernel 6.1): CRIU dumps the tree in its user namespace (its /dev binds named
 /// external), restores each copy into a user namespace of its own with the same map, into the
@@ -341,6 +409,19 @@ fn fidelity_options_all_at_once(sb: &Sandbox, gate: &Path) {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_ne!(out.status.code(), Some(2), "the rig failed:\n{stderr}");
     let r = read_report(&out_dir);
+    // The snapshot's state was damaged just before this run.
+    let start = r.vm.as_ref().unwrap().start.clone().unwrap();
+    assert_eq!(start.how, "resumed");
+    assert!(
+        start
+            .reason
+            .starts_with("the snapshot was damaged: state has sha256"),
+        "{start:?}"
+    );
+    assert!(
+        start.reason.ends_with("made one, then resumed it"),
+        "{start:?}"
+    );
     let summary: String = r
         .gates
         .iter()
@@ -364,24 +445,6 @@ fn verify_exits(dir: &Path, code: i32) {
         "{}",
         String::from_utf8_lossy(&verify.stdout)
     );
-}
-
-/// `xtask vm-exec` as the user, on the sandbox's image, with `args` after the boot options.
-fn vm_exec(sb: &Sandbox, args: &[&str]) -> std::process::Output {
-    let cache = sb.dir.join("cache").display().to_string();
-    let mut all = vec![
-        "vm-exec",
-        "--images-dir",
-        "images",
-        "--cache-dir",
-        &cache,
-        "--mode",
-        "fakechroot",
-        "--accel",
-        "tcg",
-    ];
-    all.extend_from_slice(args);
-    sb.run_as_user(&sb.xtask, &all)
 }
 
 fn vm_exec_runs_one_command_and_exits_with_its_code(sb: &Sandbox) {

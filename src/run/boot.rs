@@ -7,6 +7,7 @@ use crate::image::ImageEntry;
 use crate::vm::accel_cache::Spot;
 use crate::vm::qemu::Network;
 use crate::vm::session::short_id;
+use crate::vm::snapshot;
 use crate::vm::{GuestMedia, Session, SessionSpec, Start};
 use anyhow::Result;
 use std::path::Path;
@@ -24,7 +25,12 @@ pub fn spec(opts: &VmRunOptions, name: &str, logs: &Path) -> SessionSpec {
         network: Network::Restricted,
         logs: logs.to_path_buf(),
         keep: opts.keep_vm,
-        start: Start::Cold,
+        start: if opts.cold {
+            Start::Cold
+        } else {
+            Start::Resume
+        },
+        snapshot: None,
     }
 }
 
@@ -34,6 +40,7 @@ pub fn open(opts: &VmRunOptions, entry: &ImageEntry, obs: &mut Observed) -> Resu
     let t = Instant::now();
     let spec = SessionSpec {
         accel_cache: Spot::of_image(entry),
+        snapshot: snapshot::Spot::of_image(entry),
         ..spec(opts, &short_id(), &obs.report_dir)
     };
     let session = Session::open(&spec, &GuestMedia::of(entry), &mut obs.vm_sink());

@@ -39,6 +39,8 @@ pub struct VmRunOptions {
     pub out: Option<PathBuf>,
     pub reports_root: PathBuf,
     pub keep_vm: bool,
+    /// `--cold`: boot the image's kernel instead of resuming its snapshot.
+    pub cold: bool,
     pub plan: bool,
     pub memory_mib: u64,
     pub cpus: u32,

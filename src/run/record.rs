@@ -93,6 +93,7 @@ impl Observed {
                 self.vm.cpu_model = accel.cpu_model().into();
             }
             Event::Vm(vm::Event::Booting { argv, .. }) => self.vm.qemu_argv = argv.clone(),
+            Event::Vm(vm::Event::GuestStart(start)) => self.vm.start = Some((**start).clone()),
             Event::Vm(vm::Event::LoggedIn { after }) => self.push_phase("boot_to_ssh", *after),
             Event::Phase { name, took } => self.push_phase(name, *took),
             _ => {}

@@ -136,6 +136,55 @@ pub fn start(
     Ok(started)
 }
 
+/// The accelerator a session would get without starting anything: forced, or `auto` where
+/// KVM does not open or its cached verdict holds. None: only a probe can tell (or `--accel
+/// kvm` cannot work, which the cold path reports). A resume needs it before its QEMU starts,
+/// since a snapshot belongs to one accelerator.
+pub fn settled(choice: AccelChoice, cache: Option<&Spot>) -> Option<(Accel, String)> {
+    match choice {
+        AccelChoice::Tcg => Some((Accel::Tcg, "forced with --accel tcg".into())),
+        AccelChoice::Kvm => kvm_openable()
+            .ok()
+            .map(|()| (Accel::Kvm, "forced with --accel kvm".into())),
+        AccelChoice::Auto => {
+            if let Err(why) = kvm_openable() {
+                return Some((Accel::Tcg, format!("auto: {why}")));
+            }
+            let spot = cache?;
+            let key = cache_key(spot).ok()?;
+            let bytes = accel_cache::read(&spot.path()).ok()?;
+            match accel_cache::decide(&key, bytes.as_deref()) {
+                Lookup::Hit(v) => Some((
+                    v.accel,
+                    format!(
+                        "auto: cached verdict of {} for this host boot, QEMU and guest kernel: {}",
+                        v.decided_at,
+                        v.reason.strip_prefix("auto: ").unwrap_or(&v.reason)
+                    ),
+                )),
+                Lookup::Miss(_) => None,
+            }
+        }
+    }
+}
+
+/// QEMU under `accel`, for `reason`, sending the choice as [`start`] does.
+pub fn start_as(
+    accel: Accel,
+    reason: String,
+    cmd_for: &dyn Fn(Accel) -> Cmd,
+    logs: Logs,
+    may_outlive: bool,
+    sink: Sink,
+) -> Result<Started> {
+    let started = spawn(accel, reason, cmd_for, logs, may_outlive)?;
+    sink(&Event::Accel {
+        accel: started.accel,
+        reason: started.reason.clone(),
+    });
+    Ok(started)
+}
+
 fn spawn(
     accel: Accel,
     reason: String,

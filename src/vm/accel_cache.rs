@@ -178,6 +178,12 @@ pub fn host_boot_id() -> Result<String> {
 /// The stored bytes at `path`: None when there is no file. A link, a non-regular file or a
 /// file past the bound is an error (and so ignored by the caller).
 pub fn read(path: &Path) -> Result<Option<Vec<u8>>> {
+    read_capped(path, MAX_BYTES)
+}
+
+/// [`read`] with another bound: the session's other small records (a snapshot's) are read by
+/// the same rules.
+pub fn read_capped(path: &Path, max: u64) -> Result<Option<Vec<u8>>> {
     let f = match std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc_o_nofollow())
@@ -194,11 +200,11 @@ pub fn read(path: &Path) -> Result<Option<Vec<u8>>> {
         bail!("{} is not a regular file", path.display());
     }
     let mut bytes = Vec::new();
-    f.take(MAX_BYTES + 1)
+    f.take(max + 1)
         .read_to_end(&mut bytes)
         .with_context(|| format!("reading {}", path.display()))?;
-    if bytes.len() as u64 > MAX_BYTES {
-        bail!("{} is larger than {MAX_BYTES} bytes", path.display());
+    if bytes.len() as u64 > max {
+        bail!("{} is larger than {max} bytes", path.display());
     }
     Ok(Some(bytes))
 }

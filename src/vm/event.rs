@@ -24,6 +24,10 @@ pub enum Event {
     /// QEMU could not bind `port` (another process took it after it was found free): booting
     /// again on another.
     PortRetry { port: u16, attempt: u32 },
+    /// How the guest came up: cold, or resumed from a snapshot, and why.
+    GuestStart(Box<sharedos_report::report::GuestStart>),
+    /// A snapshot of this image and these settings was saved, for this and later runs.
+    SnapshotMade { dir: PathBuf, state_bytes: u64 },
     /// The guest's init said it is ready and announced its host key.
     Ready { host_key: String },
     /// One SSH session, pinned to that host key and logged in; `after` counts from QEMU's
@@ -56,6 +60,20 @@ impl Event {
             Event::PortRetry { port, attempt } => {
                 format!("port {port} was taken; retrying with another (attempt {attempt})")
             }
+            Event::GuestStart(s) => match &s.snapshot {
+                Some(snap) => format!(
+                    "resumed snapshot {} made at {} ({})",
+                    &snap.state_sha256[..snap.state_sha256.len().min(12)],
+                    snap.made_at,
+                    s.reason
+                ),
+                None => format!("booted cold ({})", s.reason),
+            },
+            Event::SnapshotMade { dir, state_bytes } => format!(
+                "snapshot saved: {} ({} MiB of machine state)",
+                dir.display(),
+                state_bytes >> 20
+            ),
             Event::Ready { host_key } => format!("guest ready; host key {host_key}; connecting"),
             Event::LoggedIn { after } => format!(
                 "logged in over SSH {:.1} s after QEMU's start",

@@ -11,8 +11,10 @@ pub mod event;
 pub mod floor;
 pub mod process;
 pub mod qemu;
+pub mod qmp;
 pub mod serial;
 pub mod session;
+pub mod snapshot;
 pub mod ssh;
 pub mod watchdog;
 

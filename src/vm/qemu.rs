@@ -72,6 +72,13 @@ pub struct QemuSpec {
     pub network: Network,
     /// QEMU's seccomp filter, where this QEMU was built with it (`vm::sandbox_available`).
     pub sandbox: bool,
+    /// The QMP socket the rig saves a snapshot through.
+    pub qmp: PathBuf,
+    /// Resume: the socket QEMU takes the saved state from, instead of booting the kernel.
+    pub incoming: Option<PathBuf>,
+    /// `-S`: the guest stays stopped after the resume (only the tests ask for this, to show a
+    /// resume that never answers falling back to a cold boot).
+    pub stopped: bool,
 }
 
 fn p(path: &Path) -> String {
@@ -142,6 +149,34 @@ pub fn net_args(network: Network, ssh_port: u16) -> Vec<String> {
     ]
 }
 
+/// A VM generation ID that QEMU makes new at every start: a guest resumed from a snapshot
+/// sees it change and reseeds its random number generator, so two resumes of one snapshot do
+/// not draw the same numbers.
+pub fn vmgenid_args() -> Vec<String> {
+    vec!["-device".into(), "vmgenid,guid=auto".into()]
+}
+
+/// The QMP socket, in the run's private directory.
+pub fn qmp_args(socket: &Path) -> Vec<String> {
+    vec![
+        "-qmp".into(),
+        format!("unix:{},server=on,wait=off", p(socket)),
+    ]
+}
+
+/// A resume: QEMU listens on `socket` for the saved state and runs the guest once it is in
+/// (unless `stopped`).
+pub fn incoming_args(socket: Option<&Path>, stopped: bool) -> Vec<String> {
+    let mut v = Vec::new();
+    if let Some(socket) = socket {
+        v.extend(["-incoming".into(), format!("unix:{}", p(socket))]);
+        if stopped {
+            v.push("-S".into());
+        }
+    }
+    v
+}
+
 /// QEMU's own seccomp filter: no obsolete system calls, no privilege changes, no new processes,
 /// no scheduler or affinity changes. A guest that broke out of the emulator would meet it.
 pub fn sandbox_args(on: bool) -> Vec<String> {
@@ -162,6 +197,9 @@ pub fn qemu_cmd(s: &QemuSpec) -> Cmd {
     v.extend(kernel_args(&s.kernel, Some(&s.initrd), &s.append));
     v.extend(drive_args(&s.overlay));
     v.extend(net_args(s.network, s.ssh_port));
+    v.extend(vmgenid_args());
+    v.extend(qmp_args(&s.qmp));
+    v.extend(incoming_args(s.incoming.as_deref(), s.stopped));
     v.extend(sandbox_args(s.sandbox));
     Cmd::new(v)
 }
@@ -191,6 +229,11 @@ pub fn floor_cmd(
 
 /// A copy-on-write overlay: the cached image is only ever read.
 pub fn overlay_cmd(disk: &Path, overlay: &Path) -> Cmd {
+    overlay_on_cmd(disk, "raw", overlay)
+}
+
+/// A copy-on-write overlay on `backing` of format `format` (a snapshot's own overlay is qcow2).
+pub fn overlay_on_cmd(backing: &Path, format: &str, overlay: &Path) -> Cmd {
     Cmd::new(vec![
         "qemu-img".into(),
         "create".into(),
@@ -198,9 +241,9 @@ pub fn overlay_cmd(disk: &Path, overlay: &Path) -> Cmd {
         "-f".into(),
         "qcow2".into(),
         "-F".into(),
-        "raw".into(),
+        format.into(),
         "-b".into(),
-        p(disk),
+        p(backing),
         p(overlay),
     ])
 }
@@ -239,6 +282,9 @@ mod tests {
             ssh_port: 40022,
             network: Network::Restricted,
             sandbox: false,
+            qmp: "/r/qmp.sock".into(),
+            incoming: None,
+            stopped: false,
         }
     }
 
@@ -302,8 +348,29 @@ mod tests {
             "user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:40022-:22",
             "-device",
             "virtio-net-pci,netdev=n0",
+            "-device",
+            "vmgenid,guid=auto",
+            "-qmp",
+            "unix:/r/qmp.sock,server=on,wait=off",
         ];
         assert_eq!(a, want);
+    }
+
+    #[test]
+    fn a_resume_is_the_same_line_taking_its_state_from_a_socket() {
+        let cold = qemu_argv(&spec(Accel::Tcg));
+        let resume = QemuSpec {
+            incoming: Some("/r/incoming.sock".into()),
+            ..spec(Accel::Tcg)
+        };
+        let a = qemu_argv(&resume);
+        assert_eq!(a[..cold.len()], cold[..]);
+        assert_eq!(a[cold.len()..], ["-incoming", "unix:/r/incoming.sock"]);
+        let stopped = qemu_argv(&QemuSpec {
+            stopped: true,
+            ..resume
+        });
+        assert_eq!(stopped.last().map(String::as_str), Some("-S"));
     }
 
     #[test]

@@ -12,11 +12,13 @@ use super::accel::{self, AccelChoice, Logs, Started};
 use super::event::{Event, Sink};
 use super::qemu::{self, Accel, Network};
 use super::serial;
+use super::snapshot::{self, Record};
 use super::ssh::{self, Guest};
 use crate::cmd::{self, Cmd};
 use crate::image::contract::{self, ConsoleState};
 use crate::image::ImageEntry;
 use anyhow::{bail, Context, Result};
+use sharedos_report::report::{GuestStart, SnapshotRef};
 use sharedos_report::signals;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -27,6 +29,9 @@ pub enum Start {
     /// The image's kernel boots from a fresh overlay on its disk; the client key goes in on the
     /// kernel command line.
     Cold,
+    /// From the image's snapshot for these settings, made first if there is none (a cold boot
+    /// saved once it is ready); a cold boot when no snapshot can be used, with the reason.
+    Resume,
 }
 
 /// What differs between the sessions the rig opens.
@@ -46,6 +51,8 @@ pub struct SessionSpec {
     /// having reached its end ([`Session::end`]) with no signal.
     pub keep: bool,
     pub start: Start,
+    /// Where the image's snapshots are kept; None: every start is cold.
+    pub snapshot: Option<snapshot::Spot>,
 }
 
 impl SessionSpec {
@@ -161,10 +168,29 @@ pub fn kernel_append(key_param: &str) -> String {
 /// placeholders for it.
 #[derive(Debug, Clone)]
 pub struct Instance {
-    pub run_dir: PathBuf,
+    pub overlay: PathBuf,
+    pub qmp: PathBuf,
     pub append: String,
     pub port: u16,
     pub sandbox: bool,
+    /// A resume's socket for the saved state.
+    pub incoming: Option<PathBuf>,
+    pub stopped: bool,
+}
+
+impl Instance {
+    /// A session's QEMU in `run_dir`, booting with `append`.
+    fn cold(run_dir: &Path, append: String) -> Instance {
+        Instance {
+            overlay: run_dir.join("overlay.qcow2"),
+            qmp: run_dir.join("qmp.sock"),
+            append,
+            port: 0,
+            sandbox: super::sandbox_available(),
+            incoming: None,
+            stopped: false,
+        }
+    }
 }
 
 /// The session's QEMU under `accel`.
@@ -176,12 +202,15 @@ pub fn qemu_cmd(spec: &SessionSpec, media: &GuestMedia, inst: &Instance, accel: 
         cpus: spec.cpus,
         kernel: media.kernel.clone(),
         initrd: media.initrd.clone(),
-        overlay: inst.run_dir.join("overlay.qcow2"),
+        overlay: inst.overlay.clone(),
         append: inst.append.clone(),
         serial_log: spec.serial_log(),
         ssh_port: inst.port,
         network: spec.network,
         sandbox: inst.sandbox,
+        qmp: inst.qmp.clone(),
+        incoming: inst.incoming.clone(),
+        stopped: inst.stopped,
     })
 }
 
@@ -199,12 +228,10 @@ pub struct SessionPlan {
 /// directory, the key and the port.
 pub fn plan(spec: &SessionSpec, media: &GuestMedia) -> SessionPlan {
     let run_dir = PathBuf::from("<run dir>");
-    let inst = Instance {
-        append: kernel_append(&format!("{}<run key>", contract::AUTHORIZED_KEY)),
-        port: 0,
-        sandbox: super::sandbox_available(),
-        run_dir: run_dir.clone(),
-    };
+    let inst = Instance::cold(
+        &run_dir,
+        kernel_append(&format!("{}<run key>", contract::AUTHORIZED_KEY)),
+    );
     SessionPlan {
         keygen: keygen_cmd(&run_dir),
         overlay: overlay_cmd(&media.disk, &run_dir),
@@ -226,27 +253,38 @@ pub struct Session {
     accel: Accel,
     port: u16,
     host_key: String,
+    start: GuestStart,
     run_dir: RunDir,
     keep: bool,
 }
 
+/// A guest up and logged in, and how it came up.
+struct Opened {
+    up: Up,
+    guest: Guest,
+    start: GuestStart,
+}
+
 impl Session {
-    /// Opens a session: key and overlay, QEMU, the ready line, the SSH login. Every failure
-    /// ends what was started; a failed boot says what QEMU said.
+    /// Opens a session: key and overlay, QEMU, the ready line (or a resume), the SSH login.
+    /// Every failure ends what was started; a failed boot says what QEMU said.
     pub fn open(spec: &SessionSpec, media: &GuestMedia, sink: Sink) -> Result<Session> {
         // Whoever opens a session, Ctrl-C and SIGTERM reach the waits below as a flag, and the
         // watchdog ends QEMU on it, instead of killing the rig before it cleans up.
         signals::install().context("installing signal handlers")?;
         let run_dir = RunDir::create()?;
-        let key_param = prepare(spec.start, media, &run_dir.path)?;
-        let up = boot(spec, media, &run_dir.path, &key_param, sink)?;
-        let guest = login(&up, &key_path(&run_dir.path), sink)?;
+        let opened = match spec.start {
+            Start::Cold => cold(spec, media, &run_dir.path, "asked for a cold boot", sink)?,
+            Start::Resume => resume_or_cold(spec, media, &run_dir.path, sink)?,
+        };
+        sink(&Event::GuestStart(Box::new(opened.start.clone())));
         Ok(Session {
-            guest,
-            qemu: up.started.qemu,
-            accel: up.started.accel,
-            port: up.port,
-            host_key: up.host_key,
+            guest: opened.guest,
+            qemu: opened.up.started.qemu,
+            accel: opened.up.started.accel,
+            port: opened.up.port,
+            host_key: opened.up.host_key,
+            start: opened.start,
             run_dir,
             keep: spec.keep,
         })
@@ -258,6 +296,11 @@ impl Session {
 
     pub fn accel(&self) -> Accel {
         self.accel
+    }
+
+    /// How the guest came up.
+    pub fn start(&self) -> &GuestStart {
+        &self.start
     }
 
     pub fn bounds(&self) -> Bounds {
@@ -297,20 +340,396 @@ impl Drop for Session {
     }
 }
 
-/// Stage "key and disk": the client key, and the overlay the guest writes to. Returns the key
-/// parameter for the guest.
-fn prepare(start: Start, media: &GuestMedia, run_dir: &Path) -> Result<String> {
-    cmd::capture(&keygen_cmd(run_dir))
-        .context("making the session's SSH key (ssh-keygen comes with openssh-client)")?;
-    let public = std::fs::read_to_string(key_path(run_dir).with_extension("pub"))
-        .context("reading the session's public key")?;
-    match start {
-        Start::Cold => {
-            cmd::capture(&overlay_cmd(&media.disk, run_dir))
-                .context("making the session's overlay (qemu-img comes with qemu-utils)")?;
-            contract::authorized_key_param(&public)
-        }
+/// A cold boot: a fresh key on the kernel command line, a fresh overlay on the image's disk.
+fn cold(
+    spec: &SessionSpec,
+    media: &GuestMedia,
+    run_dir: &Path,
+    reason: &str,
+    sink: Sink,
+) -> Result<Opened> {
+    let public = new_key(run_dir)?;
+    cmd::capture(&overlay_cmd(&media.disk, run_dir))
+        .context("making the session's overlay (qemu-img comes with qemu-utils)")?;
+    let inst = Instance::cold(
+        run_dir,
+        kernel_append(&contract::authorized_key_param(&public)?),
+    );
+    let up = boot(spec, media, inst, sink)?;
+    let guest = login(&up, &key_path(run_dir), sink)?;
+    Ok(Opened {
+        up,
+        guest,
+        start: GuestStart {
+            how: "cold".into(),
+            reason: reason.into(),
+            client_key: public_key_text(&public),
+            ..GuestStart::default()
+        },
+    })
+}
+
+/// A public key line as the report keeps it: type and key, no comment.
+fn public_key_text(public: &str) -> String {
+    public
+        .split_whitespace()
+        .take(2)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Stage "key": a fresh client key in `dir` (anything a failed attempt left there goes first,
+/// since ssh-keygen would ask before overwriting). Returns its public line.
+fn new_key(dir: &Path) -> Result<String> {
+    let key = key_path(dir);
+    for f in [
+        key.clone(),
+        key.with_extension("pub"),
+        dir.join("overlay.qcow2"),
+    ] {
+        let _ = std::fs::remove_file(f);
     }
+    cmd::capture(&keygen_cmd(dir))
+        .context("making the session's SSH key (ssh-keygen comes with openssh-client)")?;
+    std::fs::read_to_string(key.with_extension("pub")).context("reading the session's public key")
+}
+
+/// The resume's QEMU line with placeholders for what differs per run: the snapshot's key.
+fn key_argv(spec: &SessionSpec, accel: Accel, sandbox: bool) -> Vec<String> {
+    let ph = PathBuf::from;
+    let spec = SessionSpec {
+        name: "<name>".into(),
+        logs: ph("<logs>"),
+        ..spec.clone()
+    };
+    let media = GuestMedia {
+        kernel: ph("<kernel>"),
+        initrd: ph("<initrd>"),
+        disk: ph("<disk>"),
+    };
+    let inst = Instance {
+        overlay: ph("<overlay>"),
+        qmp: ph("<qmp>"),
+        append: kernel_append(&format!("{}<snapshot key>", contract::AUTHORIZED_KEY)),
+        port: 0,
+        sandbox,
+        incoming: Some(ph("<incoming>")),
+        stopped: false,
+    };
+    qemu_cmd(&spec, &media, &inst, accel).argv
+}
+
+/// Only the tests set this: the resumed guest stays stopped, so its resume never answers.
+const TEST_RESUME_STOPPED: &str = "SHAREDOS_RIG_TEST_RESUME_STOPPED";
+
+/// Resumes the image's snapshot for these settings; makes it first when there is none or the
+/// one there fails its check; boots cold, saying why, when a resume fails.
+fn resume_or_cold(
+    spec: &SessionSpec,
+    media: &GuestMedia,
+    run_dir: &Path,
+    sink: Sink,
+) -> Result<Opened> {
+    let Some(spot) = &spec.snapshot else {
+        return cold(
+            spec,
+            media,
+            run_dir,
+            "this image has no snapshot store",
+            sink,
+        );
+    };
+    let version = super::qemu_version()?;
+    let sandbox = super::sandbox_available();
+    let why = match accel::settled(spec.accel, spec.accel_cache.as_ref()) {
+        None => "the accelerator was not decided yet".to_string(),
+        Some((accel, reason)) => {
+            let key = spot.key(&version, key_argv(spec, accel, sandbox));
+            let dir = spot.dir(&key);
+            match snapshot::load(&dir) {
+                Ok(None) => "there was no snapshot for this image and these settings".into(),
+                Err(e) => {
+                    snapshot::discard(&dir);
+                    format!("the snapshot could not be read ({e:#})")
+                }
+                Ok(Some(r)) => match snapshot::check(&dir, &r, &key) {
+                    Err(bad) => {
+                        snapshot::discard(&dir);
+                        format!("the snapshot was {bad}")
+                    }
+                    Ok(()) => {
+                        let reason = format!("{reason} (the snapshot's accelerator)");
+                        return match resume(spec, media, run_dir, &dir, &r, reason, sink) {
+                            Ok(o) => Ok(o),
+                            Err(e) if signals::interrupted().is_some() => Err(e),
+                            Err(e) => cold(
+                                spec,
+                                media,
+                                run_dir,
+                                &format!("the resume failed, so this run booted cold: {e:#}"),
+                                sink,
+                            ),
+                        };
+                    }
+                },
+            }
+        }
+    };
+    let (dir, r) = match make(spec, media, spot, &version, sandbox, run_dir, sink)? {
+        Ok(made) => made,
+        Err(e) => {
+            return cold(
+                spec,
+                media,
+                run_dir,
+                &format!("{why}, and saving one failed, so this run booted cold: {e:#}"),
+                sink,
+            )
+        }
+    };
+    let reason = format!(
+        "{} (the snapshot's accelerator, just decided)",
+        r.accel_reason
+    );
+    match resume(spec, media, run_dir, &dir, &r, reason, sink) {
+        Ok(mut o) => {
+            o.start.reason = format!("{why}: made one, then resumed it");
+            Ok(o)
+        }
+        Err(e) if signals::interrupted().is_some() => Err(e),
+        Err(e) => cold(
+            spec,
+            media,
+            run_dir,
+            &format!("{why}; the one made now did not resume, so this run booted cold: {e:#}"),
+            sink,
+        ),
+    }
+}
+
+/// Makes the snapshot: a cold boot to its ready line whose key, overlay and console go into a
+/// fresh directory of the store, then QEMU migrates the guest out and quits. A boot that fails
+/// is this run's failure (the outer error); a save that fails leaves the run to boot cold (the
+/// inner one).
+fn make(
+    spec: &SessionSpec,
+    media: &GuestMedia,
+    spot: &snapshot::Spot,
+    version: &str,
+    sandbox: bool,
+    run_dir: &Path,
+    sink: Sink,
+) -> Result<Result<(PathBuf, Record)>> {
+    let making = match snapshot::making_dir(&spot.root, &short_id()) {
+        Ok(d) => d,
+        Err(e) => return Ok(Err(e)),
+    };
+    let made = (|| {
+        let public = new_key(&making)?;
+        let disk = making.join(snapshot::DISK);
+        cmd::capture(&qemu::overlay_cmd(&media.disk, &disk))
+            .context("making the snapshot's overlay (qemu-img comes with qemu-utils)")?;
+        let append = kernel_append(&contract::authorized_key_param(&public)?);
+        let inst = Instance {
+            overlay: disk.clone(),
+            ..Instance::cold(run_dir, append.clone())
+        };
+        // The saved boot's console stays with the snapshot.
+        let boot_spec = SessionSpec {
+            logs: making.clone(),
+            keep: false,
+            ..spec.clone()
+        };
+        let up = boot(&boot_spec, media, inst, sink)?;
+        Ok::<_, anyhow::Error>((up, append, disk))
+    })();
+    let (mut up, append, disk) = match made {
+        Ok(m) => m,
+        Err(e) => {
+            snapshot::discard(&making);
+            return Err(e);
+        }
+    };
+    let saved = (|| {
+        let b = bounds(up.started.accel);
+        let mut qmp = super::qmp::Qmp::connect(&run_dir.join("qmp.sock"), b.ssh)?;
+        let state = snapshot::save(&mut qmp, &run_dir.join("migrate.sock"), &making, b.boot)?;
+        let _ = qmp.execute("quit", None);
+        if up.started.qemu.wait_exit(b.ssh)?.is_none() {
+            bail!("QEMU did not quit after saving the snapshot");
+        }
+        let (disk_sha256, _) = sharedos_report::digest::sha256_file(&disk)?;
+        let key = spot.key(version, key_argv(spec, up.started.accel, sandbox));
+        let dir = spot.dir(&key);
+        let r = snapshot::record(
+            key,
+            up.started.accel,
+            &up.started.reason,
+            &append,
+            &up.host_key,
+            state,
+            disk_sha256,
+        );
+        snapshot::install(&making, &dir, &r)?;
+        sink(&Event::SnapshotMade {
+            dir: dir.clone(),
+            state_bytes: r.state_bytes,
+        });
+        Ok((dir, r))
+    })();
+    up.started.qemu.stop();
+    if saved.is_err() {
+        snapshot::discard(&making);
+    }
+    Ok(saved)
+}
+
+/// Resumes the snapshot in `dir`, already checked: a new overlay on its disk and a new QEMU
+/// fed its state; then, logged in with the snapshot's key, the guest's clock is set, this
+/// run's own key replaces the snapshot's, and the guest echoes this run's nonce; then the
+/// session logs in again with its own key.
+fn resume(
+    spec: &SessionSpec,
+    media: &GuestMedia,
+    run_dir: &Path,
+    dir: &Path,
+    r: &Record,
+    reason: String,
+    sink: Sink,
+) -> Result<Opened> {
+    let public = new_key(run_dir)?;
+    let overlay = run_dir.join("overlay.qcow2");
+    cmd::capture(&qemu::overlay_on_cmd(
+        &dir.join(snapshot::DISK),
+        "qcow2",
+        &overlay,
+    ))
+    .context("making the run's overlay on the snapshot's disk")?;
+    let accel = match r.accel.as_str() {
+        "kvm" => Accel::Kvm,
+        _ => Accel::Tcg,
+    };
+    let incoming = run_dir.join("incoming.sock");
+    let inst = Instance {
+        port: free_port()?,
+        incoming: Some(incoming.clone()),
+        stopped: std::env::var_os(TEST_RESUME_STOPPED).is_some(),
+        ..Instance::cold(run_dir, r.append.clone())
+    };
+    let since = Instant::now();
+    let (serial_log, qemu_log) = (spec.serial_log(), spec.qemu_log());
+    let logs = Logs {
+        serial: &serial_log,
+        qemu: &qemu_log,
+    };
+    let mut started = accel::start_as(
+        accel,
+        reason,
+        &|a| qemu_cmd(spec, media, &inst, a),
+        logs,
+        spec.keep,
+        sink,
+    )?;
+    sink(&Event::Booting {
+        pid: started.qemu.pid,
+        port: inst.port,
+        argv: started.cmd.argv.clone(),
+    });
+    let b = bounds(accel);
+    snapshot::feed(&dir.join(snapshot::STATE), &incoming, b.ssh)
+        .map_err(|e| with_qemu_said(e, &qemu_log))?;
+    // A resumed guest answers within a few of its seconds; one that does not is not waited on
+    // as long as a boot.
+    let answer = b.ssh / 3;
+    let first = Guest::connect(inst.port, &r.host_key, &dir.join(snapshot::KEY), answer)
+        .map_err(|e| with_qemu_said(e, &qemu_log))
+        .context("the resumed guest did not answer with the snapshot's key")?;
+    first.set_timeout(answer);
+    let nonce = sharedos_report::random::random_hex(16)?;
+    let entropy = sharedos_report::random::random_hex(32)?;
+    let clock_set_to = sharedos_report::clock::now_rfc3339();
+    let out = first
+        .exec(&after_resume_command(
+            &public,
+            &nonce,
+            &entropy,
+            std::time::SystemTime::now(),
+        )?)
+        .context("setting up the resumed guest")?;
+    let echo = out.output.trim().to_string();
+    if out.status != 0 || echo != nonce {
+        bail!(
+            "the resumed guest did not echo this run's nonce (exit {}, it said {:?})",
+            out.status,
+            sharedos_report::text::tail(&echo, 3, 300)
+        );
+    }
+    drop(first);
+    if let Some(how) = started.qemu.exited() {
+        bail!("QEMU exited ({how}) after the resume");
+    }
+    let up = Up {
+        started,
+        port: inst.port,
+        host_key: r.host_key.clone(),
+        since,
+    };
+    let guest = login(&up, &key_path(run_dir), sink)?;
+    let start = GuestStart {
+        how: "resumed".into(),
+        reason: "the snapshot for this image and these settings passed its checks".into(),
+        snapshot: Some(SnapshotRef {
+            state_sha256: r.state_sha256.clone(),
+            disk_sha256: r.disk_sha256.clone(),
+            key_sha256: r.key_sha256.clone(),
+            made_at: r.made_at.clone(),
+            boot_host_key: r.host_key.clone(),
+        }),
+        client_key: public_key_text(&public),
+        nonce: Some(nonce),
+        nonce_echo: Some(echo),
+        clock_set_to: Some(clock_set_to),
+        rng_reseeded: true,
+    };
+    Ok(Opened { up, guest, start })
+}
+
+/// What the resumed guest runs first, as root over the snapshot's key: its clock from the
+/// host's (it stood still while saved); fresh entropy from the host, credited, and its CRNG
+/// reseeded from it (every resume starts from the same generator state, and Debian's cloud
+/// kernels have no vmgenid driver to notice the new generation ID); the run's key as the only
+/// one sshd accepts; and the nonce back. Each step must succeed for the nonce to come back.
+/// perl-base is in every Debian system; the ioctls are RNDADDENTROPY and RNDRESEEDCRNG.
+pub fn after_resume_command(
+    public: &str,
+    nonce: &str,
+    entropy: &str,
+    now: std::time::SystemTime,
+) -> Result<String> {
+    let param = contract::authorized_key_param(public)?;
+    // The parameter's characters are checked (alphanumerics, `+/=,-`), so it needs no quoting.
+    let line = param
+        .strip_prefix(contract::AUTHORIZED_KEY)
+        .unwrap_or(&param)
+        .replacen(',', " ", 1);
+    if ![nonce, entropy]
+        .iter()
+        .all(|h| !h.is_empty() && h.len() % 2 == 0 && h.chars().all(|c| c.is_ascii_hexdigit()))
+    {
+        bail!("the nonce and the entropy must be hex");
+    }
+    let bits = entropy.len() * 4;
+    let reseed = format!(
+        "perl -e 'open(my $f, \">\", \"/dev/urandom\") or die \"open: $!\"; my $b = pack(\"H*\", \"{entropy}\"); ioctl($f, 0x40085203, pack(\"ii\", {bits}, length $b) . $b) or die \"RNDADDENTROPY: $!\"; ioctl($f, 0x5207, 0) or die \"RNDRESEEDCRNG: $!\"'"
+    );
+    let t = now
+        .duration_since(std::time::UNIX_EPOCH)
+        .context("the host clock is before 1970")?;
+    Ok(format!(
+        "date -u -s @{}.{:09} >/dev/null && {reseed} && umask 077 && printf '%s\\n' '{line}' >/root/.ssh/authorized_keys.new && mv /root/.ssh/authorized_keys.new /root/.ssh/authorized_keys && echo {nonce}",
+        t.as_secs(),
+        t.subsec_nanos()
+    ))
 }
 
 /// A QEMU whose guest said it is ready.
@@ -327,22 +746,8 @@ const PORT_ATTEMPTS: u32 = 3;
 
 /// Stage "boot": QEMU on a free port under the chosen accelerator, until the guest's ready line;
 /// another port when QEMU says the one it got was taken meanwhile.
-fn boot(
-    spec: &SessionSpec,
-    media: &GuestMedia,
-    run_dir: &Path,
-    key_param: &str,
-    sink: Sink,
-) -> Result<Up> {
+fn boot(spec: &SessionSpec, media: &GuestMedia, mut inst: Instance, sink: Sink) -> Result<Up> {
     let since = Instant::now();
-    let mut inst = Instance {
-        run_dir: run_dir.to_path_buf(),
-        append: match spec.start {
-            Start::Cold => kernel_append(key_param),
-        },
-        port: 0,
-        sandbox: super::sandbox_available(),
-    };
     let qemu_log = spec.qemu_log();
     for attempt in 1..=PORT_ATTEMPTS {
         inst.port = free_port()?;
@@ -497,6 +902,7 @@ mod tests {
             logs: "/r".into(),
             keep: false,
             start: Start::Cold,
+            snapshot: None,
         }
     }
 
@@ -535,10 +941,11 @@ mod tests {
         assert_eq!(accels, [Accel::Kvm, Accel::Tcg]);
         let tcg = &p.qemu[1].2.argv;
         let inst = Instance {
-            run_dir: "<run dir>".into(),
-            append: kernel_append("sharedos.authorized_key=<run key>"),
-            port: 0,
             sandbox: p.sandbox,
+            ..Instance::cold(
+                Path::new("<run dir>"),
+                kernel_append("sharedos.authorized_key=<run key>"),
+            )
         };
         assert_eq!(*tcg, qemu_cmd(&s, &media(), &inst, Accel::Tcg).argv);
         assert!(tcg.contains(&"file:/r/serial.log".to_string()));
@@ -550,10 +957,9 @@ mod tests {
     #[test]
     fn the_network_is_the_specs() {
         let inst = Instance {
-            run_dir: "/t".into(),
-            append: String::new(),
             port: 2222,
             sandbox: false,
+            ..Instance::cold(Path::new("/t"), String::new())
         };
         let line = |n| qemu_cmd(&spec(n, AccelChoice::Tcg), &media(), &inst, Accel::Tcg).argv;
         assert!(line(Network::Restricted)
@@ -585,6 +991,27 @@ mod tests {
         .unwrap();
         assert!(!port_taken(&log));
         std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn the_command_after_a_resume_takes_only_checked_text() {
+        let t = std::time::UNIX_EPOCH + Duration::new(1_700_000_000, 5);
+        let c = after_resume_command("ssh-ed25519 AAAAC3Nz+/= me@h\n", "ab12", "00ff", t).unwrap();
+        assert!(
+            c.starts_with("date -u -s @1700000000.000000005 >/dev/null && perl -e"),
+            "{c}"
+        );
+        assert!(
+            c.contains("pack(\"H*\", \"00ff\")") && c.contains("pack(\"ii\", 16,"),
+            "{c}"
+        );
+        assert!(
+            c.contains("printf '%s\\n' 'ssh-ed25519 AAAAC3Nz+/=' >/root/.ssh/authorized_keys.new")
+        );
+        assert!(c.ends_with("&& echo ab12"), "{c}");
+        assert!(after_resume_command("ssh-ed25519 AA'x", "ab", "00", t).is_err());
+        assert!(after_resume_command("ssh-ed25519 AA", "ab;reboot", "00", t).is_err());
+        assert!(after_resume_command("ssh-ed25519 AA", "ab", "0", t).is_err());
     }
 
     #[test]

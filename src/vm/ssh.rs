@@ -83,7 +83,12 @@ impl Guest {
             if let Some(sig) = sharedos_report::signals::interrupted() {
                 bail!("interrupted by {sig} while connecting over SSH");
             }
-            match Self::try_connect(addr, expected, key) {
+            // A guest that accepts the connection but never speaks (one stopped after a resume)
+            // must not hold the handshake past the caller's bound.
+            let left = timeout
+                .saturating_sub(started.elapsed())
+                .max(Duration::from_secs(1));
+            match Self::try_connect(addr, expected, key, left) {
                 Ok(g) => return Ok(g),
                 Err(e) if e.to_string().contains("host key mismatch") => return Err(e),
                 Err(e) => last_err = format!("{e:#}"),
@@ -96,13 +101,13 @@ impl Guest {
         )
     }
 
-    fn try_connect(addr: SocketAddr, expected: &str, key: &Path) -> Result<Guest> {
-        let tcp = TcpStream::connect_timeout(&addr, Duration::from_secs(10))
+    fn try_connect(addr: SocketAddr, expected: &str, key: &Path, left: Duration) -> Result<Guest> {
+        let tcp = TcpStream::connect_timeout(&addr, Duration::from_secs(10).min(left))
             .with_context(|| format!("TCP connect to {addr}"))?;
         let mut session = Session::new().context("creating an SSH session")?;
         session.set_tcp_stream(tcp);
+        session.set_timeout(millis(left.min(Duration::from_secs(60))));
         let timeout = Duration::from_secs(60);
-        session.set_timeout(millis(timeout));
         session.handshake().context("SSH handshake")?;
         let seen = session
             .host_key_hash(HashType::Sha256)

@@ -266,6 +266,35 @@ pub fn vm_run_args(sb: &Sandbox, gate: &Path, out: &Path, accel: &str) -> Vec<St
     ]
 }
 
+/// `xtask vm-exec` as the user, on the sandbox's image, with `args` after the boot options.
+pub fn vm_exec(sb: &Sandbox, args: &[&str]) -> Output {
+    let all = vm_exec_args(sb, args);
+    sb.run_as_user(
+        &sb.xtask,
+        &all.iter().map(String::as_str).collect::<Vec<_>>(),
+    )
+}
+
+/// The words of [`vm_exec`], for a caller that sets more on the command.
+pub fn vm_exec_args(sb: &Sandbox, args: &[&str]) -> Vec<String> {
+    let mut all: Vec<String> = [
+        "vm-exec",
+        "--images-dir",
+        "images",
+        "--cache-dir",
+        &sb.dir.join("cache").display().to_string(),
+        "--mode",
+        "fakechroot",
+        "--accel",
+        "tcg",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    all.extend(args.iter().map(|s| s.to_string()));
+    all
+}
+
 /// The three fidelity options at once, as diagnose takes them after vm-run's `--`; the matrix
 /// row `+userns+cgroup+cowroot` stands for the same.
 pub const ALL_FIDELITY_OPTIONS: [&str; 4] =

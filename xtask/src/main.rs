@@ -36,6 +36,9 @@ struct BootArgs {
     /// Leave the VM running at the end (prints how to reach it); a signal still ends it.
     #[arg(long)]
     keep_vm: bool,
+    /// Boot the image's kernel instead of resuming the image's snapshot (made on first use).
+    #[arg(long)]
+    cold: bool,
     /// Guest memory in MiB.
     #[arg(long, default_value_t = 1024)]
     memory: u64,
@@ -189,6 +192,13 @@ enum Command {
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
+    /// Make the image's snapshot for these settings ahead of time: boot it, save it once it is
+    /// ready, and resume it once to show it works. A snapshot already there is checked and
+    /// resumed; a stale or damaged one is made again. vm-run and vm-exec then resume it.
+    Snapshot {
+        #[command(flatten)]
+        boot: BootArgs,
+    },
     /// vm-run for each image; archives reports/matrix-<UTC>/<image>/ and matrix.json, prints
     /// the matrix directory last. Exits 0 when every cell is as its images/<name>/expected-gates
     /// says (or, without one, passed), 1 when a cell differs or failed, 3 when only the GUI
@@ -242,6 +252,7 @@ fn boot_options(b: BootArgs) -> VmRunOptions {
         out: None,
         reports_root: PathBuf::from("reports"),
         keep_vm: b.keep_vm,
+        cold: b.cold,
         memory_mib: b.memory,
         cpus: b.cpus,
         gate_binary: PathBuf::new(),
@@ -309,6 +320,19 @@ fn run_cli(cli: Cli) -> Result<i32> {
                 },
                 &command,
                 std::time::Duration::from_secs(timeout),
+            ))
+        }
+        Command::Snapshot { boot } => {
+            if boot.cold {
+                anyhow::bail!(
+                    "snapshot makes and resumes a snapshot, so --cold has no meaning here\nfix: drop --cold"
+                );
+            }
+            image::require_image(&boot.image)?;
+            Ok(run::vm_exec(
+                &boot_options(boot),
+                &["true".to_string()],
+                std::time::Duration::from_secs(60),
             ))
         }
         Command::VmMatrix(a) => vm_matrix(a),

@@ -279,6 +279,53 @@ pub struct VmProvenance {
     /// shown and never judged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kernel_oops: Option<KernelOops>,
+    /// How the guest came up: booted cold, or resumed from a snapshot (and which), and why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start: Option<GuestStart>,
+}
+
+/// How a session's guest came up. Every resume of one snapshot is the same machine up to the
+/// moment it was saved, so a resumed run records the snapshot and a nonce of its own that the
+/// guest echoed back after the resume.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct GuestStart {
+    /// "cold" or "resumed".
+    pub how: String,
+    /// Why this way: `--cold`, or why a snapshot was made, remade or not used.
+    pub reason: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<SnapshotRef>,
+    /// The public half of this run's own client key, made fresh for it.
+    #[serde(default)]
+    pub client_key: String,
+    /// Made fresh by the host for this run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nonce: Option<String>,
+    /// What the resumed guest printed back for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nonce_echo: Option<String>,
+    /// The host's time the guest clock was set to after the resume, RFC 3339.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock_set_to: Option<String>,
+    /// The resumed guest took fresh entropy from the host and reseeded its CRNG before anything
+    /// of the run drew from it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub rng_reseeded: bool,
+}
+
+/// A snapshot as a resumed run records it.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct SnapshotRef {
+    /// sha256 of the saved machine state, checked as it streamed into QEMU.
+    pub state_sha256: String,
+    /// sha256 of the disk overlay saved with it, checked before QEMU started.
+    pub disk_sha256: String,
+    /// sha256 of everything that decides it (see the rig's `vm::snapshot::Key`).
+    pub key_sha256: String,
+    /// When it was saved, RFC 3339.
+    pub made_at: String,
+    /// The host key the saved boot's init made and announced: which boot this was.
+    pub boot_host_key: String,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]

@@ -1,0 +1,498 @@
+//! Snapshots of a booted, ready guest, kept in the image cache: the machine's state as QEMU
+//! migrated it out, the disk overlay as it was at that moment (backed by the image's disk), the
+//! client key the saved boot trusts, and `snapshot.json`, which says what decides the snapshot
+//! and the sha256 of each file. A resume checks every one of those before QEMU starts; a
+//! snapshot that fails a check is never used.
+//!
+//! The store is the rig's own cache, not the guest's output, but it lives on disk beside other
+//! users' files: its record is read bounded and through no link, and its directories are 0700
+//! because the key in them logs into every resume.
+
+use super::accel_cache;
+use super::qemu::Accel;
+use super::qmp::Qmp;
+use crate::image::ImageEntry;
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use sharedos_report::digest;
+use std::io::{Read, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// The snapshot store's directory under the image cache root.
+pub const DIR: &str = "snapshots";
+const FORMAT: u32 = 1;
+pub const STATE: &str = "state";
+pub const DISK: &str = "disk.qcow2";
+pub const KEY: &str = "id_ed25519";
+pub const RECORD: &str = "snapshot.json";
+/// A record holds one QEMU line and a few hashes.
+const RECORD_MAX: u64 = 64 * 1024;
+
+/// Everything that decides a snapshot: a resume under any other value would be another
+/// machine, or one QEMU cannot load.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct Key {
+    pub qemu_version: String,
+    pub image_sha256: String,
+    pub kernel_sha256: String,
+    pub initrd_sha256: String,
+    /// The resume's QEMU line with what differs per run (paths, port, name, key) as
+    /// placeholders: the machine, CPU model, accelerator, memory, CPUs, kernel command line,
+    /// devices and sandbox. The guest's init is in the image's sha256.
+    pub argv: Vec<String>,
+}
+
+impl Key {
+    pub fn sha256(&self) -> String {
+        digest::sha256_hex(serde_json::to_string(self).unwrap_or_default().as_bytes())
+    }
+
+    /// The first field that differs from `want`, in words.
+    pub fn differs(&self, want: &Key) -> Option<String> {
+        if self.qemu_version != want.qemu_version {
+            return Some(format!(
+                "it was made by {:?}, and this is {:?}",
+                self.qemu_version, want.qemu_version
+            ));
+        }
+        if (&self.image_sha256, &self.kernel_sha256, &self.initrd_sha256)
+            != (&want.image_sha256, &want.kernel_sha256, &want.initrd_sha256)
+        {
+            return Some("it was made from another build of the image".into());
+        }
+        if self.argv != want.argv {
+            let at = self
+                .argv
+                .iter()
+                .zip(&want.argv)
+                .position(|(a, b)| a != b)
+                .unwrap_or(self.argv.len().min(want.argv.len()));
+            return Some(format!(
+                "its QEMU line differs at argument {at} ({:?}, now {:?})",
+                self.argv.get(at).map(String::as_str).unwrap_or(""),
+                want.argv.get(at).map(String::as_str).unwrap_or("")
+            ));
+        }
+        None
+    }
+}
+
+/// `snapshot.json`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct Record {
+    pub format: u32,
+    pub key: Key,
+    pub made_at: String,
+    /// The accelerator the saved boot ran under, and why.
+    pub accel: String,
+    pub accel_reason: String,
+    /// The kernel command line the saved boot had: a resume passes it again unchanged.
+    pub append: String,
+    /// The host key the saved boot's init announced; every resume presents it.
+    pub host_key: String,
+    pub state_sha256: String,
+    pub state_bytes: u64,
+    pub disk_sha256: String,
+    pub key_sha256: String,
+}
+
+/// Where an image's snapshots are kept, and the image's identity.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Spot {
+    pub root: PathBuf,
+    pub image_name: String,
+    pub image_sha256: String,
+    pub kernel_sha256: String,
+    pub initrd_sha256: String,
+}
+
+impl Spot {
+    /// In the cache root the image's entry is in.
+    pub fn of_image(entry: &ImageEntry) -> Option<Spot> {
+        Some(Spot {
+            root: entry.dir.parent()?.join(DIR),
+            image_name: entry.manifest.image_name.clone(),
+            image_sha256: entry.manifest.image_sha256.clone(),
+            kernel_sha256: entry.manifest.kernel_sha256.clone(),
+            initrd_sha256: entry.manifest.initrd_sha256.clone(),
+        })
+    }
+
+    pub fn key(&self, qemu_version: &str, argv: Vec<String>) -> Key {
+        Key {
+            qemu_version: qemu_version.to_string(),
+            image_sha256: self.image_sha256.clone(),
+            kernel_sha256: self.kernel_sha256.clone(),
+            initrd_sha256: self.initrd_sha256.clone(),
+            argv,
+        }
+    }
+
+    /// One directory per key. The image's name is only for the reader of the cache: only
+    /// characters safe in a file name are kept.
+    pub fn dir(&self, key: &Key) -> PathBuf {
+        let name: String = self
+            .image_name
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric() || *c == '-')
+            .take(40)
+            .collect();
+        self.root.join(format!("{name}-{}", &key.sha256()[..16]))
+    }
+}
+
+/// The record in `dir`: None when there is no snapshot there.
+pub fn load(dir: &Path) -> Result<Option<Record>> {
+    match std::fs::symlink_metadata(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", dir.display())),
+        Ok(m) if !m.is_dir() => bail!(
+            "{} is not a directory (a link is not followed)",
+            dir.display()
+        ),
+        Ok(_) => {}
+    }
+    let Some(bytes) = accel_cache::read_capped(&dir.join(RECORD), RECORD_MAX)? else {
+        bail!("{} has no {RECORD}: an unfinished snapshot", dir.display());
+    };
+    let r: Record = serde_json::from_slice(&bytes)
+        .with_context(|| format!("{} is not a snapshot record", dir.join(RECORD).display()))?;
+    if r.format != FORMAT {
+        bail!(
+            "{} is of format {}, this rig reads {FORMAT}",
+            RECORD,
+            r.format
+        );
+    }
+    Ok(Some(r))
+}
+
+/// Whether the snapshot in `dir` is the one `want` asks for, with its files as they were made.
+/// The state is hashed here too: a damaged one must not reach QEMU, which would run whatever
+/// it loaded.
+pub fn check(dir: &Path, r: &Record, want: &Key) -> Result<(), String> {
+    if let Some(d) = r.key.differs(want) {
+        return Err(format!("stale: {d}"));
+    }
+    for (name, sha) in [(DISK, &r.disk_sha256), (STATE, &r.state_sha256)] {
+        let path = dir.join(name);
+        match std::fs::symlink_metadata(&path) {
+            Ok(m) if m.is_file() => {}
+            Ok(_) => return Err(format!("damaged: {name} is not a regular file")),
+            Err(e) => return Err(format!("damaged: {name}: {e}")),
+        }
+        match digest::sha256_file(&path) {
+            Ok((got, _)) if &got == sha => {}
+            Ok((got, _)) => {
+                return Err(format!(
+                    "damaged: {name} has sha256 {got}, its record says {sha}"
+                ))
+            }
+            Err(e) => return Err(format!("damaged: {e:#}")),
+        }
+    }
+    match std::fs::symlink_metadata(dir.join(KEY)) {
+        Ok(m) if m.is_file() => Ok(()),
+        _ => Err(format!("damaged: its {KEY} is missing")),
+    }
+}
+
+/// Removes a snapshot that failed its check, or a half-made one.
+pub fn discard(dir: &Path) {
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A fresh directory (0700) to make a snapshot in, beside the store's snapshots so that the
+/// finished one is renamed into place whole.
+pub fn making_dir(root: &Path, id: &str) -> Result<PathBuf> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(root)
+        .with_context(|| format!("creating the snapshot store {}", root.display()))?;
+    let dir = root.join(format!(".making-{}-{id}", std::process::id()));
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&dir)
+        .with_context(|| format!("creating {}", dir.display()))?;
+    Ok(dir)
+}
+
+/// Saves the running guest behind `qmp` into `into/state`: QEMU migrates it to a socket the rig
+/// listens on, and stops the guest itself for the last pass, so the disk and the memory are of
+/// one moment. The guest stays stopped; the caller ends that QEMU. Returns the state's sha256
+/// and size.
+pub fn save(qmp: &mut Qmp, socket: &Path, into: &Path, timeout: Duration) -> Result<(String, u64)> {
+    let _ = std::fs::remove_file(socket);
+    let listener = UnixListener::bind(socket)
+        .with_context(|| format!("listening on {} for the guest's state", socket.display()))?;
+    let out = into.join(STATE);
+    let receiver = std::thread::spawn(move || receive(listener, &out, timeout));
+    let uri = format!("unix:{}", socket.display());
+    let asked = qmp.execute("migrate", Some(serde_json::json!({ "uri": uri })));
+    if let Err(e) = asked {
+        // Nothing will connect: wake the receiver so its thread ends.
+        let _ = UnixStream::connect(socket);
+        let _ = receiver.join();
+        return Err(e);
+    }
+    let since = Instant::now();
+    loop {
+        let r = qmp.execute("query-migrate", None)?;
+        match r.get("status").and_then(|s| s.as_str()) {
+            Some("completed") => break,
+            Some("failed") | Some("cancelled") => bail!(
+                "QEMU's migration to the snapshot failed: {}",
+                r.get("error-desc")
+                    .and_then(|s| s.as_str())
+                    .unwrap_or("no reason given")
+            ),
+            _ if since.elapsed() >= timeout => {
+                let _ = qmp.execute("migrate_cancel", None);
+                bail!(
+                    "the guest's state was not saved within {} s",
+                    timeout.as_secs()
+                )
+            }
+            _ => std::thread::sleep(Duration::from_millis(50)),
+        }
+        if let Some(sig) = sharedos_report::signals::interrupted() {
+            let _ = qmp.execute("migrate_cancel", None);
+            bail!("interrupted by {sig} while saving the snapshot");
+        }
+    }
+    receiver
+        .join()
+        .map_err(|_| anyhow::anyhow!("the thread receiving the guest's state panicked"))?
+}
+
+fn receive(listener: UnixListener, out: &Path, timeout: Duration) -> Result<(String, u64)> {
+    let (mut conn, _) = listener.accept().context("accepting QEMU's migration")?;
+    conn.set_read_timeout(Some(timeout))?;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(out)
+        .with_context(|| format!("creating {}", out.display()))?;
+    copy_hashing(&mut conn, &mut file).context("receiving the guest's state from QEMU")
+}
+
+/// Streams the saved state into the resuming QEMU's socket, which QEMU creates as it starts.
+/// Gives up when `timeout` passes before the socket accepts.
+pub fn feed(state: &Path, socket: &Path, timeout: Duration) -> Result<u64> {
+    let since = Instant::now();
+    let mut conn = loop {
+        match UnixStream::connect(socket) {
+            Ok(c) => break c,
+            Err(e) if since.elapsed() >= timeout => {
+                return Err(e).with_context(|| {
+                    format!(
+                        "QEMU did not listen on {} for the saved state",
+                        socket.display()
+                    )
+                })
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    };
+    conn.set_write_timeout(Some(timeout))?;
+    let mut file =
+        std::fs::File::open(state).with_context(|| format!("opening {}", state.display()))?;
+    let (_, n) = copy_hashing(&mut file, &mut conn).context("sending the saved state to QEMU")?;
+    Ok(n)
+}
+
+fn copy_hashing(from: &mut dyn Read, to: &mut dyn Write) -> Result<(String, u64)> {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut n: u64 = 0;
+    loop {
+        let k = match from.read(&mut buf) {
+            Ok(0) => break,
+            Ok(k) => k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e.into()),
+        };
+        h.update(&buf[..k]);
+        to.write_all(&buf[..k])?;
+        n = n.saturating_add(k as u64);
+    }
+    to.flush()?;
+    Ok((digest::hex(&h.finalize()), n))
+}
+
+/// Writes the record last, then renames the made directory into place. Another run that made
+/// the same snapshot meanwhile wins: ours is removed and theirs is used.
+pub fn install(making: &Path, dir: &Path, r: &Record) -> Result<()> {
+    let bytes = serde_json::to_vec_pretty(r).context("encoding the snapshot record")?;
+    digest::replace_in_report(making, RECORD, &bytes)?;
+    if let Err(e) = std::fs::rename(making, dir) {
+        discard(making);
+        if !dir.is_dir() {
+            return Err(e).with_context(|| format!("moving the snapshot into {}", dir.display()));
+        }
+    }
+    Ok(())
+}
+
+/// The record of a snapshot just made.
+#[allow(clippy::too_many_arguments)]
+pub fn record(
+    key: Key,
+    accel: Accel,
+    accel_reason: &str,
+    append: &str,
+    host_key: &str,
+    state: (String, u64),
+    disk_sha256: String,
+) -> Record {
+    let key_sha256 = key.sha256();
+    Record {
+        format: FORMAT,
+        key,
+        made_at: sharedos_report::clock::now_rfc3339(),
+        accel: accel.as_str().into(),
+        accel_reason: accel_reason.into(),
+        append: append.into(),
+        host_key: host_key.into(),
+        state_sha256: state.0,
+        state_bytes: state.1,
+        disk_sha256,
+        key_sha256,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key() -> Key {
+        Key {
+            qemu_version: "QEMU emulator version 7.2.22".into(),
+            image_sha256: "a".repeat(64),
+            kernel_sha256: "b".repeat(64),
+            initrd_sha256: "c".repeat(64),
+            argv: vec!["qemu-system-x86_64".into(), "-m".into(), "1024".into()],
+        }
+    }
+
+    fn scratch(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("snapshot-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    fn made(dir: &Path) -> Record {
+        std::fs::write(dir.join(STATE), b"machine state").unwrap();
+        std::fs::write(dir.join(DISK), b"overlay").unwrap();
+        std::fs::write(dir.join(KEY), b"key").unwrap();
+        record(
+            key(),
+            Accel::Tcg,
+            "forced with --accel tcg",
+            "console=ttyS0",
+            "SHA256:x",
+            digest::sha256_file(&dir.join(STATE)).unwrap(),
+            digest::sha256_file(&dir.join(DISK)).unwrap().0,
+        )
+    }
+
+    #[test]
+    fn every_part_of_the_key_decides_it() {
+        let k = key();
+        assert_eq!(k.differs(&k), None);
+        let other_qemu = Key {
+            qemu_version: "QEMU emulator version 8.2.0".into(),
+            ..key()
+        };
+        assert!(k.differs(&other_qemu).unwrap().contains("8.2.0"));
+        let other_image = Key {
+            kernel_sha256: "d".repeat(64),
+            ..key()
+        };
+        assert!(k.differs(&other_image).unwrap().contains("another build"));
+        let other_memory = Key {
+            argv: vec!["qemu-system-x86_64".into(), "-m".into(), "2048".into()],
+            ..key()
+        };
+        let d = k.differs(&other_memory).unwrap();
+        assert!(d.contains("argument 2") && d.contains("2048"), "{d}");
+        assert_ne!(k.sha256(), other_memory.sha256());
+    }
+
+    #[test]
+    fn a_snapshot_whose_files_changed_fails_its_check() {
+        let root = scratch("check");
+        let making = making_dir(&root, "t").unwrap();
+        let r = made(&making);
+        let dir = root.join("bookworm-x");
+        install(&making, &dir, &r).unwrap();
+        let loaded = load(&dir).unwrap().unwrap();
+        assert_eq!(loaded, r);
+        assert_eq!(check(&dir, &loaded, &key()), Ok(()));
+
+        std::fs::write(dir.join(DISK), b"overlay, written to").unwrap();
+        let e = check(&dir, &loaded, &key()).unwrap_err();
+        assert!(e.starts_with("damaged: disk.qcow2"), "{e}");
+        std::fs::write(dir.join(DISK), b"overlay").unwrap();
+
+        std::fs::write(dir.join(STATE), b"machine statf").unwrap();
+        assert!(check(&dir, &loaded, &key()).unwrap_err().contains("state"));
+        std::fs::write(dir.join(STATE), b"machine state").unwrap();
+
+        std::fs::remove_file(dir.join(KEY)).unwrap();
+        assert!(check(&dir, &loaded, &key()).unwrap_err().contains(KEY));
+
+        let stale = Key {
+            qemu_version: "QEMU emulator version 9".into(),
+            ..key()
+        };
+        assert!(check(&dir, &loaded, &stale)
+            .unwrap_err()
+            .starts_with("stale"));
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn a_record_is_read_bounded_and_through_no_link() {
+        let root = scratch("load");
+        assert_eq!(load(&root.join("none")).unwrap(), None);
+        let real = root.join("real");
+        std::fs::create_dir_all(&real).unwrap();
+        std::os::unix::fs::symlink(&real, root.join("link")).unwrap();
+        assert!(load(&root.join("link")).is_err());
+        assert!(load(&real).unwrap_err().to_string().contains("unfinished"));
+        std::fs::write(real.join(RECORD), vec![b' '; RECORD_MAX as usize + 1]).unwrap();
+        assert!(format!("{:#}", load(&real).unwrap_err()).contains("larger than"));
+        std::fs::remove_file(real.join(RECORD)).unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", real.join(RECORD)).unwrap();
+        assert!(load(&real).is_err());
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn state_streams_through_a_socket_whole() {
+        let root = scratch("feed");
+        std::fs::write(root.join(STATE), vec![7u8; 3 << 20]).unwrap();
+        let sock = root.join("in.sock");
+        let listener = UnixListener::bind(&sock).unwrap();
+        let out = root.join("got");
+        let t = std::thread::spawn(move || receive(listener, &out, Duration::from_secs(5)));
+        let n = feed(&root.join(STATE), &sock, Duration::from_secs(5)).unwrap();
+        let (sha, got) = t.join().unwrap().unwrap();
+        assert_eq!((n, got), (3 << 20, 3 << 20));
+        assert_eq!(sha, digest::sha256_file(&root.join(STATE)).unwrap().0);
+        assert!(feed(
+            &root.join(STATE),
+            &root.join("nobody.sock"),
+            Duration::from_millis(100)
+        )
+        .is_err());
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+}
