@@ -893,6 +893,17 @@ mod tests {
             p2.outcome,
             PairOutcome::RigFailed("the restore side's run failed: ssh: connection refused".into())
         );
+        // The dump side's run failed: whatever the restore side says.
+        let mut crashed = from.clone();
+        crashed.vm.as_mut().unwrap().rig_error = Some("the guest kernel panicked".into());
+        crashed.exit_code = RIG_FAILURE_EXIT;
+        let c = evaluate_report(&crashed, None);
+        let t = evaluate_report(&to, None);
+        let (p5, _) = pair("m5", None, Ok(&c), Some(Ok(&t)));
+        assert_eq!(
+            p5.outcome,
+            PairOutcome::RigFailed("the dump side's run failed: the guest kernel panicked".into())
+        );
         // The dump side passed and nothing came after it.
         let (p3, _) = pair("m3", None, Ok(&f), None);
         assert!(
@@ -948,6 +959,12 @@ mod tests {
                 "m: migration.json says PASS, its halves judged again give FAIL; showing the recomputed verdict",
                 "m: migration.json says the to guest ran forky, its report says trixie-bpo",
             ]
+        );
+        let silent = serde_json::json!({"from": {"image": "trixie"}});
+        let (_, w) = pair("m", Some(&silent), Ok(&f), Some(Ok(&t)));
+        assert_eq!(
+            w,
+            ["m: migration.json names no verdict; showing its halves' judged again"]
         );
     }
 
