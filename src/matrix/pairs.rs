@@ -153,30 +153,36 @@ pub fn pair(
             criu: said(side, "criu"),
         },
     };
+    let rig = |why: String| {
+        (
+            cut(&why, CELL_CAUSE_CHARS),
+            PairOutcome::RigFailed(why),
+            vec![],
+        )
+    };
+    let (cause, outcome, notes) = match &from {
+        Err(e) => rig(format!("from/{REPORT_FILE} cannot be judged: {e}")),
+        Ok(f) => match rig_failure(f, to.as_ref()) {
+            Some(why) => rig(why),
+            None => {
+                let to = to.as_ref().and_then(|t| t.as_ref().ok().copied());
+                let findings = verdict::migration_findings(f, to);
+                (
+                    short_cause(&findings),
+                    PairOutcome::Judged(verdict::migration(f, to)),
+                    findings.iter().flat_map(finding_notes).collect(),
+                )
+            }
+        },
+    };
     let mut row = Pair {
         label: label.to_string(),
         from: guest(MigrationSide::Dump, Some(&from)),
         to: guest(MigrationSide::Restore, to.as_ref()),
-        outcome: PairOutcome::Judged(Verdict::Fail),
-        cause: String::new(),
-        notes: Vec::new(),
+        outcome,
+        cause,
+        notes,
     };
-    match rig_failure(&from, to.as_ref()) {
-        Some(why) => {
-            row.cause = cut(&why, CELL_CAUSE_CHARS);
-            row.outcome = PairOutcome::RigFailed(why);
-        }
-        None => {
-            // rig_failure is None only when the dump side was judged.
-            if let Ok(f) = &from {
-                let to = to.as_ref().and_then(|t| t.as_ref().ok().copied());
-                let findings = verdict::migration_findings(f, to);
-                row.outcome = PairOutcome::Judged(verdict::migration(f, to));
-                row.cause = cause(&findings);
-                row.notes = findings.iter().flat_map(finding_notes).collect();
-            }
-        }
-    }
     for (side, h) in [
         (MigrationSide::Dump, Some(&from)),
         (MigrationSide::Restore, to.as_ref()),
@@ -197,14 +203,10 @@ pub fn pair(
     (row, warnings)
 }
 
-/// Why the row is the rig's failure rather than a verdict, if it is: the first half that
-/// cannot be judged or whose run failed, or a dump side that passed with no restore side after
+/// Why the row is the rig's failure rather than a verdict, if it is: a guest's run that failed,
+/// a restore side that cannot be judged, or a dump side that passed with no restore side after
 /// it (the migration ended between its guests).
-fn rig_failure(from: &Half, to: Option<&Half>) -> Option<String> {
-    let f = match from {
-        Err(e) => return Some(format!("from/{REPORT_FILE} cannot be judged: {e}")),
-        Ok(f) => f,
-    };
+fn rig_failure(f: &Outcome, to: Option<&Half>) -> Option<String> {
     if let Some(e) = rig_error(&f.report) {
         return Some(format!("the dump side's run failed: {e}"));
     }
@@ -222,7 +224,7 @@ fn rig_failure(from: &Half, to: Option<&Half>) -> Option<String> {
 
 /// The row's short cause: the first gate that did not pass, in CRIU's words when it quoted
 /// them, else its reason; a problem with a report itself when no gate failed.
-fn cause(findings: &[MigrationFinding]) -> String {
+fn short_cause(findings: &[MigrationFinding]) -> String {
     let Some(f) = findings
         .iter()
         .find(|f| f.gate.is_some())
@@ -368,7 +370,9 @@ pub fn load(paths: &[PathBuf], ledger: Option<&Ledger>) -> Result<(Pairs, Vec<St
             warnings.extend(w);
             continue;
         }
-        if !matches!(dir.kind(REPORT_FILE), Ok(None)) || !matches!(dir.kind(MATRIX_FILE), Ok(None))
+        if [REPORT_FILE, MATRIX_FILE]
+            .iter()
+            .any(|f| matches!(dir.kind(f), Ok(Some(_))))
         {
             bail!(
                 "{} is a vm-run report or a matrix, not a migration: {fix}",
