@@ -61,7 +61,8 @@ enum Command {
     },
     /// Render a report (taking review.json into account), or a matrix directory (from
     /// `cargo xtask vm-matrix`) as one table: a row per image, a column per gate, each row
-    /// judged again from its report, with a warning wherever matrix.json says otherwise.
+    /// judged again from its report, with a warning wherever matrix.json says otherwise. A
+    /// vm-migrate directory is shown as `matrix pairs` shows it.
     Show {
         report_dir: PathBuf,
         #[arg(long, value_enum, default_value_t = render::Format::Text)]
@@ -112,6 +113,19 @@ enum MatrixCommand {
         /// vm-run report directories (`cargo xtask vm-run --out DIR`), in row order.
         #[arg(required = true)]
         report_dirs: Vec<PathBuf>,
+    },
+    /// vm-migrate's results side by side: one row per migration, from image (kernel, criu) to
+    /// image (kernel, criu), its verdict and a short cause (CRIU's own error when it refused a
+    /// restore). Each migration is judged again from its two halves' reports, with a warning
+    /// wherever its migration.json says otherwise. Exits 0 every pair passed, 1 one failed, 2
+    /// the rig failed for one or bad input.
+    Pairs {
+        #[arg(long, value_enum, default_value_t = render::Format::Text)]
+        format: render::Format,
+        /// vm-migrate directories (`cargo xtask vm-migrate --out DIR`), or directories that
+        /// hold them (such as reports/), in row order.
+        #[arg(required = true)]
+        dirs: Vec<PathBuf>,
     },
 }
 
@@ -166,6 +180,11 @@ fn run(cmd: Command) -> Result<u8> {
         }
         Command::Show {
             report_dir, format, ..
+        } if matrix::pairs::is_migration_path(&report_dir) => {
+            show_pairs(std::slice::from_ref(&report_dir), format, ledger).map(|_| 0)
+        }
+        Command::Show {
+            report_dir, format, ..
         } => {
             let o = verdict::judge(&report_dir, &How::full(ledger))?;
             emit(&render::render(&o, format))?;
@@ -190,6 +209,9 @@ fn run(cmd: Command) -> Result<u8> {
                     report_dirs,
                 },
         } => merge(out, images_dir, images.as_deref(), report_dirs),
+        Command::Matrix {
+            command: MatrixCommand::Pairs { format, dirs },
+        } => show_pairs(&dirs, format, ledger),
         Command::List { dir } => list_reports(&dir, ledger),
     }
 }
@@ -238,6 +260,19 @@ fn show_matrix(
         render::Format::Junit => matrix::render::junit(&m),
     })?;
     Ok(0)
+}
+
+/// Migrations side by side, each judged again from its halves; the pairs' exit code.
+fn show_pairs(dirs: &[PathBuf], format: render::Format, ledger: Option<&Ledger>) -> Result<u8> {
+    let (m, warnings) = matrix::pairs::load(dirs, ledger)?;
+    warn(&warnings);
+    emit(&match format {
+        render::Format::Text => matrix::pairs::text(&m),
+        render::Format::Md => matrix::pairs::md(&m),
+        render::Format::Html => matrix::pairs::html(&m),
+        render::Format::Junit => matrix::pairs::junit(&m),
+    })?;
+    Ok(exit_byte(m.exit_code))
 }
 
 fn merge(

@@ -1020,3 +1020,190 @@ fn a_density_report_verifies_only_when_its_options_ask_for_density() {
         stdout(&o)
     );
 }
+
+/// One half of a migration as vm-migrate archives it: the image its guest booted, its kernel and
+/// CRIU, the other side's gates NOT_RUN; `refusal` makes its restore one CRIU refused, quoting
+/// that error.
+fn write_half(dir: &Path, image: &str, kernel: &str, not_here: &[GateName], refusal: Option<&str>) {
+    write_report(dir, "2026-12-02T10:00:00.000Z", |r| {
+        r.environment.kernel_release = kernel.into();
+        if let Some(vm) = r.vm.as_mut() {
+            vm.image_name = image.into();
+        }
+        for g in r.gates.iter_mut() {
+            if not_here.contains(&g.name) {
+                g.status = Status::NotRun;
+            }
+        }
+        if let Some(error) = refusal {
+            let g = r
+                .gates
+                .iter_mut()
+                .find(|g| g.name == GateName::RestoreLiveProcess)
+                .unwrap();
+            g.status = Status::Fail;
+            g.reason = "criu_restore_succeeded failed (log: criu/restore-a.log)".into();
+            g.checks.iter_mut().for_each(|c| c.passed = false);
+            g.cause = Some(sharedos_report::cause::Cause {
+                source: "criu restore".into(),
+                log: "criu/restore-a.log".into(),
+                error: error.into(),
+                before: vec![],
+            });
+        }
+    });
+}
+
+fn write_migration(dir: &Path, from: (&str, &str), to: (&str, &str), refusal: Option<&str>) {
+    use GateName::*;
+    write_half(
+        &dir.join("from"),
+        from.0,
+        from.1,
+        &[
+            RestoreLiveProcess,
+            RestoreXState,
+            Isolation,
+            Reset,
+            GuiPixelReview,
+        ],
+        None,
+    );
+    write_half(
+        &dir.join("to"),
+        to.0,
+        to.1,
+        &[Launch, LiveStateProbe, GuiPixelReview],
+        refusal,
+    );
+    let verdict = if refusal.is_some() { "FAIL" } else { "PASS" };
+    std::fs::write(
+        dir.join("migration.json"),
+        format!(
+            r#"{{"from": {{"image": "{}"}}, "to": {{"image": "{}"}}, "verdict": "{verdict}"}}"#,
+            from.0, to.0
+        ),
+    )
+    .unwrap();
+}
+
+/// `sharedos-rig matrix pairs` over vm-migrate's directories: one row per pair, a restore CRIU
+/// refused a FAIL with CRIU's error as its cause (escaped), the exit code the worst pair's,
+/// `show` of one migration its row, migration.json overruled where it says otherwise.
+#[test]
+fn matrix_pairs_shows_each_migration_with_its_cause() {
+    let s = Scratch::new("pairs");
+    let reports = s.0.join("reports");
+    let ok = reports.join("20261202T100000Z-migrate-bookworm-bookworm-bpo");
+    write_migration(
+        &ok,
+        ("bookworm", "6.1.0-50-cloud-amd64"),
+        ("bookworm-bpo", "6.12.95+deb12-cloud-amd64"),
+        None,
+    );
+    let refused = reports.join("20261202T110000Z-migrate-trixie-trixie-bpo");
+    write_migration(
+        &refused,
+        ("trixie", "6.12.117+deb13-cloud-amd64"),
+        ("trixie-bpo", "7.3.4+deb13-cloud-amd64"),
+        Some("(00.512) Error (criu/cr-restore.c:1480): Can't fork for 77: \u{1b}[2JFile exists"),
+    );
+    write_report(
+        &reports.join("20261202T090000Z-run"),
+        "2026-12-02T09:00:00.000Z",
+        |_| {},
+    );
+
+    let o = rig(&["matrix", "pairs", reports.to_str().unwrap()]);
+    assert_eq!(code(&o), 1, "{}", stderr(&o));
+    assert_eq!(stderr(&o), "");
+    let t = stdout(&o);
+    assert!(t.starts_with("pairs: 2 migration(s), exit 1"), "{t}");
+    let row = |name: &str| -> Vec<String> {
+        t.lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("{t}"))
+            .split_whitespace()
+            .map(str::to_string)
+            .collect()
+    };
+    assert_eq!(
+        row("bookworm "),
+        [
+            "bookworm",
+            "6.1.0-50-cloud-amd64",
+            "Version:",
+            "3.17.1",
+            "bookworm-bpo",
+            "6.12.95+deb12-cloud-amd64",
+            "Version:",
+            "3.17.1",
+            "PASS",
+            "-",
+            "20261202T100000Z-migrate-bookworm-bookworm-bpo"
+        ]
+    );
+    assert!(
+        t.contains("FAIL     to: restore_live_process: criu restore: Can't fork for 77: \\u{1b}[2JFile exists"),
+        "{t}"
+    );
+    assert!(!t.contains('\u{1b}'), "{t:?}");
+
+    for (format, want) in [
+        (
+            "md",
+            "| FAIL | to: restore\\_live\\_process: criu restore: Can't fork for 77:",
+        ),
+        ("html", "<td>trixie-bpo</td>"),
+        (
+            "junit",
+            "<failure message=\"FAIL: to: restore_live_process: criu restore:",
+        ),
+    ] {
+        let o = rig(&[
+            "matrix",
+            "pairs",
+            "--format",
+            format,
+            refused.to_str().unwrap(),
+        ]);
+        assert_eq!(code(&o), 1, "{format}: {}", stderr(&o));
+        assert!(stdout(&o).contains(want), "{format}:\n{}", stdout(&o));
+        assert!(!stdout(&o).contains('\u{1b}'), "{format}");
+    }
+
+    // show of one migration directory: its row, exit 0 as show of a matrix.
+    let o = rig(&["show", ok.to_str().unwrap()]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(
+        stdout(&o).starts_with("pairs: 1 migration(s), exit 0"),
+        "{}",
+        stdout(&o)
+    );
+
+    // A migration.json that says PASS over a refused restore: the halves win, and it is said.
+    let forged = std::fs::read_to_string(refused.join("migration.json"))
+        .unwrap()
+        .replace("\"FAIL\"", "\"PASS\"");
+    std::fs::write(refused.join("migration.json"), forged).unwrap();
+    let o = rig(&["matrix", "pairs", refused.to_str().unwrap()]);
+    assert_eq!(code(&o), 1);
+    assert!(
+        stderr(&o).contains("migration.json says PASS, its halves judged again give FAIL"),
+        "{}",
+        stderr(&o)
+    );
+
+    // A vm-run report is no migration: exit 2, and what to give instead.
+    let o = rig(&[
+        "matrix",
+        "pairs",
+        reports.join("20261202T090000Z-run").to_str().unwrap(),
+    ]);
+    assert_eq!(code(&o), 2);
+    assert!(
+        stderr(&o).contains("give vm-migrate's directories"),
+        "{}",
+        stderr(&o)
+    );
+}

@@ -15,6 +15,7 @@ use super::review::{self, ReviewState};
 use super::sign::{self, AllowedSigner, SigState, Signature};
 use crate::escape;
 use anyhow::{bail, Context, Result};
+use sharedos_report::cause::Cause;
 use sharedos_report::report::{
     self, Gate, GateName, Report, Status, Verdict, REPORT_FILE, REVIEW_FILE,
 };
@@ -509,26 +510,112 @@ pub const MIGRATION_RESTORE_SIDE: [GateName; 7] = [
     GateName::Cleanup,
 ];
 
-/// What keeps one guest's half of a migration from passing: every problem the judgement found
-/// (the rig's failure included), and each gate of `side` that is not PASS, with its reason.
-pub fn migration_half_problems(o: &Outcome, side: &[GateName]) -> Vec<String> {
-    let mut p = o.problems();
-    for name in side {
-        match o.gates.iter().find(|g| g.name == *name) {
-            Some(g) if g.status == Status::Pass => {}
-            Some(g) => p.push(format!("{name} is {}: {}", g.status, g.reason)),
-            None => p.push(format!("the report has no {name} gate")),
+/// vm-migrate's summary, beside the two halves' report directories (`from/`, `to/`). Written by
+/// the migration and read back by the pairs view, which takes nothing in it on trust.
+pub const MIGRATION_FILE: &str = "migration.json";
+
+/// Which guest of a migration a finding is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MigrationSide {
+    /// The guest that dumps (`--from`, `from/`).
+    Dump,
+    /// The guest that restores (`--to`, `to/`).
+    Restore,
+}
+
+impl MigrationSide {
+    /// The side's directory in the migration, which is also how tables name it.
+    pub fn dir(self) -> &'static str {
+        match self {
+            MigrationSide::Dump => "from",
+            MigrationSide::Restore => "to",
         }
     }
-    p
+
+    /// The gates this side must pass.
+    pub fn gates(self) -> &'static [GateName] {
+        match self {
+            MigrationSide::Dump => &MIGRATION_DUMP_SIDE,
+            MigrationSide::Restore => &MIGRATION_RESTORE_SIDE,
+        }
+    }
+}
+
+/// One thing that keeps a migration from passing.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MigrationFinding {
+    pub side: MigrationSide,
+    /// The gate that did not pass; None for a problem with the report itself or a side that
+    /// never ran.
+    pub gate: Option<GateName>,
+    pub problem: String,
+    /// What the failing program said in its own log (CRIU's error when it refused a restore),
+    /// as the gate quoted it: for people to read, never a verdict.
+    pub cause: Option<Cause>,
+}
+
+/// What keeps one guest's half of a migration from passing: every problem the judgement found
+/// (the rig's failure included), then each gate of the side's that is not PASS, with its
+/// reason and the cause it quoted.
+pub fn migration_half_findings(o: &Outcome, side: MigrationSide) -> Vec<MigrationFinding> {
+    let mut f: Vec<MigrationFinding> = o
+        .problems()
+        .into_iter()
+        .map(|problem| MigrationFinding {
+            side,
+            gate: None,
+            problem,
+            cause: None,
+        })
+        .collect();
+    for name in side.gates() {
+        let (problem, cause) = match o.gates.iter().find(|g| g.name == *name) {
+            Some(g) if g.status == Status::Pass => continue,
+            Some(g) => (
+                format!("{name} is {}: {}", g.status, g.reason),
+                g.cause.clone(),
+            ),
+            None => (format!("the report has no {name} gate"), None),
+        };
+        f.push(MigrationFinding {
+            side,
+            gate: Some(*name),
+            problem,
+            cause,
+        });
+    }
+    f
+}
+
+/// What keeps one guest's half of a migration from passing, in words.
+pub fn migration_half_problems(o: &Outcome, side: MigrationSide) -> Vec<String> {
+    migration_half_findings(o, side)
+        .into_iter()
+        .map(|f| f.problem)
+        .collect()
+}
+
+/// Everything that keeps a migration from passing, the dump side's first: a restore CRIU
+/// refused is the restore gate's finding, carrying CRIU's own error as its cause. Empty exactly
+/// when [`migration`] is PASS.
+pub fn migration_findings(from: &Outcome, to: Option<&Outcome>) -> Vec<MigrationFinding> {
+    let mut f = migration_half_findings(from, MigrationSide::Dump);
+    match to {
+        Some(t) => f.extend(migration_half_findings(t, MigrationSide::Restore)),
+        None => f.push(MigrationFinding {
+            side: MigrationSide::Restore,
+            gate: None,
+            problem: "the restore side did not run: the migration holds no report of it".into(),
+            cause: None,
+        }),
+    }
+    f
 }
 
 /// The one verdict on a migration: PASS when both halves hold (the restore side judged only
 /// once the dump side passed), else FAIL. No human review stands in a migration's way.
 pub fn migration(from: &Outcome, to: Option<&Outcome>) -> Verdict {
-    let to_holds =
-        to.is_some_and(|t| migration_half_problems(t, &MIGRATION_RESTORE_SIDE).is_empty());
-    if migration_half_problems(from, &MIGRATION_DUMP_SIDE).is_empty() && to_holds {
+    if migration_findings(from, to).is_empty() {
         Verdict::Pass
     } else {
         Verdict::Fail
@@ -625,7 +712,7 @@ mod tests {
         let restore_side = [Launch, LiveStateProbe, GuiPixelReview];
         let from = side(&dump_side, &[], vec![]);
         let to = side(&restore_side, &[], vec![]);
-        assert!(migration_half_problems(&from, &MIGRATION_DUMP_SIDE).is_empty());
+        assert!(migration_half_problems(&from, MigrationSide::Dump).is_empty());
         assert_eq!(from.verdict, Verdict::Fail, "alone, each side is FAIL");
         assert_eq!(migration(&from, Some(&to)), Verdict::Pass);
         // No restore side, a restore CRIU refused, a dump side that did not dump, a changed
@@ -633,7 +720,7 @@ mod tests {
         assert_eq!(migration(&from, None), Verdict::Fail);
         let refused = side(&restore_side, &[RestoreLiveProcess], vec![]);
         assert_eq!(migration(&from, Some(&refused)), Verdict::Fail);
-        let why = migration_half_problems(&refused, &MIGRATION_RESTORE_SIDE);
+        let why = migration_half_problems(&refused, MigrationSide::Restore);
         assert!(why.iter().any(|p| p.contains("CRIU says")), "{why:?}");
         let not_dumped = side(&dump_side, &[Dump], vec![]);
         assert_eq!(migration(&not_dumped, Some(&to)), Verdict::Fail);
@@ -643,6 +730,69 @@ mod tests {
         };
         let tampered = side(&dump_side, &[], vec![changed]);
         assert_eq!(migration(&tampered, Some(&to)), Verdict::Fail);
+    }
+
+    /// A restore CRIU refused is the restore gate's finding and carries CRIU's error; a side that
+    /// passes has none, and a missing restore side is a finding of its own.
+    #[test]
+    fn a_restore_criu_refused_is_a_finding_with_its_cause() {
+        use sharedos_report::cause::Cause;
+        use GateName::*;
+        let half = |not_here: &[GateName], refused: Option<Cause>| {
+            let mut r = fresh_report();
+            for g in r.gates.iter_mut() {
+                if not_here.contains(&g.name) {
+                    g.status = Status::NotRun;
+                }
+            }
+            if let Some(c) = refused {
+                let g = r.gate_mut(RestoreLiveProcess).unwrap();
+                g.status = Status::Fail;
+                g.reason = "criu_restore_succeeded failed".into();
+                g.checks[0].passed = false;
+                g.cause = Some(c);
+            }
+            r.seal();
+            judge(&r, ReviewFile::Absent, vec![])
+        };
+        let from = half(
+            &[
+                RestoreLiveProcess,
+                RestoreXState,
+                Isolation,
+                Reset,
+                GuiPixelReview,
+            ],
+            None,
+        );
+        let restore_side = [Launch, LiveStateProbe, GuiPixelReview];
+        let to = half(&restore_side, None);
+        assert!(migration_findings(&from, Some(&to)).is_empty());
+        let criu = Cause {
+            source: "criu restore".into(),
+            log: "criu/restore-a.log".into(),
+            error: "(00.51) Error (criu/cr-restore.c:1480): Can't fork for 77: File exists".into(),
+            before: vec![],
+        };
+        let refused = half(&restore_side, Some(criu.clone()));
+        let f = migration_findings(&from, Some(&refused));
+        assert_eq!(migration(&from, Some(&refused)), Verdict::Fail);
+        let restore = f
+            .iter()
+            .find(|f| f.gate == Some(RestoreLiveProcess))
+            .unwrap_or_else(|| panic!("{f:?}"));
+        assert_eq!(restore.side, MigrationSide::Restore);
+        assert_eq!(restore.cause.as_ref(), Some(&criu));
+        assert!(restore.problem.starts_with("restore_live_process is FAIL"));
+        // Only the gate that quoted CRIU carries its words.
+        assert!(f
+            .iter()
+            .filter(|x| x.gate != Some(RestoreLiveProcess))
+            .all(|x| x.cause.is_none()));
+        let none = migration_findings(&from, None);
+        assert_eq!(none.len(), 1, "{none:?}");
+        assert_eq!(none[0].side, MigrationSide::Restore);
+        assert!(none[0].problem.contains("restore side did not run"));
     }
 
     #[test]

@@ -21,6 +21,7 @@
 //! nothing wrong and its statuses match the expectations.
 
 pub mod merge;
+pub mod pairs;
 pub mod render;
 pub mod run;
 pub mod show;

@@ -20,7 +20,7 @@
 pub mod plan;
 
 use crate::escape;
-use crate::judge::verdict::{self, How, Outcome};
+use crate::judge::verdict::{self, How, MigrationSide, Outcome};
 use crate::progress::Progress;
 use crate::run::{self, VmRunOptions, RIG_FAILURE_EXIT};
 use anyhow::{bail, Context, Result};
@@ -33,7 +33,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 /// The migration's summary, beside `from/` and `to/`.
-pub const SUMMARY_FILE: &str = "migration.json";
+pub use verdict::MIGRATION_FILE as SUMMARY_FILE;
 
 #[derive(Debug, Clone)]
 pub struct MigrateOptions {
@@ -88,7 +88,7 @@ fn migrate(opts: &MigrateOptions) -> Result<i32> {
         "the dump side's report alone is FAIL by design (its restore gates run in the other guest); the migration's verdict comes last",
     );
     let from = judge(&from_dir)?;
-    let dump_problems = verdict::migration_half_problems(&from, &verdict::MIGRATION_DUMP_SIDE);
+    let dump_problems = verdict::migration_half_problems(&from, MigrationSide::Dump);
     if !dump_problems.is_empty() {
         return summarize(opts, &out, Some(&from), None, "the dump side did not pass");
     }
@@ -228,13 +228,10 @@ fn tamper(staged: &Path) -> Result<()> {
 }
 
 /// What one guest was: its image, kernel and CRIU, its report directory, and what kept it from
-/// passing.
-fn side(
-    image: &str,
-    dir: &str,
-    o: Option<&Outcome>,
-    gates: &[sharedos_report::report::GateName],
-) -> serde_json::Value {
+/// passing, with the cause each failed gate quoted (CRIU's error when it refused the restore).
+fn side(image: &str, o: Option<&Outcome>, which: MigrationSide) -> serde_json::Value {
+    let dir = which.dir();
+    let gates = which.gates();
     match o {
         Some(o) => {
             let env = &o.report.environment;
@@ -245,9 +242,9 @@ fn side(
                 "criu": env.criu_version,
                 "os": env.os,
                 "gates": gates.iter().filter_map(|n| o.gates.iter().find(|g| g.name == *n)).map(|g| json!({
-                    "name": g.name, "status": g.status, "reason": g.reason,
+                    "name": g.name, "status": g.status, "reason": g.reason, "cause": g.cause,
                 })).collect::<Vec<_>>(),
-                "problems": verdict::migration_half_problems(o, gates),
+                "problems": verdict::migration_half_problems(o, which),
             })
         }
         None => json!({"image": image, "report": dir}),
@@ -274,8 +271,8 @@ fn summarize(
         v.exit_code()
     };
     let summary = json!({
-        "from": side(&opts.from, "from", from, &verdict::MIGRATION_DUMP_SIDE),
-        "to": side(&opts.to, "to", to, &verdict::MIGRATION_RESTORE_SIDE),
+        "from": side(&opts.from, from, MigrationSide::Dump),
+        "to": side(&opts.to, to, MigrationSide::Restore),
         "cross_kernel": opts.from != opts.to,
         "verdict": if rig_failed { "RIG_FAILURE".to_string() } else { v.to_string() },
         "exit_code": code,
@@ -298,12 +295,10 @@ fn summarize(
         ),
         None => image.to_string(),
     };
-    for (o, gates) in [
-        (from, &verdict::MIGRATION_DUMP_SIDE[..]),
-        (to, &verdict::MIGRATION_RESTORE_SIDE[..]),
-    ] {
+    for (o, which) in [(from, MigrationSide::Dump), (to, MigrationSide::Restore)] {
         let Some(o) = o else { continue };
-        for g in gates
+        for g in which
+            .gates()
             .iter()
             .filter_map(|n| o.gates.iter().find(|g| g.name == *n))
         {
