@@ -375,18 +375,12 @@ fn app_tokens(r: &sharedos_report::report::Report) -> std::collections::BTreeSet
 /// The next run (the fidelity options) must find the damage before QEMU loads the state, make
 /// the snapshot again, and say why in its report.
 fn damage_the_snapshots_state(sb: &Sandbox) {
-    let store = sb.dir.join("cache/snapshots");
-    let dirs: Vec<PathBuf> = std::fs::read_dir(&store)
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .collect();
-    assert_eq!(
-        dirs.len(),
-        1,
-        "one snapshot for one image and one setting: {dirs:?}"
-    );
-    let state = dirs[0].join("state");
+    let r = read_report(&sb.dir.join("reports/run"));
+    let key = r.vm.unwrap().start.unwrap().snapshot.unwrap().key_sha256;
+    let state = sb
+        .dir
+        .join(format!("cache/snapshots/bookworm-{}", &key[..16]))
+        .join("state");
     let mut bytes = std::fs::read(&state).unwrap();
     let at = bytes.len() / 3;
     bytes[at] ^= 0xff;

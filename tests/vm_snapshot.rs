@@ -65,6 +65,8 @@ fn snapshots_are_made_once_resumed_after_and_never_used_when_bad() {
         return;
     };
     common::seed::seed(&sb, "cache", "bookworm", "fakechroot");
+    // This test is about making one.
+    let _ = std::fs::remove_dir_all(sb.dir.join("cache/snapshots"));
 
     // The first run makes the snapshot, then resumes it like every later run.
     let first = exec_ok(&sb, "echo made > /root/written-by-a-run; sync; echo first");

@@ -527,7 +527,7 @@ fn make(
     let made = (|| {
         let public = new_key(&making)?;
         let disk = making.join(snapshot::DISK);
-        cmd::capture(&qemu::overlay_cmd(&media.disk, &disk))
+        cmd::capture(&qemu::overlay_cmd(&spot.backing(&media.disk), &disk))
             .context("making the snapshot's overlay (qemu-img comes with qemu-utils)")?;
         let append = kernel_append(&contract::authorized_key_param(&public)?);
         let inst = Instance {

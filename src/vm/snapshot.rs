@@ -130,6 +130,16 @@ impl Spot {
         }
     }
 
+    /// The image's disk as a snapshot's overlay names it: relative when it is in the same cache
+    /// (QEMU resolves a relative backing file from the overlay's own directory), so that a
+    /// cache copied or moved whole keeps working snapshots.
+    pub fn backing(&self, disk: &Path) -> PathBuf {
+        match self.root.parent().map(|cache| disk.strip_prefix(cache)) {
+            Some(Ok(rel)) => Path::new("../..").join(rel),
+            _ => disk.to_path_buf(),
+        }
+    }
+
     /// One directory per key. The image's name is only for the reader of the cache: only
     /// characters safe in a file name are kept.
     pub fn dir(&self, key: &Key) -> PathBuf {
@@ -400,6 +410,31 @@ mod tests {
             digest::sha256_file(&dir.join(STATE)).unwrap(),
             digest::sha256_file(&dir.join(DISK)).unwrap().0,
         )
+    }
+
+    #[test]
+    fn a_snapshot_names_its_cache_s_disk_relatively() {
+        let spot = Spot {
+            root: "/c/snapshots".into(),
+            image_name: "bookworm".into(),
+            image_sha256: String::new(),
+            kernel_sha256: String::new(),
+            initrd_sha256: String::new(),
+        };
+        assert_eq!(
+            spot.backing(Path::new("/c/bookworm-1/disk.img")),
+            Path::new("../../bookworm-1/disk.img")
+        );
+        assert_eq!(
+            spot.backing(Path::new("/d/disk.img")),
+            Path::new("/d/disk.img")
+        );
+        // Two levels up from a snapshot's directory (and from the one it is made in) is the
+        // cache root.
+        assert_eq!(
+            spot.dir(&key()).parent().unwrap().parent().unwrap(),
+            Path::new("/c")
+        );
     }
 
     #[test]

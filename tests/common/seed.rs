@@ -64,6 +64,53 @@ pub fn seed(sb: &Sandbox, cache: &str, image: &str, mode: &str) {
         .unwrap_or_else(|_| panic!("{} is not in the seed cache", entry.display()));
     copy_entry(sb, &entry, &sb.dir.join(cache).join(rel));
     eprintln!("seeded {image} from {}", entry.display());
+    // Its snapshots too: the rig checks each against its record (QEMU, image, QEMU line, file
+    // hashes) before it resumes one, exactly as a user's.
+    let store = sb.dir.join(cache).join("snapshots");
+    for snap in snapshots_of(&seed.join("snapshots"), image) {
+        let to = store.join(snap.file_name().unwrap());
+        if !to.exists() {
+            copy_entry(sb, &snap, &to);
+            eprintln!("seeded the snapshot {}", snap.display());
+        }
+    }
+}
+
+/// The snapshots of `image` in a store: `<image>-<16 hex>` (and not those of an image whose
+/// name only starts with it).
+fn snapshots_of(store: &Path, image: &str) -> Vec<PathBuf> {
+    let Ok(rd) = std::fs::read_dir(store) else {
+        return Vec::new();
+    };
+    rd.flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            name.strip_prefix(image)
+                .and_then(|r| r.strip_prefix('-'))
+                .is_some_and(|k| k.len() == 16 && k.chars().all(|c| c.is_ascii_hexdigit()))
+        })
+        .collect()
+}
+
+/// Offers the snapshots a test's runs made to the seed (the sandbox's end calls this), so that
+/// later tests resume them instead of making their own. One the seed has is left as it is.
+pub fn publish_snapshots(sb: &Sandbox, cache: &str) {
+    let Ok(rd) = std::fs::read_dir(sb.dir.join(cache).join("snapshots")) else {
+        return;
+    };
+    let seed = ensure_root(sb).join("snapshots");
+    for snap in rd.flatten().map(|e| e.path()) {
+        let name = snap.file_name().unwrap().to_owned();
+        // Half-made ones start with a dot; only whole ones have their record.
+        if name.to_string_lossy().starts_with('.') || !snap.join("snapshot.json").is_file() {
+            continue;
+        }
+        if !seed.join(&name).exists() {
+            copy_entry(sb, &snap, &seed.join(&name));
+            eprintln!("published the snapshot {} to the seed", snap.display());
+        }
+    }
 }
 
 /// Offers an entry a test built (and checked) to the seed, so that later tests take it instead
