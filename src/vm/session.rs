@@ -458,7 +458,6 @@ fn resume_or_cold(
                         format!("the snapshot was {bad}")
                     }
                     Ok(()) => {
-                        let reason = format!("{reason} (the snapshot's accelerator)");
                         return match resume(spec, media, run_dir, &dir, &r, reason, sink) {
                             Ok(o) => Ok(o),
                             Err(e) if signals::interrupted().is_some() => Err(e),
@@ -487,11 +486,7 @@ fn resume_or_cold(
             )
         }
     };
-    let reason = format!(
-        "{} (the snapshot's accelerator, just decided)",
-        r.accel_reason
-    );
-    match resume(spec, media, run_dir, &dir, &r, reason, sink) {
+    match resume(spec, media, run_dir, &dir, &r, r.accel_reason.clone(), sink) {
         Ok(mut o) => {
             o.start.reason = format!("{why}: made one, then resumed it");
             Ok(o)

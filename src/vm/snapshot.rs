@@ -223,12 +223,33 @@ pub fn making_dir(root: &Path, id: &str) -> Result<PathBuf> {
         .mode(0o700)
         .create(root)
         .with_context(|| format!("creating the snapshot store {}", root.display()))?;
+    sweep(root);
     let dir = root.join(format!(".making-{}-{id}", std::process::id()));
     std::fs::DirBuilder::new()
         .mode(0o700)
         .create(&dir)
         .with_context(|| format!("creating {}", dir.display()))?;
     Ok(dir)
+}
+
+/// Removes what a run killed while making a snapshot left: `.making-PID-*` of a PID that no
+/// longer runs.
+fn sweep(root: &Path) {
+    let Ok(rd) = std::fs::read_dir(root) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let pid = name
+            .strip_prefix(".making-")
+            .and_then(|r| r.split('-').next())
+            .and_then(|p| p.parse::<u32>().ok());
+        if let Some(pid) = pid {
+            if !Path::new("/proc").join(pid.to_string()).exists() {
+                discard(&e.path());
+            }
+        }
+    }
 }
 
 /// Saves the running guest behind `qmp` into `into/state`: QEMU migrates it to a socket the rig
@@ -467,6 +488,12 @@ mod tests {
         let r = made(&making);
         let dir = root.join("bookworm-x");
         install(&making, &dir, &r).unwrap();
+        // A dead run's half-made snapshot goes when the next one is made; a live one's stays.
+        let dead = root.join(".making-4294967294-x");
+        std::fs::create_dir(&dead).unwrap();
+        let live = making_dir(&root, "u").unwrap();
+        assert!(!dead.exists() && live.exists());
+        discard(&live);
         let loaded = load(&dir).unwrap().unwrap();
         assert_eq!(loaded, r);
         assert_eq!(check(&dir, &loaded, &key()), Ok(()));

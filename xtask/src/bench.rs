@@ -1,6 +1,7 @@
 //! `cargo xtask bench` and `cargo xtask bench-image`: the cached image no-op, then the floor (the
-//! image's kernel booted bare to its no-root panic) and warm vm-runs, interleaved so that a change
-//! in the machine's load hits both. Each phase is reported as a median and as a multiple of the
+//! image's kernel booted bare to its no-root panic) and warm vm-runs and `vm-exec -- true`, each
+//! both resumed from the image's snapshot and booted cold, interleaved so that a change in the
+//! machine's load hits all of them. Each phase is reported as a median and as a multiple of the
 //! floor's median, because absolute seconds differ between machines and between sittings on one
 //! machine. Reports; asserts nothing.
 
@@ -16,9 +17,10 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Instant;
 
-/// Targets the benchmark reports against: under TCG on 2 cores.
-pub const TARGET_BOOT_TO_SSH_S: f64 = 8.0;
-pub const TARGET_WARM_RUN_S: f64 = 30.0;
+/// Targets the benchmark reports against, as multiples of the floor: a resumed first command
+/// in half a bare kernel boot, a resumed warm vm-run in six.
+pub const TARGET_RESUMED_FIRST_COMMAND_X: f64 = 0.5;
+pub const TARGET_RESUMED_RUN_X: f64 = 6.0;
 
 /// The phases of a vm-run's report, in the order they run, then the run as a whole.
 const PHASES: [&str; 5] = ["image", "boot_to_ssh", "copy", "gates", "fetch"];
@@ -76,11 +78,16 @@ pub struct Measured {
     /// Seconds from QEMU's spawn to its exit, one per floor boot.
     pub floor: Vec<f64>,
     /// Seconds per phase name, one per counted warm run; `end_to_end` is the whole vm-run.
+    /// Resumed runs, then cold ones.
     pub phases: BTreeMap<String, Vec<f64>>,
+    pub cold_phases: BTreeMap<String, Vec<f64>>,
+    /// Seconds per gate of the resumed runs, in the order the gates ran.
+    pub gates: Vec<(String, Vec<f64>)>,
     /// Warm runs left out of the medians, and why.
     pub excluded: Vec<String>,
-    /// Seconds for `vm-exec -- true`: QEMU's start to the first command's exit.
+    /// Seconds for `vm-exec -- true`, the whole command: resumed, then cold.
     pub first_command: Vec<f64>,
+    pub first_command_cold: Vec<f64>,
     /// Seconds for `vng --run KERNEL -- true`; None when virtme-ng is not installed.
     pub vng: Option<Vec<f64>>,
     pub reports: PathBuf,
@@ -120,34 +127,64 @@ pub fn summary(m: &Measured) -> String {
         m.floor.len()
     ));
     let runs = m.phases.get(END_TO_END).map_or(0, Vec::len);
+    let cold_runs = m.cold_phases.get(END_TO_END).map_or(0, Vec::len);
     out.push_str(&format!(
-        "warm vm-run ({runs} runs, interleaved with the floor boots), medians:\n"
+        "warm vm-run ({runs} resumed, {cold_runs} cold, interleaved with the floor boots), medians:\n"
     ));
     for e in &m.excluded {
         out.push_str(&format!("  not counted: {e}\n"));
     }
-    for name in PHASES.iter().chain([END_TO_END].iter()) {
-        let Some(v) = m.phases.get(*name) else {
-            continue;
-        };
-        let med = median(v.clone());
-        let target = match *name {
-            "boot_to_ssh" => Some(TARGET_BOOT_TO_SSH_S),
-            END_TO_END => Some(TARGET_WARM_RUN_S),
-            _ => None,
+    out.push_str(&format!("  {:<12} {:>16} {:>16}\n", "", "resumed", "cold"));
+    let cell = |v: Option<&Vec<f64>>| match v {
+        Some(v) if !v.is_empty() => {
+            let med = median(v.clone());
+            format!("{med:>7.2} s {:>5.2}x", med / floor)
         }
-        .map(|t| format!("  (target <= {t} s: ratio {:.2})", med / t))
-        .unwrap_or_default();
-        out.push_str(&format!(
-            "  {name:<12} {med:>7.2} s {:>7.2}x floor{target}\n",
-            med / floor
-        ));
+        _ => format!("{:>16}", "-"),
+    };
+    for name in PHASES.iter().chain([END_TO_END].iter()) {
+        let (r, c) = (m.phases.get(*name), m.cold_phases.get(*name));
+        if r.is_none() && c.is_none() {
+            continue;
+        }
+        let target = match (*name, r) {
+            (END_TO_END, Some(v)) if !v.is_empty() => format!(
+                "  (target resumed <= {TARGET_RESUMED_RUN_X}x floor: {})",
+                verdict(median(v.clone()) / floor, TARGET_RESUMED_RUN_X)
+            ),
+            _ => String::new(),
+        };
+        out.push_str(&format!("  {name:<12} {} {}{target}\n", cell(r), cell(c)));
     }
-    if !m.first_command.is_empty() {
-        let med = median(m.first_command.clone());
+    if !m.gates.is_empty() {
+        out.push_str("gates of the resumed runs, medians:\n");
+        for (name, v) in &m.gates {
+            let med = median(v.clone());
+            out.push_str(&format!(
+                "  {name:<22} {med:>7.2} s {:>6.2}x floor\n",
+                med / floor
+            ));
+        }
+    }
+    for (how, v) in [
+        ("resumed", &m.first_command),
+        ("cold", &m.first_command_cold),
+    ] {
+        if v.is_empty() {
+            continue;
+        }
+        let med = median(v.clone());
+        let target = if how == "resumed" {
+            format!(
+                "  (target <= {TARGET_RESUMED_FIRST_COMMAND_X}x floor: {})",
+                verdict(med / floor, TARGET_RESUMED_FIRST_COMMAND_X)
+            )
+        } else {
+            String::new()
+        };
         out.push_str(&format!(
-            "boot and first command (vm-exec -- true, {} runs): median {med:.2} s, {:.2}x floor\n",
-            m.first_command.len(),
+            "first command, {how} (vm-exec -- true, {} runs): median {med:.2} s, {:.2}x floor{target}\n",
+            v.len(),
             med / floor
         ));
     }
@@ -189,6 +226,15 @@ fn time_vng(kernel: &std::path::Path) -> Result<Option<f64>> {
     Ok(Some(started.elapsed().as_secs_f64()))
 }
 
+/// Whether a ratio met its target, in words.
+fn verdict(ratio: f64, target: f64) -> String {
+    if ratio <= target {
+        format!("{ratio:.2}x, met")
+    } else {
+        format!("{ratio:.2}x, not met")
+    }
+}
+
 fn machine_line() -> String {
     let host = environment::capture(Vec::new());
     format!(
@@ -223,6 +269,17 @@ pub fn bench(opts: &VmRunOptions, n: Counts) -> Result<String> {
         progress: Progress::new("bench"),
     };
     m.reports = sitting.root.clone();
+    // The snapshot is made here, untimed, so that every timed resume is a plain one.
+    let mut warm = opts.clone();
+    warm.cold = false;
+    if run::vm_exec(
+        &warm,
+        &["true".to_string()],
+        std::time::Duration::from_secs(300),
+    ) != 0
+    {
+        bail!("the untimed first vm-exec, which makes the image's snapshot, failed");
+    }
     for i in 0..n.floor_runs.max(n.runs) {
         if i < n.floor_runs {
             sitting.floor_boot(i, n.floor_runs, &mut m)?;
@@ -291,26 +348,37 @@ impl Sitting<'_> {
         Ok(())
     }
 
-    /// Warm run `i` of `of`, then `vm-exec -- true` and virtme-ng where installed, into `m`.
+    /// Warm run `i` of `of`, resumed and cold, then `vm-exec -- true` both ways and
+    /// virtme-ng where installed, into `m`.
     fn warm_run(&self, i: usize, of: usize, m: &mut Measured) -> Result<()> {
-        let dir = self.root.join(format!("run-{i}"));
-        let mut o = self.opts.clone();
-        o.out = Some(dir.clone());
-        self.progress
-            .note(&format!("warm run {}/{of} -> {}", i + 1, dir.display()));
-        if !self.timed_vm_run(&o, i, m)? {
-            return Ok(());
+        for cold in [false, true] {
+            let how = if cold { "cold" } else { "resumed" };
+            let dir = self.root.join(format!("run-{i}-{how}"));
+            let mut o = self.opts.clone();
+            o.out = Some(dir.clone());
+            o.cold = cold;
+            self.progress.note(&format!(
+                "warm run {}/{of}, {how} -> {}",
+                i + 1,
+                dir.display()
+            ));
+            self.timed_vm_run(&o, i, m)?;
+            let started = Instant::now();
+            let code = run::vm_exec(
+                &o,
+                &["true".to_string()],
+                std::time::Duration::from_secs(300),
+            );
+            if code != 0 {
+                bail!("vm-exec -- true {} ({how}) exited {code}", i + 1);
+            }
+            let t = started.elapsed().as_secs_f64();
+            if cold {
+                m.first_command_cold.push(t);
+            } else {
+                m.first_command.push(t);
+            }
         }
-        let started = Instant::now();
-        let code = run::vm_exec(
-            &o,
-            &["true".to_string()],
-            std::time::Duration::from_secs(300),
-        );
-        if code != 0 {
-            bail!("vm-exec -- true {} exited {code}", i + 1);
-        }
-        m.first_command.push(started.elapsed().as_secs_f64());
         if let Some(t) = time_vng(&self.kernel)? {
             m.vng.get_or_insert_with(Vec::new).push(t);
         }
@@ -348,13 +416,26 @@ impl Sitting<'_> {
                 dir.display()
             );
         };
+        let phases = if o.cold {
+            &mut m.cold_phases
+        } else {
+            for g in &r.gates {
+                let secs = g.duration_ms as f64 / 1000.0;
+                let name = g.name.to_string();
+                match m.gates.iter_mut().find(|(n, _)| *n == name) {
+                    Some((_, v)) => v.push(secs),
+                    None => m.gates.push((name, vec![secs])),
+                }
+            }
+            &mut m.phases
+        };
         for p in vmp.phases {
-            m.phases
+            phases
                 .entry(p.name)
                 .or_default()
                 .push(p.duration_ms as f64 / 1000.0);
         }
-        m.phases.entry(END_TO_END.into()).or_default().push(total);
+        phases.entry(END_TO_END.into()).or_default().push(total);
         m.run_accels.push(vmp.accel);
         Ok(true)
     }
@@ -391,9 +472,18 @@ mod tests {
             image_line: "cached image no-op: median 1.2 ms over 10 runs (min 1.0, max 1.5)\n"
                 .into(),
             floor: vec![2.5, 2.0, 3.0],
+            cold_phases: phases
+                .iter()
+                .map(|(k, v)| (k.clone(), v.iter().map(|x| x * 2.0).collect()))
+                .collect(),
             phases,
+            gates: vec![
+                ("prerequisites".into(), vec![3.0, 4.0, 3.5]),
+                ("dump".into(), vec![12.0, 11.0, 13.0]),
+            ],
             excluded: Vec::new(),
-            first_command: vec![6.0, 5.0, 7.0],
+            first_command: vec![1.0, 1.5, 1.2],
+            first_command_cold: vec![6.0, 5.0, 7.0],
             vng: None,
             reports: "reports/bench-x".into(),
         }
@@ -409,14 +499,19 @@ qemu: QEMU emulator version 7.2.22
 accelerator: tcg (forced with --accel tcg)
 cached image no-op: median 1.2 ms over 10 runs (min 1.0, max 1.5)
 floor (bare kernel, spawn to exit after its no-root panic): median 2.50 s, min 2.00, max 3.00, n 3
-warm vm-run (3 runs, interleaved with the floor boots), medians:
-  image           0.00 s    0.00x floor
-  boot_to_ssh     9.50 s    3.80x floor  (target <= 8 s: ratio 1.19)
-  copy            4.50 s    1.80x floor
-  gates          30.00 s   12.00x floor
-  fetch           0.50 s    0.20x floor
-  end_to_end     46.00 s   18.40x floor  (target <= 30 s: ratio 1.53)
-boot and first command (vm-exec -- true, 3 runs): median 6.00 s, 2.40x floor
+warm vm-run (3 resumed, 3 cold, interleaved with the floor boots), medians:
+                        resumed             cold
+  image           0.00 s  0.00x    0.00 s  0.00x
+  boot_to_ssh     9.50 s  3.80x   19.00 s  7.60x
+  copy            4.50 s  1.80x    9.00 s  3.60x
+  gates          30.00 s 12.00x   60.00 s 24.00x
+  fetch           0.50 s  0.20x    1.00 s  0.40x
+  end_to_end     46.00 s 18.40x   92.00 s 36.80x  (target resumed <= 6x floor: 18.40x, not met)
+gates of the resumed runs, medians:
+  prerequisites             3.50 s   1.40x floor
+  dump                     12.00 s   4.80x floor
+first command, resumed (vm-exec -- true, 3 runs): median 1.20 s, 0.48x floor  (target <= 0.5x floor: 0.48x, met)
+first command, cold (vm-exec -- true, 3 runs): median 6.00 s, 2.40x floor
 virtme-ng (vng): not installed, not measured
 reports: reports/bench-x
 "
@@ -432,7 +527,7 @@ reports: reports/bench-x
         let s = summary(&m);
         assert!(
             s.contains(
-                "medians:\n  not counted: run 2 (exit 1: a gate failed, so gates after it may not have run; see x)\n  image "
+                "medians:\n  not counted: run 2 (exit 1: a gate failed, so gates after it may not have run; see x)\n          "
             ),
             "{s}"
         );
