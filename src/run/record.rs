@@ -95,6 +95,7 @@ impl Observed {
             Event::Vm(vm::Event::Booting { argv, .. }) => self.vm.qemu_argv = argv.clone(),
             Event::Vm(vm::Event::GuestStart(start)) => self.vm.start = Some((**start).clone()),
             Event::Vm(vm::Event::LoggedIn { after }) => self.push_phase("boot_to_ssh", *after),
+            Event::Vm(vm::Event::Stage { name, took }) => self.push_phase(name, *took),
             Event::Phase { name, took } => self.push_phase(name, *took),
             _ => {}
         }

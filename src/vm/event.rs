@@ -26,6 +26,9 @@ pub enum Event {
     PortRetry { port: u16, attempt: u32 },
     /// How the guest came up: cold, or resumed from a snapshot, and why.
     GuestStart(Box<sharedos_report::report::GuestStart>),
+    /// A stage of a resume took `took`: where a resume's time goes (the state into QEMU, the
+    /// guest's first answer, its setup, the login with the run's own key).
+    Stage { name: &'static str, took: Duration },
     /// A snapshot of this image and these settings was saved, for this and later runs.
     SnapshotMade { dir: PathBuf, state_bytes: u64 },
     /// The guest's init said it is ready and announced its host key.
@@ -69,6 +72,9 @@ impl Event {
                 ),
                 None => format!("booted cold ({})", s.reason),
             },
+            Event::Stage { name, took } => {
+                format!("{name}: {:.2} s", took.as_secs_f64())
+            }
             Event::SnapshotMade { dir, state_bytes } => format!(
                 "snapshot saved: {} ({} MiB of machine state)",
                 dir.display(),

@@ -631,14 +631,24 @@ fn resume(
         argv: started.cmd.argv.clone(),
     });
     let b = bounds(accel);
+    let mut stage = Instant::now();
+    let mut lap = |name: &'static str, sink: Sink| {
+        sink(&Event::Stage {
+            name,
+            took: stage.elapsed(),
+        });
+        stage = Instant::now();
+    };
     snapshot::feed(&dir.join(snapshot::STATE), &incoming, b.ssh)
         .map_err(|e| with_qemu_said(e, &qemu_log))?;
+    lap("resume_load", sink);
     // A resumed guest answers within a few of its seconds; one that does not is not waited on
     // as long as a boot.
     let answer = b.ssh / 3;
     let first = Guest::connect(inst.port, &r.host_key, &dir.join(snapshot::KEY), answer)
         .map_err(|e| with_qemu_said(e, &qemu_log))
         .context("the resumed guest did not answer with the snapshot's key")?;
+    lap("resume_answer", sink);
     first.set_timeout(answer);
     let nonce = sharedos_report::random::random_hex(16)?;
     let entropy = sharedos_report::random::random_hex(32)?;
@@ -660,6 +670,7 @@ fn resume(
         );
     }
     drop(first);
+    lap("resume_setup", sink);
     if let Some(how) = started.qemu.exited() {
         bail!("QEMU exited ({how}) after the resume");
     }
@@ -670,6 +681,7 @@ fn resume(
         since,
     };
     let guest = login(&up, &key_path(run_dir), sink)?;
+    lap("resume_login", sink);
     let start = GuestStart {
         how: "resumed".into(),
         reason: "the snapshot for this image and these settings passed its checks".into(),
