@@ -24,12 +24,13 @@ fn strs(v: &[String]) -> Vec<&str> {
     v.iter().map(String::as_str).collect()
 }
 
-/// The `[qemu ACCEL]` line of a plan, split back into its words (shell_words quotes with ').
-fn planned_qemu(plan: &str, accel: &str) -> Vec<String> {
+/// The `[STEP ACCEL]` line of a plan (`qemu` for a cold boot, `resume` for a resume), split
+/// back into its words (shell_words quotes with ').
+fn planned_qemu(plan: &str, step: &str, accel: &str) -> Vec<String> {
     let mut lines = plan.lines();
     lines
-        .find(|l| l.starts_with(&format!("[qemu {accel}]")))
-        .unwrap_or_else(|| panic!("no [qemu {accel}] in the plan:\n{plan}"));
+        .find(|l| l.starts_with(&format!("[{step} {accel}]")))
+        .unwrap_or_else(|| panic!("no [{step} {accel}] in the plan:\n{plan}"));
     let line = lines.next().expect("the QEMU line").trim();
     let (mut words, mut cur, mut quoted, mut any) = (Vec::new(), String::new(), false, false);
     for c in line.chars() {
@@ -189,7 +190,12 @@ fn full_run_archives_an_identified_report_that_verify_agrees_with(sb: &Sandbox, 
     plan_args.push("--plan".into());
     let plan = sb.run_as_user(&sb.xtask, &strs(&plan_args));
     assert!(plan.status.success());
-    let planned = planned_qemu(&String::from_utf8_lossy(&plan.stdout), &vm.accel);
+    // This run resumed the snapshot the first run of the sandbox made.
+    let step = match vm.start.as_ref().map(|s| s.how.as_str()) {
+        Some("resumed") => "resume",
+        _ => "qemu",
+    };
+    let planned = planned_qemu(&String::from_utf8_lossy(&plan.stdout), step, &vm.accel);
     assert_eq!(
         planned.len(),
         vm.qemu_argv.len(),

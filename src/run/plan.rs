@@ -65,6 +65,17 @@ fn write_boot(s: &mut String, opts: &VmRunOptions, report_dir: &Path) -> std::fm
             "    (this QEMU has no -sandbox: it was built without seccomp)"
         )?;
     }
+    if let Some((overlay, lines)) = &p.resume {
+        writeln!(
+            s,
+            "[snapshot] resumed from the image's snapshot for these settings (snapshots/ in the image cache); when there is none, or it fails its checks, the cold boot above makes it, saved over QMP once the guest is ready; --cold boots without one"
+        )?;
+        writeln!(s, "[resume overlay]\n    {}", overlay.display())?;
+        for (accel, cmd) in lines {
+            writeln!(s, "[resume {}]\n    {}", accel.as_str(), cmd.display())?;
+        }
+        writeln!(s, "[resume ssh] over the snapshot's key: the clock, host entropy and a CRNG reseed, this run's key, a nonce echoed; then one session with this run's key")?;
+    }
     writeln!(s, "[ssh] one session to 127.0.0.1:<free port>, host key pinned from SHAREDOS-HOSTKEY on the console")
 }
 

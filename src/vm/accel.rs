@@ -168,7 +168,8 @@ pub fn settled(choice: AccelChoice, cache: Option<&Spot>) -> Option<(Accel, Stri
     }
 }
 
-/// QEMU under `accel`, for `reason`, sending the choice as [`start`] does.
+/// QEMU under `accel`, for `reason`, sending the choice as [`start`] does. The console log is
+/// left as it is: a resumed guest's console goes on from the saved boot's.
 pub fn start_as(
     accel: Accel,
     reason: String,
@@ -177,7 +178,13 @@ pub fn start_as(
     may_outlive: bool,
     sink: Sink,
 ) -> Result<Started> {
-    let started = spawn(accel, reason, cmd_for, logs, may_outlive)?;
+    let cmd = cmd_for(accel);
+    let started = Started {
+        qemu: QemuProcess::spawn(&cmd, logs.qemu, logs.serial, may_outlive)?,
+        accel,
+        reason,
+        cmd,
+    };
     sink(&Event::Accel {
         accel: started.accel,
         reason: started.reason.clone(),

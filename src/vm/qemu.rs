@@ -102,9 +102,11 @@ pub fn machine_args(accel: Accel, memory_mib: u64, cpus: u32) -> Vec<String> {
 }
 
 /// No default devices, no host config, no display or monitor; the serial console goes to a
-/// file. `-no-reboot` turns a guest reset (a `panic=-1` panic included) into QEMU's exit.
-pub fn console_args(serial_log: &Path) -> Vec<String> {
-    vec![
+/// file. `-no-reboot` turns a guest reset (a `panic=-1` panic included) into QEMU's exit. A
+/// resumed guest's console is appended to the saved boot's, so its log holds the guest's whole
+/// console.
+pub fn console_args(serial_log: &Path, append: bool) -> Vec<String> {
+    let mut v: Vec<String> = vec![
         "-nodefaults".into(),
         "-no-user-config".into(),
         "-display".into(),
@@ -112,9 +114,18 @@ pub fn console_args(serial_log: &Path) -> Vec<String> {
         "-monitor".into(),
         "none".into(),
         "-no-reboot".into(),
-        "-serial".into(),
-        format!("file:{}", p(serial_log)),
-    ]
+    ];
+    if append {
+        v.extend([
+            "-chardev".into(),
+            format!("file,id=console,path={},append=on", p(serial_log)),
+            "-serial".into(),
+            "chardev:console".into(),
+        ]);
+    } else {
+        v.extend(["-serial".into(), format!("file:{}", p(serial_log))]);
+    }
+    v
 }
 
 /// Direct kernel boot.
@@ -193,7 +204,7 @@ pub fn sandbox_args(on: bool) -> Vec<String> {
 pub fn qemu_cmd(s: &QemuSpec) -> Cmd {
     let mut v = vec![QEMU.into(), "-name".into(), s.name.clone()];
     v.extend(machine_args(s.accel, s.memory_mib, s.cpus));
-    v.extend(console_args(&s.serial_log));
+    v.extend(console_args(&s.serial_log, s.incoming.is_some()));
     v.extend(kernel_args(&s.kernel, Some(&s.initrd), &s.append));
     v.extend(drive_args(&s.overlay));
     v.extend(net_args(s.network, s.ssh_port));
@@ -221,7 +232,7 @@ pub fn floor_cmd(
 ) -> Cmd {
     let mut v = vec![QEMU.into()];
     v.extend(machine_args(accel, memory_mib, cpus));
-    v.extend(console_args(serial_log));
+    v.extend(console_args(serial_log, false));
     v.extend(kernel_args(kernel, None, FLOOR_APPEND));
     v.extend(sandbox_args(sandbox));
     Cmd::new(v)
@@ -364,8 +375,18 @@ mod tests {
             ..spec(Accel::Tcg)
         };
         let a = qemu_argv(&resume);
-        assert_eq!(a[..cold.len()], cold[..]);
-        assert_eq!(a[cold.len()..], ["-incoming", "unix:/r/incoming.sock"]);
+        assert_eq!(a.len(), cold.len() + 4);
+        let console = a.iter().position(|w| w == "-chardev").unwrap();
+        assert_eq!(
+            a[console..console + 4],
+            [
+                "-chardev",
+                "file,id=console,path=/r/serial.log,append=on",
+                "-serial",
+                "chardev:console"
+            ]
+        );
+        assert_eq!(a[a.len() - 2..], ["-incoming", "unix:/r/incoming.sock"]);
         let stopped = qemu_argv(&QemuSpec {
             stopped: true,
             ..resume
@@ -399,7 +420,7 @@ mod tests {
     #[test]
     fn console_goes_to_the_file_and_never_reboots() {
         assert_eq!(
-            console_args(Path::new("/r/serial.log")).join(" "),
+            console_args(Path::new("/r/serial.log"), false).join(" "),
             "-nodefaults -no-user-config -display none -monitor none -no-reboot -serial file:/r/serial.log"
         );
     }

@@ -222,6 +222,9 @@ pub struct SessionPlan {
     pub qemu: Vec<(Accel, String, Cmd)>,
     /// Whether this QEMU has `-sandbox`.
     pub sandbox: bool,
+    /// A resume: the run's overlay on the snapshot's disk, and the QEMU line under each
+    /// accelerator; the cold lines above then make the snapshot when there is none.
+    pub resume: Option<(Cmd, Vec<(Accel, Cmd)>)>,
 }
 
 /// What opening a session would run, from the same builders, with placeholders for the run
@@ -242,6 +245,28 @@ pub fn plan(spec: &SessionSpec, media: &GuestMedia) -> SessionPlan {
             .map(|a| (a, spec.accel.when(a), qemu_cmd(spec, media, &inst, a)))
             .collect(),
         sandbox: inst.sandbox,
+        resume: (spec.start == Start::Resume).then(|| {
+            let snap = PathBuf::from("<snapshot>");
+            let inst = Instance {
+                incoming: Some(run_dir.join("incoming.sock")),
+                ..Instance::cold(
+                    &run_dir,
+                    kernel_append(&format!("{}<snapshot key>", contract::AUTHORIZED_KEY)),
+                )
+            };
+            (
+                qemu::overlay_on_cmd(
+                    &snap.join(snapshot::DISK),
+                    "qcow2",
+                    &run_dir.join("overlay.qcow2"),
+                ),
+                spec.accel
+                    .tries()
+                    .into_iter()
+                    .map(|a| (a, qemu_cmd(spec, media, &inst, a)))
+                    .collect(),
+            )
+        }),
     }
 }
 
@@ -613,6 +638,14 @@ fn resume(
     };
     let since = Instant::now();
     let (serial_log, qemu_log) = (spec.serial_log(), spec.qemu_log());
+    // The guest's console so far is the saved boot's.
+    let _ = std::fs::remove_file(&serial_log);
+    std::fs::copy(dir.join(snapshot::CONSOLE), &serial_log).with_context(|| {
+        format!(
+            "copying the snapshot's boot console to {}",
+            serial_log.display()
+        )
+    })?;
     let logs = Logs {
         serial: &serial_log,
         qemu: &qemu_log,

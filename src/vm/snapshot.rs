@@ -27,6 +27,8 @@ pub const STATE: &str = "state";
 pub const DISK: &str = "disk.qcow2";
 pub const KEY: &str = "id_ed25519";
 pub const RECORD: &str = "snapshot.json";
+/// The saved boot's console, which a resumed run's console log goes on from.
+pub const CONSOLE: &str = "serial.log";
 /// A record holds one QEMU line and a few hashes.
 const RECORD_MAX: u64 = 64 * 1024;
 
@@ -203,10 +205,17 @@ pub fn check(dir: &Path, r: &Record, want: &Key) -> Result<(), String> {
             Err(e) => return Err(format!("damaged: {e:#}")),
         }
     }
-    match std::fs::symlink_metadata(dir.join(KEY)) {
-        Ok(m) if m.is_file() => Ok(()),
-        _ => Err(format!("damaged: its {KEY} is missing")),
+    for name in [KEY, CONSOLE] {
+        match std::fs::symlink_metadata(dir.join(name)) {
+            Ok(m) if m.is_file() => {}
+            _ => {
+                return Err(format!(
+                    "damaged: its {name} is missing or not a regular file"
+                ))
+            }
+        }
     }
+    Ok(())
 }
 
 /// Removes a snapshot that failed its check, or a half-made one.
@@ -422,6 +431,7 @@ mod tests {
         std::fs::write(dir.join(STATE), b"machine state").unwrap();
         std::fs::write(dir.join(DISK), b"overlay").unwrap();
         std::fs::write(dir.join(KEY), b"key").unwrap();
+        std::fs::write(dir.join(CONSOLE), b"SHAREDOS-READY").unwrap();
         record(
             key(),
             Accel::Tcg,
