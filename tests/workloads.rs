@@ -1,5 +1,6 @@
 //! The workloads beyond the default xterm (`diagnose --workload`), end to end in the VM as an
-//! unprivileged user: one `vm-run` per image, each built in the sandbox's cache.
+//! unprivileged user: one `vm-run` per image, each image taken from the seed cache (built there
+//! once, in unshare mode, when missing).
 //!
 //! - `desktop` on bookworm and on trixie (their `-desktop` images): every gate, and the density
 //!   gate with two copies inside the same run, so the per-copy figures come without a second
@@ -74,6 +75,9 @@ fn vm_run(
     memory_mib: u32,
     diagnose: &[&str],
 ) -> (Option<i32>, Report, PathBuf) {
+    // The workload's image comes from the seed, built there (in unshare mode, as the rig's
+    // default would) by the first test that needs it: this test is about running it.
+    common::seed::seed(sb, "cache", image, "unshare");
     let out_dir = sb.dir.join(format!("reports/{image}"));
     let mut args = vm_run_args(sb, gate, &out_dir, "auto");
     let mode = args.iter().position(|a| a == "--mode").unwrap();
