@@ -151,7 +151,22 @@ fn full_run_archives_an_identified_report_that_verify_agrees_with(sb: &Sandbox, 
     assert_eq!(vm.gate_binary_sha256.len(), 64);
     assert!(vm.guest_mem_used_mib.unwrap_or(0) > 0);
     let phases: Vec<&str> = vm.phases.iter().map(|p| p.name.as_str()).collect();
-    assert_eq!(phases, ["image", "boot_to_ssh", "copy", "gates", "fetch"]);
+    // This run resumed the snapshot its sandbox's first run made (seeded or made here): its
+    // boot is the resume's four stages.
+    assert_eq!(
+        phases,
+        [
+            "image",
+            "resume_load",
+            "resume_answer",
+            "resume_setup",
+            "resume_login",
+            "boot_to_ssh",
+            "copy",
+            "gates",
+            "fetch"
+        ]
+    );
 
     // Every gate ran: nothing is NOT_RUN for want of a tool, and cleanup proved the tree gone.
     for g in &r.gates {

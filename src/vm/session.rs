@@ -713,8 +713,12 @@ fn resume(
         host_key: r.host_key.clone(),
         since,
     };
-    let guest = login(&up, &key_path(run_dir), sink)?;
+    let guest = Guest::connect(up.port, &up.host_key, &key_path(run_dir), b.ssh)
+        .context("logging in to the resumed guest with this run's key")?;
     lap("resume_login", sink);
+    sink(&Event::LoggedIn {
+        after: up.since.elapsed(),
+    });
     let start = GuestStart {
         how: "resumed".into(),
         reason: "the snapshot for this image and these settings passed its checks".into(),
