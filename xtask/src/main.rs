@@ -82,6 +82,9 @@ struct MatrixArgs {
     jobs: Option<usize>,
     #[arg(long, value_enum, default_value = "auto")]
     accel: AccelChoice,
+    /// Every row boots its image's kernel instead of resuming its snapshot.
+    #[arg(long)]
+    cold: bool,
     /// Guest memory in MiB, per guest.
     #[arg(long, default_value_t = 1024)]
     memory: u64,
@@ -161,6 +164,9 @@ fn vm_matrix(a: MatrixArgs) -> Result<i32> {
     }
     opts.extra_args
         .extend(["--gate-binary".into(), gate.display().to_string()]);
+    if a.cold {
+        opts.extra_args.push("--cold".into());
+    }
     Ok(matrix::vm_matrix(&opts))
 }
 
