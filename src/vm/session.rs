@@ -658,11 +658,7 @@ fn resume(
         spec.keep,
         sink,
     )?;
-    sink(&Event::Booting {
-        pid: started.qemu.pid,
-        port: inst.port,
-        argv: started.cmd.argv.clone(),
-    });
+    booting(&started, inst.port, sink);
     let b = bounds(accel);
     let mut stage = Instant::now();
     let mut lap = |name: &'static str, sink: Sink| {
@@ -836,12 +832,16 @@ fn start_qemu(
         spec.keep,
         sink,
     )?;
+    booting(&started, inst.port, sink);
+    Ok(started)
+}
+
+fn booting(started: &Started, port: u16, sink: Sink) {
     sink(&Event::Booting {
         pid: started.qemu.pid,
-        port: inst.port,
+        port,
         argv: started.cmd.argv.clone(),
     });
-    Ok(started)
 }
 
 /// The guest's ready line, within the accelerator's bound: the host key it announced.
