@@ -566,6 +566,11 @@ fn make(
     let (mut up, append, disk) = match made {
         Ok(m) => m,
         Err(e) => {
+            // A boot that failed is this run's failure: its console and QEMU's words go where
+            // the run keeps its own, for the report, before the half-made snapshot goes.
+            for f in [snapshot::CONSOLE, "qemu.log"] {
+                let _ = std::fs::copy(making.join(f), spec.logs.join(f));
+            }
             snapshot::discard(&making);
             return Err(e);
         }
