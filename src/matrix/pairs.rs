@@ -9,8 +9,9 @@
 //! The cause is CRIU's own error when a gate quoted one (a restore CRIU refused, a dump it could
 //! not make), else the first failing gate's reason; guest text, escaped wherever shown.
 
+use super::render::{aligned, html_end, html_headings, md_notes, md_row, md_rows, or_dash};
 use super::CELL_CAUSE_CHARS;
-use crate::escape::{html as html_esc, line as one_line, markdown as md_esc, xml as xml_esc};
+use crate::escape::{html as html_esc, line as one_line, xml as xml_esc};
 use crate::judge::ledger::Ledger;
 use crate::judge::reader::{Kind, ReportDir};
 use crate::judge::verdict::{
@@ -415,14 +416,6 @@ pub fn load(paths: &[PathBuf], ledger: Option<&Ledger>) -> Result<(Pairs, Vec<St
     Ok((Pairs::new(rows), warnings))
 }
 
-fn or_dash(s: &str) -> String {
-    if s.is_empty() {
-        "-".into()
-    } else {
-        one_line(s)
-    }
-}
-
 fn meaning(code: i32) -> &'static str {
     match code {
         0 => "every checkpoint was restored and held in the other guest",
@@ -481,26 +474,13 @@ fn notes(m: &Pairs) -> Vec<String> {
 pub fn text(m: &Pairs) -> String {
     let mut rows = vec![headings()];
     rows.extend(m.pairs.iter().map(row));
-    let widths: Vec<usize> = (0..rows[0].len())
-        .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
-        .collect();
     let mut s = format!(
         "pairs: {} migration(s), exit {}: {}\n",
         m.pairs.len(),
         m.exit_code,
         meaning(m.exit_code)
     );
-    for r in &rows {
-        let line: Vec<String> = r
-            .iter()
-            .zip(&widths)
-            .map(|(c, w)| format!("{c:<w$}"))
-            .collect();
-        let _ = writeln!(s, "{}", line.join("  ").trim_end());
-    }
-    for n in notes(m) {
-        let _ = writeln!(s, "{n}");
-    }
+    s.push_str(&aligned(&rows, &notes(m)));
     s
 }
 
@@ -512,19 +492,10 @@ pub fn md(m: &Pairs) -> String {
         m.pairs.len()
     );
     let h = headings();
-    let _ = writeln!(s, "| {} |", h.join(" | "));
-    let _ = writeln!(s, "|{}", " --- |".repeat(h.len()));
-    for p in &m.pairs {
-        let r: Vec<String> = row(p).iter().map(|x| md_esc(x)).collect();
-        let _ = writeln!(s, "| {} |", r.join(" | "));
-    }
-    let n = notes(m);
-    if !n.is_empty() {
-        s.push('\n');
-        for x in n {
-            let _ = writeln!(s, "- {}", md_esc(&x));
-        }
-    }
+    s.push_str(&md_row(&h));
+    s.push_str(&md_row(&vec!["---"; h.len()]));
+    s.push_str(&md_rows(m.pairs.iter().map(row)));
+    s.push_str(&md_notes(&notes(m)));
     s
 }
 
@@ -547,9 +518,7 @@ pub fn html(m: &Pairs) -> String {
         html_esc(meaning(m.exit_code)),
         m.pairs.len()
     );
-    for h in headings() {
-        let _ = write!(s, "<th>{}</th>", html_esc(&h));
-    }
+    s.push_str(&html_headings(&headings()));
     s.push_str("</tr>\n");
     for p in &m.pairs {
         s.push_str("<tr>");
@@ -563,16 +532,7 @@ pub fn html(m: &Pairs) -> String {
         }
         s.push_str("</tr>\n");
     }
-    s.push_str("</table>\n");
-    let n = notes(m);
-    if !n.is_empty() {
-        s.push_str("<ul>\n");
-        for x in n {
-            let _ = writeln!(s, "<li>{}</li>", html_esc(&x));
-        }
-        s.push_str("</ul>\n");
-    }
-    s.push_str("</body></html>\n");
+    s.push_str(&html_end(&notes(m)));
     s
 }
 
@@ -682,6 +642,12 @@ mod tests {
         pair(label, None, Ok(&f), t.as_ref().map(Ok))
     }
 
+    /// The restore side with CRIU's refusal quoted in restore_live_process: the failing half
+    /// most of these tests need, kept in one place so they fail for the same reason.
+    fn refused(r: Report) -> Report {
+        failed(r, RestoreLiveProcess, "criu restore", Some(REFUSAL))
+    }
+
     const REFUSAL: &str = "(00.512) Error (criu/cr-restore.c:1480): Can't fork for 77: File exists";
 
     #[test]
@@ -725,12 +691,11 @@ mod tests {
     #[test]
     fn a_restore_criu_refused_fails_its_row_with_crius_error_as_the_cause() {
         let from = dump_side("trixie", "6.12.117+deb13-cloud-amd64", "4.1.1");
-        let to = failed(
-            restore_side("trixie-bpo", "7.3.4+deb13-cloud-amd64", "4.1.1"),
-            RestoreLiveProcess,
-            "criu restore",
-            Some(REFUSAL),
-        );
+        let to = refused(restore_side(
+            "trixie-bpo",
+            "7.3.4+deb13-cloud-amd64",
+            "4.1.1",
+        ));
         let (p, _) = judged("m2", &from, Some(&to));
         assert_eq!(p.outcome, PairOutcome::Judged(Verdict::Fail));
         assert_eq!(p.exit_code(), 1);
@@ -917,16 +882,7 @@ mod tests {
         // Without the failure, the same halves pass: the check can go either way.
         let t = evaluate_report(&to, None);
         assert_eq!(pair("m4", None, Ok(&f), Some(Ok(&t))).0.exit_code(), 0);
-        let (fail, _) = judged(
-            "m5",
-            &from,
-            Some(&failed(
-                to.clone(),
-                RestoreLiveProcess,
-                "criu restore",
-                Some(REFUSAL),
-            )),
-        );
+        let (fail, _) = judged("m5", &from, Some(&refused(to.clone())));
         assert_eq!(Pairs::new(vec![fail.clone(), p3.clone()]).exit_code, 2);
         assert_eq!(Pairs::new(vec![fail.clone()]).exit_code, 1);
         let shown = text(&Pairs::new(vec![p2]));
@@ -940,12 +896,7 @@ mod tests {
     #[test]
     fn where_migration_json_says_otherwise_the_halves_win_and_it_is_said() {
         let from = dump_side("trixie", "6.12", "4.1.1");
-        let to = failed(
-            restore_side("trixie-bpo", "7.3", "4.1.1"),
-            RestoreLiveProcess,
-            "criu restore",
-            Some(REFUSAL),
-        );
+        let to = refused(restore_side("trixie-bpo", "7.3", "4.1.1"));
         let (f, t) = (evaluate_report(&from, None), evaluate_report(&to, None));
         let honest = serde_json::json!({
             "from": {"image": "trixie"}, "to": {"image": "trixie-bpo"}, "verdict": "FAIL",
@@ -1010,12 +961,11 @@ mod tests {
             r#"{"from": {"image": "bookworm"}, "to": {"image": "bookworm-bpo"}, "verdict": "PASS"}"#,
         );
         let b = reports.join("20261202T110000Z-migrate-trixie-trixie-bpo");
-        let refused = failed(
-            restore_side("trixie-bpo", "7.3.4+deb13-cloud-amd64", "4.1.1"),
-            RestoreLiveProcess,
-            "criu restore",
-            Some(REFUSAL),
-        );
+        let refused = refused(restore_side(
+            "trixie-bpo",
+            "7.3.4+deb13-cloud-amd64",
+            "4.1.1",
+        ));
         // Forged: the halves say FAIL.
         migration(
             &b,

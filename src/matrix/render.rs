@@ -39,7 +39,7 @@ fn num(v: Option<f64>, places: usize) -> String {
         .unwrap_or_else(|| "-".into())
 }
 
-fn or_dash(s: &str) -> String {
+pub(super) fn or_dash(s: &str) -> String {
     if s.is_empty() {
         "-".into()
     } else {
@@ -145,10 +145,6 @@ fn notes(m: &Matrix) -> Vec<String> {
 pub fn text(m: &Matrix) -> String {
     let mut rows = vec![headings()];
     rows.extend(m.cells.iter().map(row));
-    let cols = rows[0].len();
-    let widths: Vec<usize> = (0..cols)
-        .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
-        .collect();
     let mut s = String::new();
     let _ = writeln!(
         s,
@@ -157,7 +153,21 @@ pub fn text(m: &Matrix) -> String {
         m.exit_code,
         verdict_word(m.exit_code)
     );
-    for r in &rows {
+    s.push_str(&aligned(&rows, &notes(m)));
+    s
+}
+
+/// The text table under a heading line, shared by the matrix and its migration pairs: rows
+/// padded to their columns' widths, counted in chars since that is what a terminal shows, two
+/// spaces apart with nothing trailing, then the notes, one line each. Cells and notes come
+/// already escaped.
+pub(super) fn aligned(rows: &[Vec<String>], notes: &[String]) -> String {
+    let cols = rows.first().map_or(0, Vec::len);
+    let widths: Vec<usize> = (0..cols)
+        .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
+        .collect();
+    let mut s = String::new();
+    for r in rows {
         let line: Vec<String> = r
             .iter()
             .zip(&widths)
@@ -165,9 +175,57 @@ pub fn text(m: &Matrix) -> String {
             .collect();
         let _ = writeln!(s, "{}", line.join("  ").trim_end());
     }
-    for n in notes(m) {
+    for n in notes {
         let _ = writeln!(s, "{n}");
     }
+    s
+}
+
+/// One Markdown table row. Headings and alignment markers go in as they are; guest cells must
+/// come through [`md_esc`] first, as [`md_rows`] does.
+pub(super) fn md_row<S: AsRef<str>>(cells: &[S]) -> String {
+    let cells: Vec<&str> = cells.iter().map(AsRef::as_ref).collect();
+    format!("| {} |\n", cells.join(" | "))
+}
+
+/// Body rows of a Markdown table, every cell escaped.
+pub(super) fn md_rows(rows: impl IntoIterator<Item = Vec<String>>) -> String {
+    rows.into_iter()
+        .map(|r| md_row(&r.iter().map(|x| md_esc(x)).collect::<Vec<_>>()))
+        .collect()
+}
+
+/// Notes under a Markdown table as an escaped list after a blank line; nothing without notes.
+pub(super) fn md_notes(notes: &[String]) -> String {
+    if notes.is_empty() {
+        return String::new();
+    }
+    let mut s = String::from("\n");
+    for x in notes {
+        let _ = writeln!(s, "- {}", md_esc(x));
+    }
+    s
+}
+
+/// An HTML table's heading cells, escaped.
+pub(super) fn html_headings(headings: &[String]) -> String {
+    headings
+        .iter()
+        .map(|h| format!("<th>{}</th>", html_esc(h)))
+        .collect()
+}
+
+/// The end of an HTML page: the table closed, the notes as an escaped list, the document closed.
+pub(super) fn html_end(notes: &[String]) -> String {
+    let mut s = String::from("</table>\n");
+    if !notes.is_empty() {
+        s.push_str("<ul>\n");
+        for x in notes {
+            let _ = writeln!(s, "<li>{}</li>", html_esc(x));
+        }
+        s.push_str("</ul>\n");
+    }
+    s.push_str("</body></html>\n");
     s
 }
 
@@ -182,24 +240,15 @@ pub fn md(m: &Matrix) -> String {
         m.jobs
     );
     let h = headings();
-    let _ = writeln!(s, "| {} |", h.join(" | "));
+    s.push_str(&md_row(&h));
     let align: Vec<&str> = h
         .iter()
         .enumerate()
         .map(|(i, _)| if (14..17).contains(&i) { "---:" } else { "---" })
         .collect();
-    let _ = writeln!(s, "| {} |", align.join(" | "));
-    for c in &m.cells {
-        let r: Vec<String> = row(c).iter().map(|x| md_esc(x)).collect();
-        let _ = writeln!(s, "| {} |", r.join(" | "));
-    }
-    let n = notes(m);
-    if !n.is_empty() {
-        s.push('\n');
-        for x in n {
-            let _ = writeln!(s, "- {}", md_esc(&x));
-        }
-    }
+    s.push_str(&md_row(&align));
+    s.push_str(&md_rows(m.cells.iter().map(row)));
+    s.push_str(&md_notes(&notes(m)));
     s
 }
 
@@ -232,9 +281,7 @@ pub fn html(m: &Matrix) -> String {
         html_esc(&m.started_at),
         html_esc(&m.finished_at)
     );
-    for h in headings() {
-        let _ = write!(s, "<th>{}</th>", html_esc(&h));
-    }
+    s.push_str(&html_headings(&headings()));
     s.push_str("</tr>\n");
     for c in &m.cells {
         s.push_str("<tr>");
@@ -252,16 +299,7 @@ pub fn html(m: &Matrix) -> String {
         }
         s.push_str("</tr>\n");
     }
-    s.push_str("</table>\n");
-    let n = notes(m);
-    if !n.is_empty() {
-        s.push_str("<ul>\n");
-        for x in n {
-            let _ = writeln!(s, "<li>{}</li>", html_esc(&x));
-        }
-        s.push_str("</ul>\n");
-    }
-    s.push_str("</body></html>\n");
+    s.push_str(&html_end(&notes(m)));
     s
 }
 
