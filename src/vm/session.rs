@@ -578,7 +578,14 @@ fn make(
     let saved = (|| {
         let b = bounds(up.started.accel);
         let mut qmp = super::qmp::Qmp::connect(&run_dir.join("qmp.sock"), b.ssh)?;
-        let state = snapshot::save(&mut qmp, &run_dir.join("migrate.sock"), &making, b.boot)?;
+        let max = spec.memory_mib.saturating_add(256).saturating_mul(1 << 20);
+        let state = snapshot::save(
+            &mut qmp,
+            &run_dir.join("migrate.sock"),
+            &making,
+            max,
+            b.boot,
+        )?;
         let _ = qmp.execute("quit", None);
         if up.started.qemu.wait_exit(b.ssh)?.is_none() {
             bail!("QEMU did not quit after saving the snapshot");

@@ -265,12 +265,20 @@ fn sweep(root: &Path) {
 /// listens on, and stops the guest itself for the last pass, so the disk and the memory are of
 /// one moment. The guest stays stopped; the caller ends that QEMU. Returns the state's sha256
 /// and size.
-pub fn save(qmp: &mut Qmp, socket: &Path, into: &Path, timeout: Duration) -> Result<(String, u64)> {
+/// `max` bounds the state: QEMU's stream is the guest's memory and a little of each device, so
+/// the caller passes the guest's memory with room for the rest.
+pub fn save(
+    qmp: &mut Qmp,
+    socket: &Path,
+    into: &Path,
+    max: u64,
+    timeout: Duration,
+) -> Result<(String, u64)> {
     let _ = std::fs::remove_file(socket);
     let listener = UnixListener::bind(socket)
         .with_context(|| format!("listening on {} for the guest's state", socket.display()))?;
     let out = into.join(STATE);
-    let receiver = std::thread::spawn(move || receive(listener, &out, timeout));
+    let receiver = std::thread::spawn(move || receive(listener, &out, max, timeout));
     let uri = format!("unix:{}", socket.display());
     let asked = qmp.execute("migrate", Some(serde_json::json!({ "uri": uri })));
     if let Err(e) = asked {
@@ -309,7 +317,12 @@ pub fn save(qmp: &mut Qmp, socket: &Path, into: &Path, timeout: Duration) -> Res
         .map_err(|_| anyhow::anyhow!("the thread receiving the guest's state panicked"))?
 }
 
-fn receive(listener: UnixListener, out: &Path, timeout: Duration) -> Result<(String, u64)> {
+fn receive(
+    listener: UnixListener,
+    out: &Path,
+    max: u64,
+    timeout: Duration,
+) -> Result<(String, u64)> {
     let (mut conn, _) = listener.accept().context("accepting QEMU's migration")?;
     conn.set_read_timeout(Some(timeout))?;
     let mut file = std::fs::OpenOptions::new()
@@ -317,7 +330,12 @@ fn receive(listener: UnixListener, out: &Path, timeout: Duration) -> Result<(Str
         .create_new(true)
         .open(out)
         .with_context(|| format!("creating {}", out.display()))?;
-    copy_hashing(&mut conn, &mut file).context("receiving the guest's state from QEMU")
+    let (sha, n) = copy_hashing(&mut (&mut conn).take(max.saturating_add(1)), &mut file)
+        .context("receiving the guest's state from QEMU")?;
+    if n > max {
+        bail!("QEMU sent more than {max} bytes of state; the snapshot was not kept");
+    }
+    Ok((sha, n))
 }
 
 /// Streams the saved state into the resuming QEMU's socket, which QEMU creates as it starts.
@@ -554,7 +572,8 @@ mod tests {
         let sock = root.join("in.sock");
         let listener = UnixListener::bind(&sock).unwrap();
         let out = root.join("got");
-        let t = std::thread::spawn(move || receive(listener, &out, Duration::from_secs(5)));
+        let t =
+            std::thread::spawn(move || receive(listener, &out, 3 << 20, Duration::from_secs(5)));
         let n = feed(&root.join(STATE), &sock, Duration::from_secs(5)).unwrap();
         let (sha, got) = t.join().unwrap().unwrap();
         assert_eq!((n, got), (3 << 20, 3 << 20));
@@ -565,6 +584,15 @@ mod tests {
             Duration::from_millis(100)
         )
         .is_err());
+        // One byte past the bound is refused.
+        let sock2 = root.join("in2.sock");
+        let listener = UnixListener::bind(&sock2).unwrap();
+        let out = root.join("got2");
+        let t = std::thread::spawn(move || {
+            receive(listener, &out, (3 << 20) - 1, Duration::from_secs(5))
+        });
+        let _ = feed(&root.join(STATE), &sock2, Duration::from_secs(5));
+        assert!(format!("{:#}", t.join().unwrap().unwrap_err()).contains("more than"));
         std::fs::remove_dir_all(&root).unwrap();
     }
 }
