@@ -374,6 +374,8 @@ impl Sitting<'_> {
                 dir.display()
             ));
             self.timed_vm_run(&o, i, m)?;
+            // The first command alone: no gate binary to copy in first.
+            o.gate_binary = PathBuf::new();
             let started = Instant::now();
             let code = run::vm_exec(
                 &o,
