@@ -12,6 +12,28 @@ use std::time::{Duration, Instant};
 /// No QMP answer the rig asks for comes near this.
 const MAX_LINE: u64 = 1 << 20;
 
+/// Connects to a unix socket that QEMU creates as it starts, retrying until it listens or
+/// `timeout` has passed. A QEMU that is still starting refuses or lacks the socket; both are
+/// retried, since which one it is depends only on how far its start has got.
+pub fn connect_when_listening(socket: &Path, timeout: Duration, what: &str) -> Result<UnixStream> {
+    let since = Instant::now();
+    loop {
+        match UnixStream::connect(socket) {
+            Ok(s) => return Ok(s),
+            Err(e) if since.elapsed() >= timeout => {
+                return Err(e).with_context(|| {
+                    format!(
+                        "QEMU did not listen on {what} {} within {} s",
+                        socket.display(),
+                        timeout.as_secs()
+                    )
+                })
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+}
+
 pub struct Qmp {
     reader: BufReader<UnixStream>,
     writer: UnixStream,
@@ -21,22 +43,7 @@ impl Qmp {
     /// Connects to QEMU's QMP socket, retrying until `timeout` (QEMU makes the socket as it
     /// starts), and leaves capabilities negotiation done.
     pub fn connect(socket: &Path, timeout: Duration) -> Result<Qmp> {
-        let since = Instant::now();
-        let stream = loop {
-            match UnixStream::connect(socket) {
-                Ok(s) => break s,
-                Err(e) if since.elapsed() >= timeout => {
-                    return Err(e).with_context(|| {
-                        format!(
-                            "connecting to QEMU's QMP socket {} within {} s",
-                            socket.display(),
-                            timeout.as_secs()
-                        )
-                    })
-                }
-                Err(_) => std::thread::sleep(Duration::from_millis(50)),
-            }
-        };
+        let stream = connect_when_listening(socket, timeout, "QEMU's QMP socket")?;
         stream.set_read_timeout(Some(timeout))?;
         stream.set_write_timeout(Some(timeout))?;
         let writer = stream.try_clone().context("cloning the QMP socket")?;
@@ -111,6 +118,34 @@ fn error_text(e: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_socket_nobody_listens_on_is_an_error_after_the_timeout() {
+        let sock = std::env::temp_dir().join(format!("qmp-none-{}.sock", std::process::id()));
+        let e = connect_when_listening(&sock, Duration::from_millis(100), "the test socket")
+            .unwrap_err();
+        assert!(
+            format!("{e:#}").contains("did not listen on the test socket"),
+            "{e:#}"
+        );
+    }
+
+    #[test]
+    fn a_socket_that_appears_late_is_connected() {
+        let dir = std::env::temp_dir().join(format!("qmp-late-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let sock = dir.join("late.sock");
+        let bind_at = sock.clone();
+        let server = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            let l = std::os::unix::net::UnixListener::bind(&bind_at).unwrap();
+            l.accept().map(|_| ()).unwrap();
+        });
+        connect_when_listening(&sock, Duration::from_secs(10), "the test socket").unwrap();
+        server.join().unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn an_error_reads_as_qemus_words() {

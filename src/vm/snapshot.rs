@@ -341,21 +341,7 @@ fn receive(
 /// Streams the saved state into the resuming QEMU's socket, which QEMU creates as it starts.
 /// Gives up when `timeout` passes before the socket accepts.
 pub fn feed(state: &Path, socket: &Path, timeout: Duration) -> Result<u64> {
-    let since = Instant::now();
-    let mut conn = loop {
-        match UnixStream::connect(socket) {
-            Ok(c) => break c,
-            Err(e) if since.elapsed() >= timeout => {
-                return Err(e).with_context(|| {
-                    format!(
-                        "QEMU did not listen on {} for the saved state",
-                        socket.display()
-                    )
-                })
-            }
-            Err(_) => std::thread::sleep(Duration::from_millis(20)),
-        }
-    };
+    let mut conn = super::qmp::connect_when_listening(socket, timeout, "the state socket")?;
     conn.set_write_timeout(Some(timeout))?;
     let mut file =
         std::fs::File::open(state).with_context(|| format!("opening {}", state.display()))?;
