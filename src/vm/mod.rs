@@ -24,20 +24,34 @@ pub use session::{GuestMedia, Session, SessionSpec, Start};
 
 use anyhow::{Context, Result};
 
+use std::sync::OnceLock;
+
 /// Whether this QEMU was built with its seccomp sandbox: `-sandbox` is then a known option, and
-/// `-version` after it exits 0 without starting a machine.
+/// `-version` after it exits 0 without starting a machine. Asked once per process: the QEMU
+/// on PATH does not change under a running rig, and a resume needs the answer several times.
 pub fn sandbox_available() -> bool {
-    qemu::sandbox_probe_cmd()
-        .command()
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
+    static ANSWER: OnceLock<bool> = OnceLock::new();
+    *ANSWER.get_or_init(|| {
+        qemu::sandbox_probe_cmd()
+            .command()
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    })
 }
 
-/// The first line of `qemu-system-x86_64 --version`.
+/// The first line of `qemu-system-x86_64 --version`, asked once per process as above. A
+/// failure is kept too, so every caller reports the same one.
 pub fn qemu_version() -> Result<String> {
-    let out = crate::cmd::capture(&qemu::version_cmd())
-        .context("reading QEMU's version (Debian/Ubuntu: apt-get install qemu-system-x86)")?;
-    Ok(out.lines().next().unwrap_or("").trim().to_string())
+    static ANSWER: OnceLock<std::result::Result<String, String>> = OnceLock::new();
+    ANSWER
+        .get_or_init(|| {
+            crate::cmd::capture(&qemu::version_cmd())
+                .map(|out| out.lines().next().unwrap_or("").trim().to_string())
+                .map_err(|e| format!("{e:#}"))
+        })
+        .clone()
+        .map_err(anyhow::Error::msg)
+        .context("reading QEMU's version (Debian/Ubuntu: apt-get install qemu-system-x86)")
 }

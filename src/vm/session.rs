@@ -455,15 +455,43 @@ fn resume_or_cold(
     run_dir: &Path,
     sink: Sink,
 ) -> Result<Opened> {
+    match try_resume(spec, media, run_dir, sink)? {
+        Ok(o) => Ok(o),
+        Err(reason) => cold(spec, media, run_dir, &reason, sink),
+    }
+}
+
+/// A resume, or why this run must boot cold instead (the inner error). The outer error is a
+/// failure no cold boot would mend: an interrupt, or the snapshot's own boot failing.
+fn try_resume(
+    spec: &SessionSpec,
+    media: &GuestMedia,
+    run_dir: &Path,
+    sink: Sink,
+) -> Result<std::result::Result<Opened, String>> {
     let Some(spot) = &spec.snapshot else {
-        return cold(
-            spec,
-            media,
-            run_dir,
-            "this image has no snapshot store",
-            sink,
-        );
+        return Ok(Err("this image has no snapshot store".into()));
     };
+    // A resume that fails is told apart from one that was interrupted, which must end the run.
+    let resumed =
+        |made: Option<&str>, dir: &Path, r: &Record, reason: String, sink: Sink| match resume(
+            spec, media, run_dir, dir, r, reason, sink,
+        ) {
+            Ok(mut o) => {
+                if let Some(why) = made {
+                    o.start.reason = format!("{why}: made one, then resumed it");
+                }
+                Ok(Ok(o))
+            }
+            Err(e) if signals::interrupted().is_some() => Err(e),
+            Err(e) => {
+                let failed = match made {
+                    None => "the resume failed".to_string(),
+                    Some(why) => format!("{why}; the one made now did not resume"),
+                };
+                Ok(Err(format!("{failed}, so this run booted cold: {e:#}")))
+            }
+        };
     let version = super::qemu_version()?;
     let sandbox = super::sandbox_available();
     let why = match accel::settled(spec.accel, spec.accel_cache.as_ref()) {
@@ -482,48 +510,16 @@ fn resume_or_cold(
                         snapshot::discard(&dir);
                         format!("the snapshot was {bad}")
                     }
-                    Ok(()) => {
-                        return match resume(spec, media, run_dir, &dir, &r, reason, sink) {
-                            Ok(o) => Ok(o),
-                            Err(e) if signals::interrupted().is_some() => Err(e),
-                            Err(e) => cold(
-                                spec,
-                                media,
-                                run_dir,
-                                &format!("the resume failed, so this run booted cold: {e:#}"),
-                                sink,
-                            ),
-                        };
-                    }
+                    Ok(()) => return resumed(None, &dir, &r, reason, sink),
                 },
             }
         }
     };
-    let (dir, r) = match make(spec, media, spot, &version, sandbox, run_dir, sink)? {
-        Ok(made) => made,
-        Err(e) => {
-            return cold(
-                spec,
-                media,
-                run_dir,
-                &format!("{why}, and saving one failed, so this run booted cold: {e:#}"),
-                sink,
-            )
-        }
-    };
-    match resume(spec, media, run_dir, &dir, &r, r.accel_reason.clone(), sink) {
-        Ok(mut o) => {
-            o.start.reason = format!("{why}: made one, then resumed it");
-            Ok(o)
-        }
-        Err(e) if signals::interrupted().is_some() => Err(e),
-        Err(e) => cold(
-            spec,
-            media,
-            run_dir,
-            &format!("{why}; the one made now did not resume, so this run booted cold: {e:#}"),
-            sink,
-        ),
+    match make(spec, media, spot, &version, sandbox, run_dir, sink)? {
+        Ok((dir, r)) => resumed(Some(&why), &dir, &r, r.accel_reason.clone(), sink),
+        Err(e) => Ok(Err(format!(
+            "{why}, and saving one failed, so this run booted cold: {e:#}"
+        ))),
     }
 }
 
