@@ -183,6 +183,21 @@ fn cut(s: &str, max: usize) -> String {
     out
 }
 
+/// A failed setup step as one bounded line: the step's own message (which names its log and
+/// the fix), then the failing lines of the command's output that it quotes, not all of them.
+fn setup_reason(e: &anyhow::Error) -> String {
+    let mut causes = e.chain();
+    let top = causes.next().map(ToString::to_string).unwrap_or_default();
+    let rest: Vec<String> = causes.map(ToString::to_string).collect();
+    let detail = failure_reason(&rest.join("\n"), 2);
+    let top = escape::line(&cut(&top, 400));
+    if detail.is_empty() {
+        top
+    } else {
+        format!("{top}: {detail}")
+    }
+}
+
 /// The peer, set up: how to run vng on the image's kernel.
 #[derive(Debug, Clone)]
 pub struct Peer {
@@ -209,8 +224,8 @@ pub fn set_up(dir: &Path, entry: &ImageEntry, progress: &Progress) -> Result<Pee
         return Err(missing.join("; "));
     }
     std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
-    let vng = venv(dir, progress).map_err(|e| escape::line(&format!("{e:#}")))?;
-    let kernel = kernel_tree(dir, entry, progress).map_err(|e| escape::line(&format!("{e:#}")))?;
+    let vng = venv(dir, progress).map_err(|e| setup_reason(&e))?;
+    let kernel = kernel_tree(dir, entry, progress).map_err(|e| setup_reason(&e))?;
     let modules = kernel
         .parent()
         .and_then(Path::parent)
@@ -227,7 +242,7 @@ pub fn set_up(dir: &Path, entry: &ImageEntry, progress: &Progress) -> Result<Pee
         Err(e) => {
             let builtin =
                 std::fs::read_to_string(modules.join("modules.builtin")).unwrap_or_default();
-            let why = escape::line(&format!("{e:#}"));
+            let why = setup_reason(&e);
             if !kernel_has_9p(&builtin, modules.join("kernel/fs/9p/9p.ko").exists()) {
                 return Err(format!(
                     "virtiofsd could not be built ({why}), and this kernel has no 9p, so vng \
@@ -551,6 +566,40 @@ mod tests {
         assert!(r.contains("\\u{1b}"), "{r}");
         let long = format!("error {}", "x".repeat(1000));
         assert!(failure_reason(&long, 1).chars().count() <= 201);
+    }
+
+    #[test]
+    fn a_setup_failure_is_its_step_and_its_failing_lines() {
+        let e = anyhow::anyhow!(
+            "`cargo install virtiofsd` failed (exit status: 101)\n--- last 4 lines of its output ---\n\
+             Compiling libseccomp-sys v0.2.1\n\
+             error: failed to run custom build command for `libseccomp-sys v0.2.1`\n\
+             = note: unable to find library -lseccomp\n\
+             Building [====>    ] 120/200"
+        )
+        .context("peers: cargo install virtiofsd failed (its output: /p/virtiofsd.log); apt-get install libseccomp-dev libcap-ng-dev");
+        assert_eq!(
+            setup_reason(&e),
+            "peers: cargo install virtiofsd failed (its output: /p/virtiofsd.log); apt-get install \
+             libseccomp-dev libcap-ng-dev: error: failed to run custom build command for \
+             `libseccomp-sys v0.2.1` / = note: unable to find library -lseccomp"
+        );
+        let plain = anyhow::anyhow!("the image's manifest names no usable kernel release");
+        assert_eq!(
+            setup_reason(&plain),
+            "the image's manifest names no usable kernel release"
+        );
+    }
+
+    #[test]
+    fn a_step_is_done_only_for_the_version_it_made() {
+        let dir = std::env::temp_dir().join(format!("peers-marker-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        assert!(!done(&dir, "virtme-ng", "virtme-ng==1.42"));
+        mark(&dir, "virtme-ng", "virtme-ng==1.42").unwrap();
+        assert!(done(&dir, "virtme-ng", "virtme-ng==1.42"));
+        assert!(!done(&dir, "virtme-ng", "virtme-ng==1.43"));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
