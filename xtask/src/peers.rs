@@ -519,6 +519,25 @@ mod tests {
     }
 
     #[test]
+    fn the_install_step_installs_every_package_the_peer_names() {
+        let list = include_str!("../../.ci/packages-peers.txt");
+        let listed: Vec<&str> = list
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .flat_map(str::split_whitespace)
+            .collect();
+        // QEMU is .ci/install-host's own choice, always installed as a pair.
+        let named = HOST_TOOLS
+            .iter()
+            .map(|t| t.package)
+            .filter(|p| *p != "qemu-system-x86")
+            .chain(["python3-venv", "libseccomp-dev", "libcap-ng-dev"]);
+        for p in named {
+            assert!(listed.contains(&p), "{p} is not in .ci/packages-peers.txt");
+        }
+    }
+
+    #[test]
     fn a_kernel_has_9p_built_in_or_as_a_module() {
         assert!(kernel_has_9p(
             "kernel/fs/9p/9p.ko\nkernel/fs/ext4/ext4.ko\n",
