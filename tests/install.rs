@@ -176,7 +176,7 @@ fn an_unknown_option_is_named_and_nothing_runs() {
     let o = install_host(&["--test"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(
-        text(&o).contains("unknown option '--test'; use --tests, --check or nothing"),
+        text(&o).contains("unknown option '--test'; use --tests, --peers, --check or nothing"),
         "{}",
         text(&o)
     );

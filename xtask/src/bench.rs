@@ -5,9 +5,9 @@
 //! floor's median, because absolute seconds differ between machines and between sittings on one
 //! machine. Reports; asserts nothing.
 
+use crate::peers;
 use anyhow::{bail, Context, Result};
 use sharedos_report::{clock, environment, signals};
-use sharedos_rig::cmd::Cmd;
 use sharedos_rig::image::{self, BuildOptions};
 use sharedos_rig::judge::{reader::ReportDir, verdict};
 use sharedos_rig::progress::Progress;
@@ -99,9 +99,24 @@ pub struct Measured {
     /// Seconds for `vm-exec -- true`, the whole command: resumed, then cold.
     pub first_command: Vec<f64>,
     pub first_command_cold: Vec<f64>,
-    /// Seconds for `vng --run KERNEL -- true`; None when virtme-ng is not installed.
-    pub vng: Option<Vec<f64>>,
+    /// virtme-ng's `vng --run KERNEL -- true`, with --peers.
+    pub vng: PeerTimes,
     pub reports: PathBuf,
+}
+
+/// A peer's timings in one sitting, or why it has none.
+#[derive(Debug, Clone, Default)]
+pub struct PeerTimes {
+    /// Whether --peers asked for it.
+    pub asked: bool,
+    /// Why it could not be set up or run here, when it could not.
+    pub not_run: Option<String>,
+    /// A line on how it ran, e.g. without virtiofsd.
+    pub note: Option<String>,
+    /// Seconds per boot that exited 0.
+    pub times: Vec<f64>,
+    /// The boots that did not, and why: none of them is a timing.
+    pub failures: Vec<String>,
 }
 
 fn distinct(v: &[String]) -> Vec<String> {
@@ -199,42 +214,41 @@ pub fn summary(m: &Measured) -> String {
             med / floor
         ));
     }
-    match &m.vng {
-        Some(v) if !v.is_empty() => {
-            let med = median(v.clone());
-            out.push_str(&format!(
-                "virtme-ng (vng --run KERNEL -- true, {} runs): median {med:.2} s, {:.2}x floor\n",
-                v.len(),
-                med / floor
-            ));
-        }
-        _ => out.push_str("virtme-ng (vng): not installed, not measured\n"),
-    }
+    out.push_str(&peer_lines(&m.vng, floor));
     out.push_str(&format!("reports: {}\n", m.reports.display()));
     out
 }
 
-/// `vng --run KERNEL -- true`, timed; None when vng is not on PATH.
-fn time_vng(kernel: &std::path::Path) -> Result<Option<f64>> {
-    let Some(vng) = sharedos_report::which::find_program("vng") else {
-        return Ok(None);
-    };
-    let cmd = Cmd::new(vec![
-        vng.display().to_string(),
-        "--run".into(),
-        kernel.display().to_string(),
-        "--".into(),
-        "true".into(),
-    ]);
-    let started = Instant::now();
-    let st = cmd
-        .command()
-        .status()
-        .with_context(|| format!("running {}", cmd.display()))?;
-    if !st.success() {
-        bail!("{} failed ({st})", cmd.display());
+/// virtme-ng's lines of the summary: its median, or plainly why it was not run here.
+fn peer_lines(p: &PeerTimes, floor: f64) -> String {
+    if !p.asked {
+        return "virtme-ng: not measured (--peers sets it up and times it)\n".into();
     }
-    Ok(Some(started.elapsed().as_secs_f64()))
+    if let Some(why) = &p.not_run {
+        return format!("virtme-ng: not run here: {why}\n");
+    }
+    let mut out = String::new();
+    if p.times.is_empty() {
+        out.push_str(&format!(
+            "virtme-ng: not run here: vng failed on all {} of its boots: {}\n",
+            p.failures.len(),
+            p.failures.first().map_or("", String::as_str)
+        ));
+    } else {
+        let med = median(p.times.clone());
+        out.push_str(&format!(
+            "virtme-ng (vng --run KERNEL -- true, {} runs): median {med:.2} s, {:.2}x floor\n",
+            p.times.len(),
+            med / floor
+        ));
+        for f in &p.failures {
+            out.push_str(&format!("  not counted: {f}\n"));
+        }
+    }
+    if let Some(n) = &p.note {
+        out.push_str(&format!("  {n}\n"));
+    }
+    out
 }
 
 /// Whether a ratio met its target, in words.
@@ -260,7 +274,7 @@ fn machine_line() -> String {
 }
 
 /// `cargo xtask bench`: the cached image no-op, then floor boots and warm vm-runs in turn.
-pub fn bench(opts: &VmRunOptions, n: Counts) -> Result<String> {
+pub fn bench(opts: &VmRunOptions, n: Counts, peers: bool) -> Result<String> {
     signals::install().context("installing signal handlers")?;
     let mut m = Measured {
         machine: machine_line(),
@@ -269,7 +283,28 @@ pub fn bench(opts: &VmRunOptions, n: Counts) -> Result<String> {
         ..Measured::default()
     };
     let entry = image::ensure_image(&opts.image).context("finding the cached guest image")?;
+    let progress = Progress::new("bench");
+    let mut peer = None;
+    if peers {
+        m.vng.asked = true;
+        let root = match &opts.image.cache_dir {
+            Some(d) => d.clone(),
+            None => image::cache_root()?,
+        };
+        // Set up before the alternation, untimed: a build is not a boot.
+        match peers::set_up(&peers::peers_dir(&root), &entry, &progress) {
+            Ok(p) => {
+                m.vng.note.clone_from(&p.note);
+                peer = Some(p);
+            }
+            Err(why) => {
+                progress.note(&format!("virtme-ng: not run here: {why}"));
+                m.vng.not_run = Some(why);
+            }
+        }
+    }
     let sitting = Sitting {
+        peer,
         opts,
         kernel: entry.kernel(),
         accel_cache: vm::accel_cache::Spot::of_image(&entry),
@@ -277,7 +312,7 @@ pub fn bench(opts: &VmRunOptions, n: Counts) -> Result<String> {
             opts.reports_root
                 .join(format!("bench-{}", clock::compact_utc_now()))
         }),
-        progress: Progress::new("bench"),
+        progress,
     };
     m.reports = sitting.root.clone();
     // The snapshot is made here, untimed, so that every timed resume is a plain one.
@@ -318,6 +353,8 @@ struct Sitting<'a> {
     /// Where the runs' reports and the floor's logs go.
     root: PathBuf,
     progress: Progress,
+    /// virtme-ng, when --peers set it up.
+    peer: Option<peers::Peer>,
 }
 
 impl Sitting<'_> {
@@ -360,7 +397,7 @@ impl Sitting<'_> {
     }
 
     /// Warm run `i` of `of`, resumed and cold, then `vm-exec -- true` both ways and
-    /// virtme-ng where installed, into `m`.
+    /// virtme-ng with --peers, into `m`.
     fn warm_run(&self, i: usize, of: usize, m: &mut Measured) -> Result<()> {
         for cold in [false, true] {
             let how = if cold { "cold" } else { "resumed" };
@@ -392,8 +429,31 @@ impl Sitting<'_> {
                 m.first_command.push(t);
             }
         }
-        if let Some(t) = time_vng(&self.kernel)? {
-            m.vng.get_or_insert_with(Vec::new).push(t);
+        if let Some(peer) = &self.peer {
+            self.time_peer(peer, i, of, m)?;
+        }
+        Ok(())
+    }
+
+    /// Boot `i` of `of` of virtme-ng on the image's kernel, under the accelerator the floor
+    /// last used so the two boots are alike.
+    fn time_peer(&self, peer: &peers::Peer, i: usize, of: usize, m: &mut Measured) -> Result<()> {
+        let disable_kvm = m.floor_accels.last().is_none_or(|a| a != "kvm");
+        let cmd = peers::vng_cmd(peer, disable_kvm, self.opts.memory_mib, self.opts.cpus);
+        let log = self.root.join(format!("vng-{i}.log"));
+        self.progress
+            .note(&format!("virtme-ng {}/{of} -> {}", i + 1, log.display()));
+        match peers::time_vng(&cmd, &log)? {
+            Ok(t) => {
+                self.progress
+                    .note(&format!("virtme-ng {}/{of}: {t:.2} s", i + 1));
+                m.vng.times.push(t);
+            }
+            Err(why) => {
+                self.progress
+                    .note(&format!("virtme-ng {}/{of} failed: {why}", i + 1));
+                m.vng.failures.push(format!("vng run {}: {why}", i + 1));
+            }
         }
         Ok(())
     }
@@ -497,7 +557,7 @@ mod tests {
             excluded: Vec::new(),
             first_command: vec![1.0, 1.5, 1.2],
             first_command_cold: vec![6.0, 5.0, 7.0],
-            vng: None,
+            vng: PeerTimes::default(),
             reports: "reports/bench-x".into(),
         }
     }
@@ -525,7 +585,7 @@ gates of the resumed runs, medians:
   dump                     12.00 s   4.80x floor
 first command, resumed (vm-exec -- true, 3 runs): median 1.20 s, 0.48x floor  (target <= 0.5x floor: 0.48x, met)
 first command, cold (vm-exec -- true, 3 runs): median 6.00 s, 2.40x floor
-virtme-ng (vng): not installed, not measured
+virtme-ng: not measured (--peers sets it up and times it)
 reports: reports/bench-x
 "
         );
@@ -553,6 +613,68 @@ reports: reports/bench-x
         let s = summary(&m);
         assert!(
             s.contains("accelerator: floor tcg, runs tcg/kvm (they differ"),
+            "{s}"
+        );
+    }
+
+    #[test]
+    fn summary_gives_the_peers_median_against_the_floor() {
+        let mut m = measured();
+        m.vng = PeerTimes {
+            asked: true,
+            times: vec![10.0, 9.0, 9.5],
+            failures: vec!["vng run 2: vng exited 255: Kernel panic".into()],
+            ..PeerTimes::default()
+        };
+        let s = summary(&m);
+        assert!(
+            s.contains(
+                "virtme-ng (vng --run KERNEL -- true, 3 runs): median 9.50 s, 3.80x floor\n  not counted: vng run 2: vng exited 255: Kernel panic\nreports:"
+            ),
+            "{s}"
+        );
+        assert!(!s.contains("not run here"), "{s}");
+    }
+
+    #[test]
+    fn summary_says_plainly_why_the_peer_did_not_run() {
+        let mut m = measured();
+        m.vng = PeerTimes {
+            asked: true,
+            not_run: Some("udevd is missing (apt-get install udev: ...)".into()),
+            ..PeerTimes::default()
+        };
+        assert!(summary(&m).contains(
+            "virtme-ng: not run here: udevd is missing (apt-get install udev: ...)\nreports:"
+        ));
+        // Boots that all failed are no timing either.
+        m.vng = PeerTimes {
+            asked: true,
+            failures: vec!["vng run 1: vng exited 255: VFS: Unable to mount root fs".into(); 2],
+            ..PeerTimes::default()
+        };
+        let s = summary(&m);
+        assert!(
+            s.contains("virtme-ng: not run here: vng failed on all 2 of its boots: vng run 1: vng exited 255: VFS: Unable to mount root fs\n"),
+            "{s}"
+        );
+        assert!(!s.contains("median 0"), "{s}");
+    }
+
+    #[test]
+    fn summary_notes_how_the_peer_ran() {
+        let mut m = measured();
+        m.vng = PeerTimes {
+            asked: true,
+            times: vec![9.0],
+            note: Some("without virtiofsd, which could not be built (x): vng used 9p".into()),
+            ..PeerTimes::default()
+        };
+        let s = summary(&m);
+        assert!(
+            s.contains(
+                "3.60x floor\n  without virtiofsd, which could not be built (x): vng used 9p\n"
+            ),
             "{s}"
         );
     }

@@ -7,6 +7,7 @@
 
 mod bench;
 mod migrate;
+mod peers;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
@@ -233,6 +234,11 @@ enum Command {
         /// Cached image no-ops to time.
         #[arg(long, default_value_t = 10)]
         image_runs: usize,
+        /// Also time virtme-ng (`vng --run KERNEL -- true`) on the image's kernel, each
+        /// warm run, after setting it up under <cache root>/peers/ (a venv from PyPI, virtiofsd
+        /// built by cargo): the summary says why when it cannot run here.
+        #[arg(long)]
+        peers: bool,
     },
 }
 
@@ -352,6 +358,7 @@ fn run_cli(cli: Cli) -> Result<i32> {
             runs,
             floor_runs,
             image_runs,
+            peers,
         } => {
             let runs = runs.max(1);
             let counts = bench::Counts {
@@ -359,7 +366,7 @@ fn run_cli(cli: Cli) -> Result<i32> {
                 runs,
                 floor_runs: floor_runs.unwrap_or(runs.max(3)).max(1),
             };
-            print!("{}", bench::bench(&vm_options(vm)?, counts)?);
+            print!("{}", bench::bench(&vm_options(vm)?, counts, peers)?);
             Ok(0)
         }
     }
