@@ -10,6 +10,7 @@ pub mod digest;
 pub mod environment;
 pub mod fidelity;
 pub mod model;
+pub mod procfs;
 pub mod random;
 pub mod report;
 pub mod signals;
