@@ -15,4 +15,5 @@ pub mod probe;
 pub mod pstree;
 pub mod stateapp;
 pub mod tree;
+pub mod vmfork;
 pub mod x11;

@@ -3,7 +3,7 @@ use clap::{Parser, Subcommand};
 use sharedos_gate::gates::fidelity;
 use sharedos_gate::gates::Config;
 use sharedos_gate::tree::TreeSpec;
-use sharedos_gate::{diagnose, lies, migrate, output, stateapp, tree};
+use sharedos_gate::{diagnose, lies, migrate, output, stateapp, tree, vmfork};
 use sharedos_report::report::{CgroupLimits, Copies, Gate, RunOptions, Workload};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -165,6 +165,24 @@ struct DiagnoseArgs {
     /// side's dump-time app query (the host measures it).
     #[arg(long, value_name = "MS", requires = "migrate_restore")]
     since_dump_ms: Option<u64>,
+    /// A copy of the whole guest (`cargo xtask vm-compare`): after the live probe, record the
+    /// tree's state, write <work>/fork-ready, and wait for PATH. The host saves the VM meanwhile
+    /// and writes PATH in each copy it resumes; there the tree is checked against its fork-time
+    /// state and cleaned up. CRIU's gates do not run.
+    #[arg(
+        long,
+        value_name = "PATH",
+        conflicts_with_all = ["migrate_dump", "migrate_restore", "copies"]
+    )]
+    vm_fork_go: Option<PathBuf>,
+    /// With --vm-fork-go: how long to wait for PATH, in seconds.
+    #[arg(
+        long,
+        value_name = "SECS",
+        default_value_t = 1800,
+        requires = "vm_fork_go"
+    )]
+    vm_fork_wait: u64,
 }
 
 fn parse_workload(s: &str) -> Result<Workload, String> {
@@ -288,16 +306,24 @@ fn diagnose_main(a: DiagnoseArgs) -> Result<i32> {
     let total = cfg.options.gates().len();
     let mut n = 0;
     let restore_side;
-    let phase: &dyn diagnose::Phase = match (a.migrate_dump, a.migrate_restore) {
-        (true, _) => &migrate::DumpSide,
-        (false, Some(from)) => {
+    let fork;
+    let phase: &dyn diagnose::Phase = match (a.vm_fork_go, a.migrate_dump, a.migrate_restore) {
+        (Some(go), _, _) => {
+            fork = vmfork::VmFork {
+                go: absolute(go)?,
+                wait: Duration::from_secs(a.vm_fork_wait),
+            };
+            &fork
+        }
+        (None, true, _) => &migrate::DumpSide,
+        (None, false, Some(from)) => {
             restore_side = migrate::RestoreSide {
                 from: absolute(from)?,
                 since_dump: Duration::from_millis(a.since_dump_ms.unwrap_or(0)),
             };
             &restore_side
         }
-        (false, None) => &diagnose::Whole,
+        (None, false, None) => &diagnose::Whole,
     };
     let report = diagnose::run_phase(cfg, phase, &mut |g: &Gate| {
         n += 1;
