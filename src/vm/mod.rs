@@ -20,7 +20,7 @@ pub mod watchdog;
 
 pub use accel::AccelChoice;
 pub use event::{Event, Sink};
-pub use session::{GuestMedia, Session, SessionSpec, Start};
+pub use session::{Fork, GuestMedia, Session, SessionSpec, Start};
 
 use anyhow::{Context, Result};
 

@@ -281,6 +281,10 @@ pub struct Session {
     start: GuestStart,
     run_dir: RunDir,
     keep: bool,
+    memory_mib: u64,
+    serial_log: PathBuf,
+    /// The snapshot this guest was resumed from; None after a cold boot.
+    resumed_from: Option<Record>,
 }
 
 /// A guest up and logged in, and how it came up.
@@ -288,6 +292,22 @@ struct Opened {
     up: Up,
     guest: Guest,
     start: GuestStart,
+    resumed_from: Option<Record>,
+}
+
+/// A saved guest that sessions resume copies of (`Session::save_fork`): a snapshot directory
+/// of this run's own, laid out as the image's snapshots are, removed when dropped.
+pub struct Fork {
+    pub dir: PathBuf,
+    pub record: Record,
+    /// Saving: from the migrate command to QEMU's exit.
+    pub save_took: Duration,
+}
+
+impl Drop for Fork {
+    fn drop(&mut self) {
+        snapshot::discard(&self.dir);
+    }
 }
 
 impl Session {
@@ -312,7 +332,103 @@ impl Session {
             start: opened.start,
             run_dir,
             keep: spec.keep,
+            memory_mib: spec.memory_mib,
+            serial_log: spec.serial_log(),
+            resumed_from: opened.resumed_from,
         })
+    }
+
+    /// Opens a session on a copy of `fork`: a new QEMU resumed from its state, on an overlay
+    /// of its own over the fork's disk, with this session's key, clock, entropy and nonce, as
+    /// a resume of the image's snapshot gets them.
+    pub fn open_fork(
+        spec: &SessionSpec,
+        media: &GuestMedia,
+        fork: &Fork,
+        sink: Sink,
+    ) -> Result<Session> {
+        signals::install().context("installing signal handlers")?;
+        let run_dir = RunDir::create()?;
+        let mut opened = resume(
+            spec,
+            media,
+            &run_dir.path,
+            &fork.dir,
+            &fork.record,
+            fork.record.accel_reason.clone(),
+            sink,
+        )?;
+        opened.start.reason = "a copy of a VM fork this run saved with the tree up".into();
+        sink(&Event::GuestStart(Box::new(opened.start.clone())));
+        Ok(Session {
+            guest: opened.guest,
+            qemu: opened.up.started.qemu,
+            accel: opened.up.started.accel,
+            port: opened.up.port,
+            host_key: opened.up.host_key,
+            start: opened.start,
+            run_dir,
+            keep: false,
+            memory_mib: spec.memory_mib,
+            serial_log: spec.serial_log(),
+            resumed_from: opened.resumed_from,
+        })
+    }
+
+    /// Saves this guest as it runs now into a new directory `dir` (mode 0700), which sessions
+    /// then resume copies of with [`Session::open_fork`]. QEMU stops the guest for the last
+    /// pass of the migration and then quits, so the session ends here. Only a resumed session
+    /// can be forked: its record carries the kernel command line and the accelerator a copy
+    /// must be started with.
+    pub fn save_fork(mut self, dir: &Path) -> Result<Fork> {
+        let Some(from) = self.resumed_from.clone() else {
+            bail!("this guest booted cold, and a VM fork is made from a resumed guest\nfix: run without --cold so the image's snapshot is resumed first");
+        };
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(dir)
+            .with_context(|| format!("creating the fork's directory {}", dir.display()))?;
+        let mut fork = Fork {
+            dir: dir.to_path_buf(),
+            record: from,
+            save_took: Duration::ZERO,
+        };
+        let since = Instant::now();
+        let b = bounds(self.accel);
+        let run = self.run_dir.path.clone();
+        let mut qmp = super::qmp::Qmp::connect(&run.join("qmp.sock"), b.ssh)?;
+        let max = self.memory_mib.saturating_add(256).saturating_mul(1 << 20);
+        let state = snapshot::save(&mut qmp, &run.join("migrate.sock"), dir, max, b.boot)
+            .context("saving the guest for the VM fork")?;
+        let _ = qmp.execute("quit", None);
+        if self.qemu.wait_exit(b.ssh)?.is_none() {
+            bail!("QEMU did not quit after saving the VM fork");
+        }
+        let disk = dir.join(snapshot::DISK);
+        std::fs::copy(run.join("overlay.qcow2"), &disk)
+            .context("keeping the saved guest's overlay for the fork")?;
+        std::fs::copy(key_path(&run), dir.join(snapshot::KEY))
+            .context("keeping the key the saved guest accepts")?;
+        std::fs::copy(&self.serial_log, dir.join(snapshot::CONSOLE))
+            .context("keeping the saved guest's console")?;
+        let (disk_sha256, _) = sharedos_report::digest::sha256_file(&disk)?;
+        fork.record = snapshot::record(
+            fork.record.key.clone(),
+            self.accel,
+            &fork.record.accel_reason,
+            &fork.record.append,
+            &self.host_key,
+            state,
+            disk_sha256,
+        );
+        fork.save_took = since.elapsed();
+        Ok(fork)
+    }
+
+    /// QEMU's process id: the host reads the guest's memory cost from it.
+    pub fn qemu_pid(&self) -> u32 {
+        self.qemu.pid
     }
 
     pub fn guest(&self) -> &Guest {
@@ -391,6 +507,7 @@ fn cold(
             client_key: public_key_text(&public),
             ..GuestStart::default()
         },
+        resumed_from: None,
     })
 }
 
@@ -739,7 +856,12 @@ fn resume(
         clock_set_to: Some(clock_set_to),
         rng_reseeded: true,
     };
-    Ok(Opened { up, guest, start })
+    Ok(Opened {
+        up,
+        guest,
+        start,
+        resumed_from: Some(r.clone()),
+    })
 }
 
 /// What the resumed guest runs first, as root over the snapshot's key: its clock from the
