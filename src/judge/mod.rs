@@ -4,6 +4,7 @@
 //! decode they need. Nothing here prints or renders; `render/` presents what this decides.
 
 pub mod artifacts;
+pub mod compare;
 pub mod consistency;
 pub mod ledger;
 pub mod pixels;

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 /// The comparison a check's value is judged by.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Kind {
+pub enum Kind {
     /// `{dump_time, seen}` tokens, equal and not empty.
     SameToken,
     /// `{dump_time, seen, ms_since_dump_query}`: seen within the range the dump-time counter
@@ -108,6 +108,16 @@ fn rechecked(w: Workload) -> Vec<(GateName, String, Kind)> {
     live.chain(copies).collect()
 }
 
+/// A copy of a VM fork (`diagnose --vm-fork-go`): its live probe holds the copy against the
+/// fork-time state. Judged again wherever the guest claims one passed;
+/// `verdict::vm_fork_copy_problems` requires each of them.
+pub const FORK_CHECKS: [(&str, Kind); 4] = [
+    ("fork_token_kept", Kind::SameToken),
+    ("fork_counter_continues", Kind::CounterContinues),
+    ("fork_same_windows", Kind::SameWindows),
+    ("fork_same_framebuffer", Kind::SameFramebuffer),
+];
+
 /// The restored copies are all held against one dump: these checks must name the same dump-time
 /// value (the token, the windows, the dump-time frame) in every gate.
 const ONE_DUMP: [(Kind, &str); 4] = [
@@ -134,6 +144,19 @@ pub fn problems(r: &Report, dir: &ReportDir) -> Vec<String> {
     let mut frames = Frames::new(dir, prefix);
     let mut out = Vec::new();
     let mut dump_values: BTreeMap<&str, Vec<(String, &Value)>> = BTreeMap::new();
+    if let Some(g) = r.gate(GateName::LiveStateProbe) {
+        for (name, kind) in FORK_CHECKS {
+            let Some(c) = g.check(name).filter(|c| c.passed) else {
+                continue;
+            };
+            if let Err(why) = judge(kind, c, &mut frames) {
+                out.push(format!(
+                    "report.json says {}.{name} passed, but the host's own comparison fails: {why}",
+                    GateName::LiveStateProbe
+                ));
+            }
+        }
+    }
     for (gate, name, kind) in rechecked(r.options.workload) {
         let Some(g) = r.gate(gate) else { continue };
         let Some(c) = g.check(&name) else {
@@ -387,6 +410,50 @@ mod tests {
     fn an_honest_report_agrees_with_the_host() {
         let s = Scratch::new("honest");
         assert_eq!(problems(&honest_report(), &at(&s.0)), Vec::<String>::new());
+    }
+
+    /// The honest report with a VM fork copy's checks in its live probe, made from the honest
+    /// restore checks they share a value shape with.
+    fn fork_copy_report() -> Report {
+        let mut r = honest_report();
+        for ((name, _), (gate, from)) in FORK_CHECKS.iter().zip([
+            (GateName::RestoreLiveProcess, "same_token"),
+            (GateName::RestoreLiveProcess, "counter_continues"),
+            (GateName::RestoreXState, "same_windows"),
+            (GateName::RestoreXState, "same_framebuffer"),
+        ]) {
+            let mut c = check_mut(&mut r, gate, from).clone();
+            c.name = name.to_string();
+            r.gate_mut(GateName::LiveStateProbe).unwrap().checks.push(c);
+        }
+        r
+    }
+
+    #[test]
+    fn a_vm_fork_copys_claims_are_judged_again() {
+        let s = Scratch::new("fork");
+        assert_eq!(
+            problems(&fork_copy_report(), &at(&s.0)),
+            Vec::<String>::new()
+        );
+        for (name, field, forged) in [
+            (
+                "fork_token_kept",
+                "seen",
+                json!("ffffffffffffffffffffffffffffffff"),
+            ),
+            ("fork_counter_continues", "seen", json!(1_000_025)),
+            ("fork_same_windows", "seen", json!([])),
+            (
+                "fork_same_framebuffer",
+                "seen_sha256",
+                json!("0".repeat(64)),
+            ),
+        ] {
+            let mut r = fork_copy_report();
+            check_mut(&mut r, GateName::LiveStateProbe, name).value[field] = forged;
+            one_problem(&r, &s.0, &format!("live_state_probe.{name} passed, but"));
+        }
     }
 
     #[test]

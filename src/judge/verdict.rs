@@ -587,6 +587,45 @@ pub fn migration_half_findings(o: &Outcome, side: MigrationSide) -> Vec<Migratio
     f
 }
 
+/// The gates a copy of a VM fork runs: the saved guest's own launch and live probe, whose probe
+/// goes on in the copy and holds it against the fork-time state, then the copy's cleanup.
+pub const VM_FORK_COPY: [GateName; 4] = [
+    GateName::Prerequisites,
+    GateName::Launch,
+    GateName::LiveStateProbe,
+    GateName::Cleanup,
+];
+
+/// What keeps a copy of a VM fork (`vm-compare`'s VM-each column) from holding its state: every
+/// problem of the judgement, each of [`VM_FORK_COPY`] that is not PASS, and each fork check
+/// (`recheck::FORK_CHECKS`, judged again by the host) that its live probe lacks or failed. A
+/// copy with none of these is one the column may count; a figure is never taken from another.
+pub fn vm_fork_copy_problems(o: &Outcome) -> Vec<String> {
+    let mut p = o.problems();
+    for name in VM_FORK_COPY {
+        match o.gates.iter().find(|g| g.name == name) {
+            Some(g) if g.status == Status::Pass => {}
+            Some(g) => p.push(format!("{name} is {}: {}", g.status, g.reason)),
+            None => p.push(format!("the report has no {name} gate")),
+        }
+    }
+    let probe = o.gates.iter().find(|g| g.name == GateName::LiveStateProbe);
+    for (check, _) in super::recheck::FORK_CHECKS {
+        match probe.and_then(|g| g.check(check)) {
+            Some(c) if c.passed => {}
+            Some(_) => p.push(format!(
+                "{} failed its check {check}",
+                GateName::LiveStateProbe
+            )),
+            None => p.push(format!(
+                "{} lacks the check {check}: this report is not of a VM fork's copy",
+                GateName::LiveStateProbe
+            )),
+        }
+    }
+    p
+}
+
 /// What keeps one guest's half of a migration from passing, in words.
 pub fn migration_half_problems(o: &Outcome, side: MigrationSide) -> Vec<String> {
     migration_half_findings(o, side)
@@ -1251,5 +1290,45 @@ mod tests {
         );
         assert!(!t.chars().any(|c| c.is_control() && c != '\n'), "{t:?}");
         assert!(t.contains("\\u{1b}[2J"), "{t}");
+    }
+
+    #[test]
+    fn a_vm_fork_copy_counts_only_with_every_fork_check_passed() {
+        let mut r = fresh_report();
+        let probe = r.gate_mut(GateName::LiveStateProbe).unwrap();
+        for (name, _) in super::super::recheck::FORK_CHECKS {
+            probe.checks.push(sharedos_report::compare::check(
+                name,
+                true,
+                serde_json::json!(null),
+                "x",
+            ));
+        }
+        assert_eq!(
+            vm_fork_copy_problems(&evaluate_report(&r, None)),
+            Vec::<String>::new()
+        );
+        let probe = r.gate_mut(GateName::LiveStateProbe).unwrap();
+        probe.checks.retain(|c| c.name != "fork_token_kept");
+        let p = vm_fork_copy_problems(&evaluate_report(&r, None));
+        assert!(
+            p.iter()
+                .any(|p| p.contains("lacks the check fork_token_kept")),
+            "{p:?}"
+        );
+        let probe = r.gate_mut(GateName::LiveStateProbe).unwrap();
+        probe
+            .checks
+            .iter_mut()
+            .for_each(|c| c.passed = !c.name.starts_with("fork_same_windows"));
+        let p = vm_fork_copy_problems(&evaluate_report(&r, None));
+        assert!(
+            p.iter()
+                .any(|p| p.contains("failed its check fork_same_windows")),
+            "{p:?}"
+        );
+        r.gate_mut(GateName::Cleanup).unwrap().status = Status::Fail;
+        let p = vm_fork_copy_problems(&evaluate_report(&r, None));
+        assert!(p.iter().any(|p| p.starts_with("cleanup is FAIL")), "{p:?}");
     }
 }

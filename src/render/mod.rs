@@ -9,6 +9,7 @@ use crate::judge::verdict::{self, Outcome};
 use sharedos_report::cause::cut;
 use sharedos_report::report::{Gate, GateName, Report, Review, Status};
 
+pub mod compare;
 pub mod diff;
 pub mod html;
 pub mod junit;

@@ -1,0 +1,251 @@
+//! `compare.json`: one `vm-compare` run's two columns side by side, the shared-OS design (N CRIU
+//! copies of one tree in one guest, the density gate's figures) and the VM-each design (N
+//! copies of a whole guest saved with the tree up, each a QEMU of its own), and the one
+//! verdict on it. Every figure sits beside the report it came from; a column whose copies do
+//! not hold their state carries no figures, only its problems.
+
+use super::verdict::{self, How, Outcome};
+use serde::{Deserialize, Serialize};
+use sharedos_report::model::density::{median, p95, DensityData, Mem};
+use sharedos_report::report::{GateName, Status, Verdict};
+use std::path::Path;
+
+/// The summary beside the column directories.
+pub const COMPARE_FILE: &str = "compare.json";
+/// compare.json's format; a reader refuses another.
+pub const FORMAT: u32 = 1;
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct Summary {
+    pub format: u32,
+    pub image: String,
+    /// The accelerator both columns ran under: under TCG the ratios are the result, the
+    /// absolute times are not.
+    pub accel: String,
+    pub copies: u32,
+    pub shared_os: SharedOs,
+    pub vm_each: VmEach,
+    pub verdict: Verdict,
+    /// Why the verdict is not PASS, column by column.
+    pub problems: Vec<String>,
+}
+
+/// The shared-OS column: a vm-run with `--copies N`, its density gate's figures.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+pub struct SharedOs {
+    /// The vm-run's report directory, relative to the compare directory.
+    pub report: String,
+    pub restore_ms: Vec<u64>,
+    pub per_copy: Vec<Mem>,
+    /// The guest's memory in use, before the first restore and with every copy up (KiB).
+    pub guest_used_before_kib: u64,
+    pub guest_used_with_copies_kib: u64,
+    /// What each copy had: the guest's whole memory and CPUs, shared.
+    pub resources: String,
+    pub problems: Vec<String>,
+}
+
+/// The VM-each column: one guest saved with its tree up, resumed N times as N QEMUs at once.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+pub struct VmEach {
+    /// The saved guest's console and QEMU log, relative to the compare directory.
+    pub fork: String,
+    pub state_bytes: u64,
+    pub state_sha256: String,
+    pub save_ms: u64,
+    pub copies: Vec<VmCopy>,
+    /// The first copy put back to the fork: its QEMU ended, a fresh one resumed from the save.
+    pub reset: Option<VmCopy>,
+    pub memory_mib: u64,
+    pub cpus: u32,
+    /// Where the memory figures come from.
+    pub memory_source: String,
+    pub problems: Vec<String>,
+}
+
+/// One resumed copy of the saved guest.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+pub struct VmCopy {
+    pub label: String,
+    /// Its report directory, relative to the compare directory.
+    pub report: String,
+    /// From its QEMU's start to the copy's guest answering over SSH with this copy's key.
+    pub resume_ms: u64,
+    /// Its QEMU process, read by the host with every copy up and the tree idle; None when the
+    /// read failed (the error is among the problems).
+    pub host_mem: Option<Mem>,
+    /// What keeps this copy from counting (`verdict::vm_fork_copy_problems`).
+    pub problems: Vec<String>,
+}
+
+/// The shared-OS column's figures and problems from its judged vm-run report: the density gate
+/// must PASS with `copies` copies up, and the judgement find nothing wrong.
+pub fn shared_os_column(o: &Outcome, copies: u32) -> SharedOs {
+    let mut c = SharedOs {
+        problems: o.problems(),
+        resources: "the guest's memory and CPUs, shared by every copy (no --cgroup)".into(),
+        ..SharedOs::default()
+    };
+    let Some(g) = o.gates.iter().find(|g| g.name == GateName::Density) else {
+        c.problems.push("the report has no density gate".into());
+        return c;
+    };
+    if g.status != Status::Pass {
+        c.problems
+            .push(format!("density is {}: {}", g.status, g.reason));
+    }
+    match g
+        .data
+        .get("density")
+        .map(|v| serde_json::from_value::<DensityData>(v.clone()))
+    {
+        Some(Ok(d)) if d.copies == copies && d.per_copy.len() == copies as usize => {
+            c.restore_ms = d.restore_ms;
+            c.per_copy = d.per_copy.iter().map(|m| m.mem).collect();
+            c.guest_used_before_kib = d.mem_used_before_kib;
+            c.guest_used_with_copies_kib = d.mem_used_with_copies_kib;
+        }
+        Some(Ok(d)) => c.problems.push(format!(
+            "the density gate had {} copies up ({} measured), not the {copies} asked for",
+            d.copies,
+            d.per_copy.len()
+        )),
+        Some(Err(e)) => c
+            .problems
+            .push(format!("the density figures do not read: {e}")),
+        None => c
+            .problems
+            .push("the density gate recorded no figures".into()),
+    }
+    c
+}
+
+/// A copy's problems from its archived report, judged by the one verdict.
+pub fn vm_copy_problems(dir: &Path) -> Vec<String> {
+    match verdict::judge(dir, &How::full(None)) {
+        Ok(o) => verdict::vm_fork_copy_problems(&o),
+        Err(e) => vec![format!("its report does not read back: {e}")],
+    }
+}
+
+/// The one verdict on a comparison: PASS when both columns hold, every copy of each checked;
+/// the problems say what did not.
+pub fn judge(s: &mut Summary) {
+    let mut p = Vec::new();
+    for q in &s.shared_os.problems {
+        p.push(format!("shared-OS: {q}"));
+    }
+    for q in &s.vm_each.problems {
+        p.push(format!("VM-each: {q}"));
+    }
+    if s.vm_each.copies.len() != s.copies as usize {
+        p.push(format!(
+            "VM-each: {} copies came up, not {}",
+            s.vm_each.copies.len(),
+            s.copies
+        ));
+    }
+    for c in s.vm_each.copies.iter().chain(&s.vm_each.reset) {
+        for q in &c.problems {
+            p.push(format!("VM-each {}: {q}", c.label));
+        }
+        if c.host_mem.is_none() {
+            p.push(format!("VM-each {}: no host memory figure", c.label));
+        }
+    }
+    if s.vm_each.reset.is_none() {
+        p.push("VM-each: no reset was measured".into());
+    }
+    s.verdict = if p.is_empty() {
+        Verdict::Pass
+    } else {
+        Verdict::Fail
+    };
+    s.problems = p;
+}
+
+/// Median and p95 of some milliseconds, for the table.
+pub fn latency(ms: &[u64]) -> (Option<f64>, Option<u64>) {
+    (median(ms), p95(ms))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn copy(label: &str) -> VmCopy {
+        VmCopy {
+            label: label.into(),
+            report: label.into(),
+            resume_ms: 3000,
+            host_mem: Some(Mem {
+                rss_kib: 400_000,
+                pss_kib: 390_000,
+                uss_kib: 380_000,
+            }),
+            problems: vec![],
+        }
+    }
+
+    fn summary() -> Summary {
+        Summary {
+            format: FORMAT,
+            image: "bookworm".into(),
+            accel: "tcg".into(),
+            copies: 2,
+            shared_os: SharedOs::default(),
+            vm_each: VmEach {
+                copies: vec![copy("copy-1"), copy("copy-2")],
+                reset: Some(copy("reset")),
+                ..VmEach::default()
+            },
+            verdict: Verdict::Fail,
+            problems: vec![],
+        }
+    }
+
+    #[test]
+    fn both_columns_checked_pass() {
+        let mut s = summary();
+        judge(&mut s);
+        assert_eq!(s.verdict, Verdict::Pass, "{:?}", s.problems);
+    }
+
+    #[test]
+    fn a_copy_that_did_not_hold_its_state_fails_the_comparison() {
+        let mut s = summary();
+        s.vm_each.copies[1]
+            .problems
+            .push("live_state_probe failed its check fork_token_kept".into());
+        judge(&mut s);
+        assert_eq!(s.verdict, Verdict::Fail);
+        assert!(s.problems[0].contains("copy-2") && s.problems[0].contains("fork_token_kept"));
+    }
+
+    #[test]
+    fn missing_copies_memory_or_reset_fail_the_comparison() {
+        for (what, f) in [
+            (
+                "came up",
+                (|s: &mut Summary| {
+                    s.vm_each.copies.pop();
+                }) as fn(&mut Summary),
+            ),
+            ("memory", |s| s.vm_each.copies[0].host_mem = None),
+            ("reset", |s| s.vm_each.reset = None),
+            ("shared-OS", |s| {
+                s.shared_os.problems.push("density is FAIL".into())
+            }),
+        ] {
+            let mut s = summary();
+            f(&mut s);
+            judge(&mut s);
+            assert_eq!(s.verdict, Verdict::Fail, "{what}");
+            assert!(
+                s.problems.iter().any(|p| p.contains(what)),
+                "{what}: {:?}",
+                s.problems
+            );
+        }
+    }
+}
