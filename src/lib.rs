@@ -3,6 +3,7 @@
 
 pub mod builder_vm;
 pub mod cmd;
+pub mod compare;
 pub mod escape;
 pub mod gate_binary;
 pub mod image;

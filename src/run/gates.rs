@@ -223,7 +223,12 @@ pub fn gates(guest: &Guest, opts: &VmRunOptions, b: Bounds, obs: &mut Observed) 
 
 /// Runs the diagnostic's `command` until `deadline`: each `gate ` line is sent as it comes, and
 /// the transcript keeps the output up to [`MAX_TRANSCRIPT`] bytes, then says how much it dropped.
-fn diagnose(guest: &Guest, command: &str, deadline: Instant, obs: &mut Observed) -> Result<i32> {
+pub(crate) fn diagnose(
+    guest: &Guest,
+    command: &str,
+    deadline: Instant,
+    obs: &mut Observed,
+) -> Result<i32> {
     let mut kept = 0usize;
     let mut dropped = 0usize;
     let ran = guest.exec_lines(command, deadline, MAX_LINE, &mut |line| {

@@ -132,7 +132,7 @@ fn start(opts: &VmRunOptions) -> Result<Option<Observed>> {
 }
 
 /// Nothing observed yet but where the run is and the host.
-fn observe(opts: &VmRunOptions, report_dir: PathBuf) -> Observed {
+pub(crate) fn observe(opts: &VmRunOptions, report_dir: PathBuf) -> Observed {
     let mut vm = provenance::host(opts);
     vm.started_at = clock::now_rfc3339();
     Observed::new(report_dir, vm)
@@ -213,7 +213,7 @@ fn exec_in_guest(
     code
 }
 
-fn image_phase(opts: &VmRunOptions, obs: &mut Observed) -> Result<ImageEntry> {
+pub(crate) fn image_phase(opts: &VmRunOptions, obs: &mut Observed) -> Result<ImageEntry> {
     let t = Instant::now();
     obs.send(Event::ImageWanted {
         name: opts.image.image.clone(),

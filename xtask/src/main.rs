@@ -6,6 +6,7 @@
 #![allow(clippy::disallowed_macros)]
 
 mod bench;
+mod compare;
 mod migrate;
 mod peers;
 
@@ -182,6 +183,11 @@ enum Command {
     /// into a guest of --to, and run the restore, X-state, isolation and reset gates there.
     /// Both guests' reports and migration.json (both kernels and CRIU versions) go under --out.
     VmMigrate(migrate::MigrateArgs),
+    /// The shared-OS design against a VM each, in one sitting: N CRIU copies of the tree in one
+    /// guest (the density gate), and N VMs resumed at once from one guest saved with the tree
+    /// up, each held to the same state checks; memory per desktop read by the host for the VMs.
+    /// Writes compare.json and both columns' reports under --out; exits 0/1, 2 for the rig.
+    VmCompare(compare::CompareArgs),
     /// Boot the pinned image and run one command in it over the pinned SSH session; its output
     /// streams here, and its exit code is this command's (2 when the rig itself failed).
     /// Example: cargo xtask vm-exec -- 'criu check; uname -r'
@@ -318,6 +324,7 @@ fn run_cli(cli: Cli) -> Result<i32> {
         }
         Command::VmRun(a) => Ok(run::vm_run(&vm_options(a)?)),
         Command::VmMigrate(a) => migrate::vm_migrate(a),
+        Command::VmCompare(a) => compare::vm_compare(a),
         Command::VmExec {
             boot,
             timeout,

@@ -1,0 +1,116 @@
+//! The guest's side of a VM fork, as the commands the host runs over SSH: the run started apart
+//! from any SSH session (the saved guest is resumed in copies that have none of the host's
+//! connections), the wait for its fork-time state, the go a copy gets, and the copy's run
+//! followed to its end. Each is built by one pure function, so a test holds the words.
+
+use crate::run::{GUEST_WORK, RIG_FAILURE_EXIT};
+use sharedos_report::text::shell_words;
+use std::time::Duration;
+
+/// The file each copy is given its label in; the run waits for it after its fork-time state.
+pub const GO: &str = "/root/fork-go";
+/// The run's output, and its process id.
+pub const LOG: &str = "/root/fork.log";
+pub const PID: &str = "/root/fork.pid";
+/// What the gate binary writes under its work directory once the fork-time state is recorded
+/// (`sharedos_gate::vmfork::READY_FILE`).
+pub const READY: &str = "fork-ready";
+
+/// The diagnose arguments of a VM fork: wait up to `wait` for the go.
+pub fn diagnose_args(wait: Duration) -> Vec<String> {
+    vec![
+        "--vm-fork-go".into(),
+        GO.into(),
+        "--vm-fork-wait".into(),
+        wait.as_secs().max(1).to_string(),
+    ]
+}
+
+/// Starts `argv` in a session of its own, its output to [`LOG`], its pid in [`PID`]; the SSH
+/// command returns at once.
+pub fn start_command(argv: &[String]) -> String {
+    format!(
+        "rm -f {GO} {LOG} {PID} && setsid sh -c 'echo $$ >{PID}; exec \"$@\"' sh {} </dev/null >{LOG} 2>&1 &",
+        shell_words(argv)
+    )
+}
+
+/// Exit code of [`ready_command`] when the run ended before its fork-time state.
+pub const ENDED_EARLY: i32 = 3;
+
+/// Waits, in the guest, up to `within` for the fork-time state; exits [`ENDED_EARLY`] as soon as
+/// the run is gone without it, and 124 (timeout's) when the time runs out.
+pub fn ready_command(within: Duration) -> String {
+    format!(
+        "timeout {} sh -c 'until [ -e {GUEST_WORK}/{READY} ]; do if [ -s {PID} ]; then kill -0 \"$(cat {PID})\" 2>/dev/null || exit {ENDED_EARLY}; fi; sleep 0.2; done'",
+        within.as_secs().max(1)
+    )
+}
+
+/// The last lines of the run's output, for an error that says why it ended.
+pub fn log_tail_command() -> String {
+    format!("tail -n 30 {LOG}")
+}
+
+/// Gives a copy its label: written aside, then renamed into place, so the run never reads half
+/// of it. Labels are the host's own (`copy-N`, `reset`).
+pub fn go_command(label: &str) -> Option<String> {
+    let ok = !label.is_empty() && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-');
+    ok.then(|| format!("printf '%s\\n' {label} >{GO}.new && mv {GO}.new {GO}"))
+}
+
+/// Follows the copy's run from the start of its output until it ends.
+pub fn follow_command() -> String {
+    format!("tail -n +1 --pid=\"$(cat {PID})\" -f {LOG}")
+}
+
+/// How a vm-compare ends: the verdict's code, or the rig's when a column could not be run.
+pub fn exit_code(verdict_code: i32, rig_failed: bool) -> i32 {
+    if rig_failed {
+        RIG_FAILURE_EXIT
+    } else {
+        verdict_code
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_run_starts_apart_and_its_words_are_quoted() {
+        let c = start_command(&[
+            "/usr/local/bin/sharedos-gate".into(),
+            "diagnose".into(),
+            "a b".into(),
+        ]);
+        assert_eq!(
+            c,
+            "rm -f /root/fork-go /root/fork.log /root/fork.pid && setsid sh -c 'echo $$ >/root/fork.pid; exec \"$@\"' sh /usr/local/bin/sharedos-gate diagnose 'a b' </dev/null >/root/fork.log 2>&1 &"
+        );
+        assert_eq!(
+            diagnose_args(Duration::from_secs(1800)),
+            ["--vm-fork-go", "/root/fork-go", "--vm-fork-wait", "1800"]
+        );
+    }
+
+    #[test]
+    fn the_wait_ends_early_when_the_run_is_gone() {
+        let c = ready_command(Duration::from_secs(600));
+        assert!(c.starts_with("timeout 600 "), "{c}");
+        assert!(
+            c.contains("/root/work/fork-ready") && c.contains("exit 3"),
+            "{c}"
+        );
+    }
+
+    #[test]
+    fn only_the_hosts_labels_go_in() {
+        assert_eq!(
+            go_command("copy-2").unwrap(),
+            "printf '%s\\n' copy-2 >/root/fork-go.new && mv /root/fork-go.new /root/fork-go"
+        );
+        assert!(go_command("x; rm -rf /").is_none());
+        assert!(go_command("").is_none());
+    }
+}

@@ -1,0 +1,132 @@
+//! `xtask vm-compare` end to end, as an unprivileged user on bookworm with N = 4: the shared-OS
+//! column (four CRIU copies of one dump in one guest) and the VM-each column (one guest saved
+//! with its tree up, resumed four times at once, then once more as a reset), both checked, side
+//! by side in compare.json. And the cheap part: an N that cannot fit is refused before anything
+//! boots.
+//!
+//! Minutes, so `#[ignore]`d in a plain `cargo test` but for the bad-input test.
+
+#![allow(clippy::disallowed_methods, clippy::disallowed_macros)]
+
+mod common;
+
+use common::{gate_binary, last_line, processes_mentioning, read_report, Sandbox};
+use serde_json::Value;
+use sharedos_report::report::{GateName, Status};
+use std::path::Path;
+use std::process::Command;
+
+#[test]
+#[ignore = "boots six VMs: minutes; run with --include-ignored"]
+fn vm_compare_bookworm_four_copies_both_columns_checked() {
+    let Some(sb) = Sandbox::new_or_skip("vmcompare") else {
+        return;
+    };
+    let gate = sb.copy_in(&gate_binary(), "sharedos-gate");
+    common::seed::seed(&sb, "cache", "bookworm", "fakechroot");
+    let out_dir = sb.dir.join("reports/compare");
+    let mut args = common::vm_run_args(&sb, &gate, &out_dir, "tcg");
+    args[0] = "vm-compare".into();
+    args.extend(["--copies", "4"].map(String::from));
+    let a: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = sb.run_as_user(&sb.xtask, &a);
+    let said = String::from_utf8_lossy(&out.stderr).into_owned() + &last_line(&out);
+    let code = out.status.code().unwrap();
+    let text = std::fs::read_to_string(out_dir.join("compare.json"))
+        .unwrap_or_else(|e| panic!("no compare.json ({e}):\n{said}"));
+    let s: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(code, 0, "{said}\n{s:#}");
+    assert_eq!(s["verdict"], "PASS", "{s:#}");
+    assert_eq!(s["accel"], "tcg");
+
+    // The shared-OS column: four copies, each measured.
+    assert_eq!(
+        s["shared_os"]["per_copy"].as_array().unwrap().len(),
+        4,
+        "{s:#}"
+    );
+    assert_eq!(
+        s["shared_os"]["restore_ms"].as_array().unwrap().len(),
+        4,
+        "{s:#}"
+    );
+
+    // The VM-each column: four copies and a reset, each a QEMU the host measured, each a report
+    // whose live probe held the copy to the fork-time state.
+    let copies = s["vm_each"]["copies"].as_array().unwrap();
+    assert_eq!(copies.len(), 4, "{s:#}");
+    let mut tokens = Vec::new();
+    for c in copies.iter().chain([&s["vm_each"]["reset"]]) {
+        let pss = c["host_mem"]["pss_kib"].as_u64().unwrap_or(0);
+        // A guest of 1024 MiB with a tree up: its QEMU holds far more than the tree alone.
+        assert!(pss > 100 * 1024, "{c:#}");
+        assert!(c["resume_ms"].as_u64().unwrap_or(0) > 0, "{c:#}");
+        let r = read_report(&out_dir.join(c["report"].as_str().unwrap()));
+        let probe = r.gate(GateName::LiveStateProbe).unwrap();
+        assert_eq!(probe.status, Status::Pass, "{}", probe.reason);
+        for check in [
+            "fork_token_kept",
+            "fork_counter_continues",
+            "fork_same_windows",
+            "fork_same_framebuffer",
+        ] {
+            assert!(probe.check(check).is_some_and(|c| c.passed), "{check}");
+        }
+        tokens.push(probe.check("fork_token_kept").unwrap().value["seen"].clone());
+        // CRIU's gates did not run, and say why.
+        let dump = r.gate(GateName::Dump).unwrap();
+        assert_eq!(dump.status, Status::NotRun);
+        assert!(dump.reason.contains("VM fork"), "{}", dump.reason);
+        // Each copy came up with its own key and nonce, from the fork this run saved.
+        let start = r.vm.as_ref().unwrap().start.clone().unwrap();
+        assert_eq!(start.how, "resumed");
+        assert_eq!(
+            start.snapshot.as_ref().unwrap().state_sha256,
+            s["vm_each"]["state_sha256"].as_str().unwrap()
+        );
+    }
+    // Every copy holds the one token the app had when the guest was saved.
+    tokens.dedup();
+    assert_eq!(tokens.len(), 1, "{tokens:?}");
+    // The table says which design is which, and the accelerator.
+    assert!(
+        said.contains("shared-OS (CRIU)") && said.contains("VM each"),
+        "{said}"
+    );
+    assert!(said.contains("the ratios are the result"), "{said}");
+    // No QEMU of the comparison outlives it.
+    assert!(processes_mentioning(out_dir.to_str().unwrap()).is_empty());
+}
+
+#[test]
+fn vm_compare_refuses_an_n_that_cannot_fit_before_booting() {
+    let scratch =
+        std::env::temp_dir().join(format!("sharedos-compare-input-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&scratch);
+    std::fs::create_dir_all(&scratch).unwrap();
+    let images = Path::new(env!("CARGO_MANIFEST_DIR")).join("images");
+    let out_dir = scratch.join("out");
+    let xtask = common::xtask_binary();
+    for (copies, memory, says) in [
+        ("64", "65536", "this host has"),
+        ("0", "1024", "give 1 to 64"),
+    ] {
+        let out = Command::new(&xtask)
+            .args(["vm-compare", "--copies", copies, "--memory", memory])
+            .arg("--images-dir")
+            .arg(&images)
+            .arg("--cache-dir")
+            .arg(scratch.join("cache"))
+            .arg("--gate-binary")
+            .arg(scratch.join("no-gate"))
+            .arg("--out")
+            .arg(&out_dir)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains(says), "{stderr}");
+        assert!(!out_dir.exists(), "nothing archived");
+    }
+    let _ = std::fs::remove_dir_all(&scratch);
+}
