@@ -12,7 +12,7 @@ use crate::gates::Ctx;
 use anyhow::{bail, Context, Result};
 use serde_json::json;
 use sharedos_report::checkpoint::CarriedState;
-use sharedos_report::compare::{self, check};
+use sharedos_report::compare;
 use sharedos_report::model::tree::Observation;
 use sharedos_report::report::{Check, Gate, GateName, Status};
 use std::io::Read;
@@ -136,12 +136,6 @@ pub fn fork_checks(at_fork: &Observation, seen: &Observation) -> Vec<Check> {
             (&seen.frame_sha256, &seen.png),
             "the fork-time frame",
         ),
-        check(
-            "fork_mark_drawn",
-            seen.mark_drawn,
-            json!(seen.mark_drawn),
-            "the drawn mark in full in the copy's frame",
-        ),
     ]
 }
 
@@ -213,14 +207,9 @@ mod tests {
         let t = "a".repeat(32);
         let mut moved = obs(&t, 41, "g");
         moved.windows[0].x = 5;
-        moved.mark_drawn = false;
         assert_eq!(
             failed(&fork_checks(&obs(&t, 40, "f"), &moved)),
-            [
-                "fork_same_windows",
-                "fork_same_framebuffer",
-                "fork_mark_drawn"
-            ]
+            ["fork_same_windows", "fork_same_framebuffer"]
         );
     }
 

@@ -26,11 +26,12 @@ pub fn diagnose_args(wait: Duration) -> Vec<String> {
     ]
 }
 
-/// Starts `argv` in a session of its own, its output to [`LOG`], its pid in [`PID`]; the SSH
-/// command returns at once.
+/// Starts `argv` in a session of its own, its output to [`LOG`], its pid in [`PID`]. `setsid
+/// -f` forks, and nothing of the run holds the SSH channel's descriptors, so the SSH command
+/// returns at once.
 pub fn start_command(argv: &[String]) -> String {
     format!(
-        "rm -f {GO} {LOG} {PID} && setsid sh -c 'echo $$ >{PID}; exec \"$@\"' sh {} </dev/null >{LOG} 2>&1 &",
+        "rm -f {GO} {LOG} {PID} && setsid -f sh -c 'echo $$ >{PID}; exec \"$@\"' sh {} </dev/null >{LOG} 2>&1",
         shell_words(argv)
     )
 }
@@ -86,7 +87,7 @@ mod tests {
         ]);
         assert_eq!(
             c,
-            "rm -f /root/fork-go /root/fork.log /root/fork.pid && setsid sh -c 'echo $$ >/root/fork.pid; exec \"$@\"' sh /usr/local/bin/sharedos-gate diagnose 'a b' </dev/null >/root/fork.log 2>&1 &"
+            "rm -f /root/fork-go /root/fork.log /root/fork.pid && setsid -f sh -c 'echo $$ >/root/fork.pid; exec \"$@\"' sh /usr/local/bin/sharedos-gate diagnose 'a b' </dev/null >/root/fork.log 2>&1"
         );
         assert_eq!(
             diagnose_args(Duration::from_secs(1800)),
