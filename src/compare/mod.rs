@@ -211,6 +211,7 @@ fn vm_each_column(
     let entry = run::image_phase(base, &mut obs)?;
     let session = run::boot::open(base, &entry, &mut obs)?;
     *accel = session.accel().as_str().to_string();
+    col.idle_guest = host_mem(session.qemu_pid()).ok();
     gates::copy(session.guest(), base, &mut obs)?;
     let b = run::bounds(session.accel());
     let argv = gates::diagnose_argv(b.guest_step, &fork::diagnose_args(b.gates));

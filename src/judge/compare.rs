@@ -58,6 +58,10 @@ pub struct VmEach {
     pub reset: Option<VmCopy>,
     pub memory_mib: u64,
     pub cpus: u32,
+    /// The QEMU of the guest the fork is made in, read by the host just after it resumed from
+    /// the image's snapshot and before its tree started: what a VM costs running nothing of the
+    /// desktop, so that what a desktop adds can be told from what the VM itself costs.
+    pub idle_guest: Option<Mem>,
     /// Where the memory figures come from.
     pub memory_source: String,
     pub problems: Vec<String>,

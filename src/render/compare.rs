@@ -34,6 +34,10 @@ pub fn text(s: &Summary) -> String {
     let (so_med, so_p95) = latency(&so.restore_ms);
     let (vm_med, vm_p95) = latency(&vm_resume);
     let med_kib = |xs: &[u64]| median(xs).map_or("n/a".into(), mib);
+    // What a VM copy holds beyond the same guest before its tree: the desktop's own share.
+    let beyond = median(&vm_pss)
+        .zip(vm.idle_guest)
+        .map(|(m, idle)| (m - idle.pss_kib as f64).max(0.0));
     let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
         (Some(a), Some(b)) if a > 0.0 => format!("1:{:.1}", b / a),
         _ => "n/a".into(),
@@ -160,6 +164,7 @@ mod tests {
                 copies: vec![copy("copy-1"), copy("copy-2")],
                 memory_mib: 1024,
                 cpus: 2,
+                idle_guest: Some(mem(200 * 1024)),
                 ..VmEach::default()
             },
             verdict: Verdict::Fail,
