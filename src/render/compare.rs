@@ -82,6 +82,19 @@ pub fn text(s: &Summary) -> String {
             ratio(median(&so_uss), median(&vm_uss)),
         ),
         (
+            "PSS of a guest running nothing".into(),
+            String::new(),
+            vm.idle_guest
+                .map_or("n/a".into(), |m| mib(m.pss_kib as f64)),
+            String::new(),
+        ),
+        (
+            "PSS per desktop beyond it".into(),
+            med_kib(&so_pss),
+            beyond.map_or("n/a".into(), mib),
+            ratio(median(&so_pss), beyond),
+        ),
+        (
             "resources per desktop".into(),
             so.resources.clone(),
             format!("{} MiB, {} CPUs each", vm.memory_mib, vm.cpus),
@@ -175,6 +188,8 @@ mod tests {
             t.contains("27.0 MiB") && t.contains("300.0 MiB") && t.contains("1:11.1"),
             "{t}"
         );
+        // 300 MiB per VM copy, 200 of them the idle guest's: 100 MiB beyond it.
+        assert!(t.contains("100.0 MiB") && t.contains("1:3.7"), "{t}");
         assert!(t.contains("the ratios are the result"), "{t}");
         assert!(!t.contains('\u{1b}'), "{t}");
     }
