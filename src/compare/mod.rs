@@ -133,7 +133,12 @@ fn compare(opts: &CompareOptions) -> Result<i32> {
         memory_source: "the host's /proc/PID/smaps_rollup of each copy's QEMU process (a host figure, not the guest's word; under TCG it includes QEMU's translation cache), read with every copy up and its tree idle".into(),
         ..VmEach::default()
     };
-    if let Err(e) = vm_each_column(opts, &out, &mut vm_each, &mut accel) {
+    // An interrupt ends the comparison here: the second column is not started for nothing.
+    let ran = match sharedos_report::signals::interrupted() {
+        Some(sig) => Err(anyhow::anyhow!("interrupted by {sig}: not started")),
+        None => vm_each_column(opts, &out, &mut vm_each, &mut accel),
+    };
+    if let Err(e) = ran {
         rig_failed = true;
         vm_each.problems.push(format!(
             "the column could not be run (rig): {}",
