@@ -177,18 +177,7 @@ fn create_out(opts: &CompareOptions) -> Result<PathBuf> {
             opts.copies
         )),
     };
-    if std::fs::read_dir(&dir).is_ok_and(|mut d| d.next().is_some()) {
-        bail!(
-            "the comparison's directory {} is not empty: pass --out with a new directory",
-            dir.display()
-        );
-    }
-    std::fs::create_dir_all(&dir).with_context(|| {
-        format!(
-            "creating {}; pass --out DIR on a writable filesystem",
-            dir.display()
-        )
-    })?;
+    run::archive::create_empty_dir(&dir, "comparison's directory", "")?;
     Ok(dir)
 }
 

@@ -132,18 +132,7 @@ fn create_out(opts: &MigrateOptions) -> Result<PathBuf> {
             opts.to
         )),
     };
-    if std::fs::read_dir(&dir).is_ok_and(|mut d| d.next().is_some()) {
-        bail!(
-            "the migration's directory {} is not empty: pass --out with a new directory",
-            dir.display()
-        );
-    }
-    std::fs::create_dir_all(&dir).with_context(|| {
-        format!(
-            "creating {}; pass --out DIR on a writable filesystem",
-            dir.display()
-        )
-    })?;
+    run::archive::create_empty_dir(&dir, "migration's directory", "")?;
     Ok(dir)
 }
 

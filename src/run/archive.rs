@@ -29,19 +29,30 @@ pub fn report_dir_for(opts: &VmRunOptions) -> PathBuf {
 /// A new or empty directory: two runs never mix, and an archived report is never overwritten.
 pub fn create_report_dir(opts: &VmRunOptions) -> Result<PathBuf> {
     let dir = report_dir_for(opts);
-    if std::fs::read_dir(&dir).is_ok_and(|mut d| d.next().is_some()) {
-        bail!(
-            "the report directory {} is not empty: pass --out with a new directory, or leave --out out to get reports/<time>-<id>",
-            dir.display()
-        );
-    }
-    if let Err(e) = std::fs::create_dir_all(&dir) {
-        bail!(
-            "cannot create the report directory {}: {e}; pass --out DIR on a writable filesystem",
-            dir.display()
-        );
-    }
+    create_empty_dir(
+        &dir,
+        "report directory",
+        ", or leave --out out to get reports/<time>-<id>",
+    )?;
     Ok(dir)
+}
+
+/// Creates `dir`, `what` a run archives into (a report directory, a migration's, a
+/// comparison's), or takes it when it is empty; `or` ends the fix-it of a non-empty one.
+pub fn create_empty_dir(dir: &Path, what: &str, or: &str) -> Result<()> {
+    if std::fs::read_dir(dir).is_ok_and(|mut d| d.next().is_some()) {
+        bail!(
+            "the {what} {} is not empty: pass --out with a new directory{or}",
+            dir.display()
+        );
+    }
+    if let Err(e) = std::fs::create_dir_all(dir) {
+        bail!(
+            "cannot create the {what} {}: {e}; pass --out DIR on a writable filesystem",
+            dir.display()
+        );
+    }
+    Ok(())
 }
 
 /// Writes the report (the guest's gates with the host's provenance, or a partial one after a

@@ -322,8 +322,13 @@ impl Session {
             Start::Cold => cold(spec, media, &run_dir.path, "asked for a cold boot", sink)?,
             Start::Resume => resume_or_cold(spec, media, &run_dir.path, sink)?,
         };
+        Ok(Session::of(opened, run_dir, spec, spec.keep, sink))
+    }
+
+    /// The session of a guest up and logged in; its start is sent first.
+    fn of(opened: Opened, run_dir: RunDir, spec: &SessionSpec, keep: bool, sink: Sink) -> Session {
         sink(&Event::GuestStart(Box::new(opened.start.clone())));
-        Ok(Session {
+        Session {
             guest: opened.guest,
             qemu: opened.up.started.qemu,
             accel: opened.up.started.accel,
@@ -331,11 +336,11 @@ impl Session {
             host_key: opened.up.host_key,
             start: opened.start,
             run_dir,
-            keep: spec.keep,
+            keep,
             memory_mib: spec.memory_mib,
             serial_log: spec.serial_log(),
             resumed_from: opened.resumed_from,
-        })
+        }
     }
 
     /// Opens a session on a copy of `fork`: a new QEMU resumed from its state, on an overlay
@@ -359,20 +364,8 @@ impl Session {
             sink,
         )?;
         opened.start.reason = "a copy of a VM fork this run saved with the tree up".into();
-        sink(&Event::GuestStart(Box::new(opened.start.clone())));
-        Ok(Session {
-            guest: opened.guest,
-            qemu: opened.up.started.qemu,
-            accel: opened.up.started.accel,
-            port: opened.up.port,
-            host_key: opened.up.host_key,
-            start: opened.start,
-            run_dir,
-            keep: false,
-            memory_mib: spec.memory_mib,
-            serial_log: spec.serial_log(),
-            resumed_from: opened.resumed_from,
-        })
+        // A copy is never kept: the save it came from is gone when the comparison ends.
+        Ok(Session::of(opened, run_dir, spec, false, sink))
     }
 
     /// Saves this guest as it runs now into a new directory `dir` (mode 0700), which sessions
