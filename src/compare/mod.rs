@@ -261,8 +261,9 @@ fn vm_each_column(
         c.host_mem = host_mem(c.session.qemu_pid());
     }
     if let Some(c) = failed {
+        // The copies up are told to go on, so that each run ends and its report is kept.
         col.copies
-            .extend(up.into_iter().map(|c| finish_copy(c, b, false)));
+            .extend(up.into_iter().map(|c| finish_copy(c, b, true)));
         col.copies.push(c);
         bail!("a copy did not come up: see its report");
     }
@@ -275,9 +276,7 @@ fn vm_each_column(
     match open_copy(base, &entry, &media, &saved, out, "reset") {
         Ok(mut r) => {
             r.host_mem = host_mem(r.session.qemu_pid());
-            let rest: Vec<Up> = rest.collect();
-            let mut all: Vec<Up> = rest;
-            all.push(r);
+            let all: Vec<Up> = rest.chain([r]).collect();
             for c in &all {
                 go(c);
             }
