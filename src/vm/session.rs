@@ -388,16 +388,9 @@ impl Session {
             save_took: Duration::ZERO,
         };
         let since = Instant::now();
-        let b = bounds(self.accel);
         let run = self.run_dir.path.clone();
-        let mut qmp = super::qmp::Qmp::connect(&run.join("qmp.sock"), b.ssh)?;
-        let max = self.memory_mib.saturating_add(256).saturating_mul(1 << 20);
-        let state = snapshot::save(&mut qmp, &run.join("migrate.sock"), dir, max, b.boot)
+        let state = save_and_quit(&mut self.qemu, self.accel, &run, dir, self.memory_mib)
             .context("saving the guest for the VM fork")?;
-        let _ = qmp.execute("quit", None);
-        if self.qemu.wait_exit(b.ssh)?.is_none() {
-            bail!("QEMU did not quit after saving the VM fork");
-        }
         let disk = dir.join(snapshot::DISK);
         std::fs::copy(run.join("overlay.qcow2"), &disk)
             .context("keeping the saved guest's overlay for the fork")?;
@@ -682,20 +675,13 @@ fn make(
         }
     };
     let saved = (|| {
-        let b = bounds(up.started.accel);
-        let mut qmp = super::qmp::Qmp::connect(&run_dir.join("qmp.sock"), b.ssh)?;
-        let max = spec.memory_mib.saturating_add(256).saturating_mul(1 << 20);
-        let state = snapshot::save(
-            &mut qmp,
-            &run_dir.join("migrate.sock"),
+        let state = save_and_quit(
+            &mut up.started.qemu,
+            up.started.accel,
+            run_dir,
             &making,
-            max,
-            b.boot,
+            spec.memory_mib,
         )?;
-        let _ = qmp.execute("quit", None);
-        if up.started.qemu.wait_exit(b.ssh)?.is_none() {
-            bail!("QEMU did not quit after saving the snapshot");
-        }
         let (disk_sha256, _) = sharedos_report::digest::sha256_file(&disk)?;
         let key = spot.key(version, key_argv(spec, up.started.accel, sandbox));
         let dir = spot.dir(&key);
@@ -720,6 +706,27 @@ fn make(
         snapshot::discard(&making);
     }
     Ok(saved)
+}
+
+/// Saves the running guest of the QEMU started in `run_dir` into `into/state` over QMP (see
+/// `snapshot::save`), then has that QEMU quit, and waits for it. The state is bounded by the
+/// guest's memory and room for its devices. Returns the state's sha256 and size.
+fn save_and_quit(
+    qemu: &mut super::process::QemuProcess,
+    accel: Accel,
+    run_dir: &Path,
+    into: &Path,
+    memory_mib: u64,
+) -> Result<(String, u64)> {
+    let b = bounds(accel);
+    let mut qmp = super::qmp::Qmp::connect(&run_dir.join("qmp.sock"), b.ssh)?;
+    let max = memory_mib.saturating_add(256).saturating_mul(1 << 20);
+    let state = snapshot::save(&mut qmp, &run_dir.join("migrate.sock"), into, max, b.boot)?;
+    let _ = qmp.execute("quit", None);
+    if qemu.wait_exit(b.ssh)?.is_none() {
+        bail!("QEMU did not quit after saving the guest");
+    }
+    Ok(state)
 }
 
 /// Resumes the snapshot in `dir`, already checked: a new overlay on its disk and a new QEMU
