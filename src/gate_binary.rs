@@ -93,6 +93,19 @@ pub fn has_interpreter(elf: &[u8]) -> Result<bool> {
     Ok(false)
 }
 
+/// Refuses a gate binary that is not there, before anything is archived or booted; the
+/// fix-it names the command that builds it.
+pub fn require(gate: &Path) -> Result<()> {
+    if !gate.is_file() {
+        bail!(
+            "the gate binary {} does not exist: build it with `{}`",
+            gate.display(),
+            gate_build_cmd("cargo").display()
+        );
+    }
+    Ok(())
+}
+
 /// Where `build_gate_binary` puts the static binary.
 pub fn default_gate_binary(workspace: &Path) -> PathBuf {
     static_binary_path(workspace, GATE_PACKAGE)

@@ -3,7 +3,7 @@
 //! connections), the wait for its fork-time state, the go a copy gets, and the copy's run
 //! followed to its end. Each is built by one pure function, so a test holds the words.
 
-use crate::run::{GUEST_WORK, RIG_FAILURE_EXIT};
+use crate::run::GUEST_WORK;
 use sharedos_report::text::shell_words;
 use std::time::Duration;
 
@@ -63,15 +63,6 @@ pub fn go_command(label: &str) -> Option<String> {
 /// Follows the copy's run from the start of its output until it ends.
 pub fn follow_command() -> String {
     format!("tail -n +1 --pid=\"$(cat {PID})\" -f {LOG}")
-}
-
-/// How a vm-compare ends: the verdict's code, or the rig's when a column could not be run.
-pub fn exit_code(verdict_code: i32, rig_failed: bool) -> i32 {
-    if rig_failed {
-        RIG_FAILURE_EXIT
-    } else {
-        verdict_code
-    }
 }
 
 #[cfg(test)]

@@ -82,13 +82,7 @@ fn compare(opts: &CompareOptions) -> Result<i32> {
     sharedos_report::signals::install().context("installing signal handlers")?;
     image::require_image(&opts.base.image)?;
     check_copies_here(opts.copies, opts.base.memory_mib)?;
-    if !opts.base.gate_binary.is_file() {
-        bail!(
-            "the gate binary {} does not exist: build it with `{}`",
-            opts.base.gate_binary.display(),
-            crate::gate_binary::gate_build_cmd("cargo").display()
-        );
-    }
+    crate::gate_binary::require(&opts.base.gate_binary)?;
     let out = create_out(opts)?;
     let n = opts.copies;
 
@@ -160,7 +154,11 @@ fn compare(opts: &CompareOptions) -> Result<i32> {
     digest::replace_in_report(&out, cmp::COMPARE_FILE, text.as_bytes())?;
     progress().block(&crate::render::compare::text(&s));
     progress().result(&out.display().to_string());
-    Ok(fork::exit_code(s.verdict.exit_code(), rig_failed))
+    Ok(if rig_failed {
+        RIG_FAILURE_EXIT
+    } else {
+        s.verdict.exit_code()
+    })
 }
 
 /// The saved guest's console and QEMU log, under the comparison's directory.
@@ -278,7 +276,7 @@ fn vm_each_column(
             r.host_mem = host_mem(r.session.qemu_pid());
             let all: Vec<Up> = rest.chain([r]).collect();
             for c in &all {
-                go(c);
+                give_go(&c.session, &c.label);
             }
             let mut done: Vec<VmCopy> = all.into_iter().map(|c| finish_copy(c, b, false)).collect();
             col.reset = done.pop();
@@ -356,10 +354,6 @@ fn host_mem(pid: u32) -> Result<Mem, String> {
 }
 
 /// Writes the copy's go; a failure shows when its run is followed, as a run that never ends.
-fn go(c: &Up) {
-    give_go(&c.session, &c.label);
-}
-
 fn give_go(session: &Session, label: &str) {
     if let Some(cmd) = fork::go_command(label) {
         let _ = session.guest().exec(&cmd);
@@ -381,23 +375,10 @@ fn finish_copy(c: Up, b: run::Bounds, go_first: bool) -> VmCopy {
     }
     let dir = obs.report_dir.clone();
     let result = (|| {
-        let t = Instant::now();
-        let ran = gates::diagnose(
-            session.guest(),
-            &fork::follow_command(),
-            t + b.gates,
-            &mut obs,
-        );
-        obs.phase("gates", t);
-        digest::replace_in_report(
-            &obs.report_dir,
-            gates::TRANSCRIPT_FILE,
-            (obs.transcript.join("\n") + "\n").as_bytes(),
-        )?;
-        ran.context("following the copy's run")?;
-        session.guest().set_timeout(b.ssh);
-        let meminfo = session.guest().exec(gates::MEMINFO)?;
-        run::provenance::guest_memory(&mut obs.vm, &meminfo.output);
+        // The run's exit code is not waited for (`tail --pid`): the judged report is the verdict.
+        gates::follow(session.guest(), &fork::follow_command(), b, &mut obs)
+            .context("following the copy's run")?;
+        gates::read_guest_memory(session.guest(), b, &mut obs)?;
         run::fetch::fetch(session.guest(), b, &mut obs)
     })();
     run::boot::end(session, &mut obs);

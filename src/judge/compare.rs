@@ -6,7 +6,7 @@
 
 use super::verdict::{self, How, Outcome};
 use serde::{Deserialize, Serialize};
-use sharedos_report::model::density::{median, p95, DensityData, Mem};
+use sharedos_report::model::density::{DensityData, Mem};
 use sharedos_report::report::{GateName, Status, Verdict};
 use std::path::Path;
 
@@ -166,11 +166,6 @@ pub fn judge(s: &mut Summary) {
         Verdict::Fail
     };
     s.problems = p;
-}
-
-/// Median and p95 of some milliseconds, for the table.
-pub fn latency(ms: &[u64]) -> (Option<f64>, Option<u64>) {
-    (median(ms), p95(ms))
 }
 
 #[cfg(test)]

@@ -66,13 +66,7 @@ fn migrate(opts: &MigrateOptions) -> Result<i32> {
     if let Some(note) = plan::check_pair(&opts.base.image, &opts.from, &opts.to)? {
         progress().note(&note);
     }
-    if !opts.base.gate_binary.is_file() {
-        bail!(
-            "the gate binary {} does not exist: build it with `{}`",
-            opts.base.gate_binary.display(),
-            crate::gate_binary::gate_build_cmd("cargo").display()
-        );
-    }
+    crate::gate_binary::require(&opts.base.gate_binary)?;
     let out = create_out(opts)?;
     let marker = format!("spike-{}", random::random_hex(6)?);
     // Started before the FROM guest boots, so before its dump-time query: the restore side's

@@ -2,8 +2,8 @@
 //! per desktop, with the ratio between them and the accelerator that ran.
 
 use crate::escape;
-use crate::judge::compare::{latency, Summary};
-use sharedos_report::model::density::median;
+use crate::judge::compare::Summary;
+use sharedos_report::model::density::{median, p95};
 
 fn mib(kib: f64) -> String {
     format!("{:.1} MiB", kib / 1024.0)
@@ -31,8 +31,8 @@ pub fn text(s: &Summary) -> String {
         .filter_map(|c| c.host_mem.map(|m| m.uss_kib))
         .collect();
     let vm_resume: Vec<u64> = vm.copies.iter().map(|c| c.resume_ms).collect();
-    let (so_med, so_p95) = latency(&so.restore_ms);
-    let (vm_med, vm_p95) = latency(&vm_resume);
+    let (so_med, so_p95) = (median(&so.restore_ms), p95(&so.restore_ms));
+    let (vm_med, vm_p95) = (median(&vm_resume), p95(&vm_resume));
     let med_kib = |xs: &[u64]| median(xs).map_or("n/a".into(), mib);
     // What a VM copy holds beyond the same guest before its tree: the desktop's own share.
     let beyond = median(&vm_pss)

@@ -186,35 +186,50 @@ pub fn send_files(guest: &Guest, files: &[(PathBuf, String)], obs: &mut Observed
 /// Runs the diagnostic, shows each gate as it ends, keeps a bounded transcript, and reads the
 /// guest's memory afterwards.
 pub fn gates(guest: &Guest, opts: &VmRunOptions, b: Bounds, obs: &mut Observed) -> Result<()> {
-    let t = Instant::now();
     let argv = diagnose_argv(b.guest_step, &opts.diagnose_args);
     obs.send(Event::Gates {
         command: shell_words(&argv),
     });
-    let ran = diagnose(guest, &shell_words(&argv), t + b.gates, obs);
+    let status = follow(guest, &shell_words(&argv), b, obs)?;
+    if ![0, 1, 3].contains(&status) {
+        bail!(
+            "the diagnostic exited {status} (not a verdict): {}",
+            one_line(&sharedos_report::text::tail(
+                &obs.transcript.join(
+                    "
+"
+                ),
+                8,
+                2000
+            ))
+        );
+    }
+    read_guest_memory(guest, b, obs)
+}
+
+/// Runs `command`, which prints the diagnostic's output (runs it, or follows a run already
+/// under way in a VM copy), within the gate phase's bound: the gate lines shown as they come,
+/// the phase timed, the transcript kept in the report. Returns the command's exit code.
+pub(crate) fn follow(guest: &Guest, command: &str, b: Bounds, obs: &mut Observed) -> Result<i32> {
+    let t = Instant::now();
+    let ran = diagnose(guest, command, t + b.gates, obs);
     obs.phase("gates", t);
     digest::replace_in_report(
         &obs.report_dir,
         TRANSCRIPT_FILE,
         (obs.transcript.join("\n") + "\n").as_bytes(),
     )?;
-    let status = ran.with_context(|| {
+    ran.with_context(|| {
         format!(
             "running the gates in the guest (bound: {} s under {})",
             b.gates.as_secs(),
             obs.vm.accel
         )
-    })?;
-    if ![0, 1, 3].contains(&status) {
-        bail!(
-            "the diagnostic exited {status} (not a verdict): {}",
-            one_line(&sharedos_report::text::tail(
-                &obs.transcript.join("\n"),
-                8,
-                2000
-            ))
-        );
-    }
+    })
+}
+
+/// The guest's memory after the gates, for the report's provenance.
+pub(crate) fn read_guest_memory(guest: &Guest, b: Bounds, obs: &mut Observed) -> Result<()> {
     guest.set_timeout(b.ssh);
     let meminfo = guest.exec(MEMINFO)?;
     provenance::guest_memory(&mut obs.vm, &meminfo.output);
@@ -223,12 +238,7 @@ pub fn gates(guest: &Guest, opts: &VmRunOptions, b: Bounds, obs: &mut Observed) 
 
 /// Runs the diagnostic's `command` until `deadline`: each `gate ` line is sent as it comes, and
 /// the transcript keeps the output up to [`MAX_TRANSCRIPT`] bytes, then says how much it dropped.
-pub(crate) fn diagnose(
-    guest: &Guest,
-    command: &str,
-    deadline: Instant,
-    obs: &mut Observed,
-) -> Result<i32> {
+fn diagnose(guest: &Guest, command: &str, deadline: Instant, obs: &mut Observed) -> Result<i32> {
     let mut kept = 0usize;
     let mut dropped = 0usize;
     let ran = guest.exec_lines(command, deadline, MAX_LINE, &mut |line| {
