@@ -3,8 +3,14 @@
 //! copies of a whole guest saved with the tree up, each a QEMU of its own), and the one
 //! verdict on it. Every figure sits beside the report it came from; a column whose copies do
 //! not hold their state carries no figures, only its problems.
+//!
+//! [`read`] reads a comparison directory back (`show`, `diff`) and judges it again from its
+//! reports.
 
-use super::verdict::{self, How, Outcome};
+pub mod read;
+
+use super::reader::ReportDir;
+use super::verdict::{self, How, Outcome, Refused};
 use serde::{Deserialize, Serialize};
 use sharedos_report::model::density::{DensityData, Mem};
 use sharedos_report::report::{GateName, Status, Verdict};
@@ -126,9 +132,38 @@ pub fn shared_os_column(o: &Outcome, copies: u32) -> SharedOs {
 
 /// A copy's problems from its archived report, judged by the one verdict.
 pub fn vm_copy_problems(dir: &Path) -> Vec<String> {
-    match verdict::judge(dir, &How::full(None)) {
-        Ok(o) => verdict::vm_fork_copy_problems(&o),
+    copy_problems(&verdict::judge(dir, &How::full(None)))
+}
+
+/// [`vm_copy_problems`] of a report directory already opened (reached beneath a comparison
+/// without following a link), with the judgement it came from when there is one.
+pub fn vm_copy_judged(dir: ReportDir, how: &How) -> (Vec<String>, Option<Outcome>) {
+    let judged = verdict::judge_dir(dir, how);
+    (copy_problems(&judged), judged.ok())
+}
+
+fn copy_problems(judged: &Result<Outcome, Refused>) -> Vec<String> {
+    match judged {
+        Ok(o) => verdict::vm_fork_copy_problems(o),
         Err(e) => vec![format!("its report does not read back: {e}")],
+    }
+}
+
+/// Whether a copy's judged report says it was resumed from the fork whose state hashes to
+/// `state_sha256`: a copy resumed from another save (another comparison's, say) is not a copy
+/// of this column, whatever its own checks say.
+pub fn fork_origin_problem(o: &Outcome, state_sha256: &str) -> Option<String> {
+    let start = o.report.vm.as_ref().and_then(|v| v.start.as_ref());
+    let seen = start
+        .filter(|s| s.how == "resumed")
+        .and_then(|s| s.snapshot.as_ref())
+        .map(|s| s.state_sha256.as_str());
+    match seen {
+        Some(h) if !state_sha256.is_empty() && h == state_sha256 => None,
+        Some(h) => Some(format!(
+            "its report says it resumed from the save {h}, not the column's fork {state_sha256}"
+        )),
+        None => Some("its report does not say it was resumed from a VM fork".into()),
     }
 }
 

@@ -1,0 +1,680 @@
+//! A comparison directory read back (`sharedos-rig show COMPARE_DIR`, `diff`): compare.json is
+//! as untrusted as any report, so nothing it says about a column is taken on its word. It is
+//! read through the one reader (bounded, no link followed); every report it names must be one
+//! plain name inside the directory; the shared-OS column is derived again from its report's
+//! density gate, each VM copy and the reset judged again from their own reports by the one
+//! verdict, and the comparison's verdict recomputed by [`super::judge`]. Every place where
+//! compare.json says otherwise is returned as a warning.
+//!
+//! What no report holds is the host's own measurements during the run (each copy's resume time
+//! and its QEMU's memory, the idle guest's, the fork's size and save time): those are kept as
+//! compare.json recorded them, and said to be ([`HOST_RECORDED`]).
+
+use super::{
+    fork_origin_problem, judge, shared_os_column, vm_copy_judged, SharedOs, Summary, VmCopy,
+    VmEach, COMPARE_FILE, FORMAT,
+};
+use crate::judge::ledger::Ledger;
+use crate::judge::reader::{Kind, ReportDir};
+use crate::judge::verdict::{self, How, Outcome};
+use anyhow::{anyhow, bail, Context, Result};
+use sharedos_report::model::density::MAX_COPIES;
+use sharedos_report::report::REPORT_FILE;
+use std::collections::BTreeSet;
+use std::path::Path;
+
+/// Far above any compare.json (64 copies: about 40 KiB); a larger one is not read.
+pub const MAX_COMPARE_BYTES: u64 = 1 << 20;
+
+/// What is shown as compare.json recorded it, judged by nothing.
+pub const HOST_RECORDED: &str = "the VM copies' resume times, their QEMUs' memory, the idle \
+     guest's memory and the fork's size and save time were measured by the host during the \
+     run and are in compare.json only: shown as recorded, not judged again";
+
+const FIX: &str = "fix: give the directory `cargo xtask vm-compare` wrote, as it wrote it";
+
+/// A comparison judged again from its reports.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Judged {
+    /// compare.json with every status, problem and figure a report holds taken from the report,
+    /// the host's measurements as recorded, and the verdict recomputed.
+    pub summary: Summary,
+    /// Where compare.json says otherwise than its reports judged again. Not escaped here.
+    pub warnings: Vec<String>,
+}
+
+impl Judged {
+    /// 0 PASS, 1 FAIL: the recomputed verdict's, never compare.json's.
+    pub fn exit_code(&self) -> i32 {
+        self.summary.verdict.exit_code()
+    }
+}
+
+/// Whether `dir` is a comparison directory: it holds something named compare.json (a link
+/// there is refused by [`read`], with a reason) and no report.json of its own.
+pub fn is_compare_dir(dir: &Path) -> bool {
+    let Ok(d) = ReportDir::open(dir) else {
+        return false;
+    };
+    matches!(d.kind(COMPARE_FILE), Ok(Some(_))) && matches!(d.kind(REPORT_FILE), Ok(None))
+}
+
+/// Reads the comparison directory at `dir` and judges it again from its reports.
+pub fn read(dir: &Path, ledger: Option<&Ledger>) -> Result<Judged> {
+    let files = ReportDir::open(dir)
+        .map_err(|e| anyhow!("{e}; fix: give a comparison directory (holding {COMPARE_FILE})"))?;
+    read_dir(&files, ledger)
+}
+
+/// [`read`] of a directory already opened.
+pub fn read_dir(files: &ReportDir, ledger: Option<&Ledger>) -> Result<Judged> {
+    let shown = files.path().join(COMPARE_FILE).display().to_string();
+    let said = parse(files, &shown)?;
+    check_names(&said, &shown)?;
+    let how = How::full(ledger);
+    let mut warnings = Vec::new();
+
+    let (shared_os, so_outcome) = shared_os(files, &said, &how);
+    warnings.extend(figure_warnings(&said.shared_os, &shared_os));
+    let mut image = said.image.clone();
+    let mut accel = said.accel.clone();
+    if let Some(vm) = so_outcome.as_ref().and_then(|o| o.report.vm.as_ref()) {
+        if !vm.image_name.is_empty() && vm.image_name != said.image {
+            warnings.push(format!(
+                "{COMPARE_FILE} says the image is {}, the shared-OS report ran {}; showing the \
+                 report's",
+                said.image, vm.image_name
+            ));
+            image = vm.image_name.clone();
+        }
+        if !vm.accel.is_empty() && vm.accel != said.accel {
+            warnings.push(format!(
+                "{COMPARE_FILE} says the accelerator is {}, the shared-OS report ran under {}; \
+                 showing the report's",
+                said.accel, vm.accel
+            ));
+            accel = vm.accel.clone();
+        }
+    }
+
+    let (vm_each, copy_accels) = vm_each(files, &said.vm_each, &how);
+    for (label, a) in copy_accels {
+        if !a.is_empty() && a != accel {
+            warnings.push(format!(
+                "VM-each {label}: its report ran under {a}, the comparison under {accel}: the \
+                 two columns' times do not compare"
+            ));
+        }
+    }
+
+    let mut s = Summary {
+        format: said.format,
+        image,
+        accel,
+        copies: said.copies,
+        shared_os,
+        vm_each,
+        verdict: said.verdict,
+        problems: Vec::new(),
+    };
+    judge(&mut s);
+    if s.verdict != said.verdict {
+        warnings.push(format!(
+            "{COMPARE_FILE} says {}, its reports judged again give {}; showing the re-judged \
+             verdict",
+            said.verdict, s.verdict
+        ));
+    }
+    for p in s.problems.iter().filter(|p| !said.problems.contains(p)) {
+        warnings.push(format!(
+            "judged again, a problem {COMPARE_FILE} does not name: {p}"
+        ));
+    }
+    for p in said.problems.iter().filter(|p| !s.problems.contains(p)) {
+        warnings.push(format!(
+            "{COMPARE_FILE} names a problem its reports judged again do not show: {p}"
+        ));
+    }
+    Ok(Judged {
+        summary: s,
+        warnings,
+    })
+}
+
+/// compare.json, read bounded, in this rig's format.
+fn parse(files: &ReportDir, shown: &str) -> Result<Summary> {
+    let read = files
+        .bytes(COMPARE_FILE, MAX_COMPARE_BYTES)
+        .map_err(|e| anyhow!("reading {shown}: {e}; {FIX}"))?;
+    let v: serde_json::Value = serde_json::from_slice(read.bytes().unwrap_or_default())
+        .with_context(|| format!("{shown} is not JSON; {FIX}"))?;
+    match v.get("format").and_then(serde_json::Value::as_u64) {
+        Some(f) if f == u64::from(FORMAT) => {}
+        Some(f) => bail!(
+            "{shown} has format {f}, this rig reads {FORMAT}: show it with the sharedos-rig that \
+             wrote it"
+        ),
+        None => bail!("{shown} names no format: it is not a compare.json; {FIX}"),
+    }
+    let s: Summary = serde_json::from_value(v)
+        .with_context(|| format!("{shown} is not a compare.json; {FIX}"))?;
+    if !(1..=MAX_COPIES).contains(&s.copies) {
+        bail!(
+            "{shown} says {} copies; a comparison has 1 to {MAX_COPIES}; {FIX}",
+            s.copies
+        );
+    }
+    if s.vm_each.copies.len() > s.copies as usize {
+        bail!(
+            "{shown} lists {} VM copies for a comparison of {}; {FIX}",
+            s.vm_each.copies.len(),
+            s.copies
+        );
+    }
+    Ok(s)
+}
+
+/// Whether `rel` may name a directory of the comparison: one plain name, not hidden.
+fn plain_name(rel: &str) -> bool {
+    !rel.is_empty() && !rel.contains('/') && !rel.starts_with('.') && !rel.contains('\0')
+}
+
+/// Every directory compare.json names is one plain name, and each report is a column's own.
+fn check_names(s: &Summary, shown: &str) -> Result<()> {
+    let mut names: Vec<(String, &str)> = vec![
+        ("the shared-OS report".into(), s.shared_os.report.as_str()),
+        ("the VM fork".into(), s.vm_each.fork.as_str()),
+    ];
+    for c in s.vm_each.copies.iter().chain(&s.vm_each.reset) {
+        names.push((format!("VM-each {}'s report", c.label), c.report.as_str()));
+    }
+    let mut seen = BTreeSet::new();
+    for (what, rel) in names {
+        if !plain_name(rel) {
+            bail!(
+                "{shown} names {rel:?} as {what}: a report of a comparison is one plain name \
+                 inside its directory (no `/`, no `..`, not empty); {FIX}"
+            );
+        }
+        if !seen.insert(rel) {
+            bail!(
+                "{shown} names {rel:?} as {what} and as another's: each copy is judged from a \
+                 report of its own; {FIX}"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// A report beneath the comparison, judged by the one verdict.
+fn judged(files: &ReportDir, rel: &str, how: &How) -> std::result::Result<Outcome, String> {
+    let d = files.open_beneath(rel)?;
+    verdict::judge_dir(d, how).map_err(|r| r.problem)
+}
+
+/// The shared-OS column from its report's density gate.
+fn shared_os(files: &ReportDir, said: &Summary, how: &How) -> (SharedOs, Option<Outcome>) {
+    let rel = &said.shared_os.report;
+    let (col, o) = match judged(files, rel, how) {
+        Ok(o) => (shared_os_column(&o, said.copies), Some(o)),
+        Err(e) => (
+            SharedOs {
+                problems: vec![format!("its report does not read back: {rel}: {e}")],
+                ..SharedOs::default()
+            },
+            None,
+        ),
+    };
+    (
+        SharedOs {
+            report: rel.clone(),
+            ..col
+        },
+        o,
+    )
+}
+
+/// Where compare.json's shared-OS figures are not its report's.
+fn figure_warnings(said: &SharedOs, fresh: &SharedOs) -> Vec<String> {
+    let differs = said.restore_ms != fresh.restore_ms
+        || said.per_copy != fresh.per_copy
+        || said.guest_used_before_kib != fresh.guest_used_before_kib
+        || said.guest_used_with_copies_kib != fresh.guest_used_with_copies_kib;
+    if differs {
+        vec![format!(
+            "shared-OS: {COMPARE_FILE}'s figures are not those of its report's density gate; \
+             showing the report's"
+        )]
+    } else {
+        Vec::new()
+    }
+}
+
+/// The VM-each column: each copy and the reset judged again from its report, the host's
+/// figures as recorded; each copy's accelerator, by label.
+fn vm_each(files: &ReportDir, said: &VmEach, how: &How) -> (VmEach, Vec<(String, String)>) {
+    let mut accels = Vec::new();
+    let mut one = |c: &VmCopy| -> VmCopy {
+        let (mut problems, o) = match files.open_beneath(&c.report) {
+            Ok(d) => vm_copy_judged(d, how),
+            Err(e) => (
+                vec![format!("its report does not read back: {}: {e}", c.report)],
+                None,
+            ),
+        };
+        if let Some(o) = &o {
+            problems.extend(fork_origin_problem(o, &said.state_sha256));
+            if let Some(vm) = &o.report.vm {
+                accels.push((c.label.clone(), vm.accel.clone()));
+            }
+        }
+        VmCopy {
+            problems,
+            ..c.clone()
+        }
+    };
+    let copies: Vec<VmCopy> = said.copies.iter().map(&mut one).collect();
+    let reset = said.reset.as_ref().map(&mut one);
+    // The column's own problems are the host's record of what stopped it (a copy that did not
+    // come up, an interrupt): no report holds them, and they only ever fail the comparison.
+    let mut problems = said.problems.clone();
+    match files.kind(&said.fork) {
+        Ok(Some(Kind::Dir)) => {}
+        Ok(Some(k)) => problems.push(format!(
+            "its fork's directory {} is {}, not a directory",
+            said.fork,
+            k.describe()
+        )),
+        Ok(None) => problems.push(format!("its fork's directory {} is missing", said.fork)),
+        Err(e) => problems.push(format!("its fork's directory: {e}")),
+    }
+    (
+        VmEach {
+            copies,
+            reset,
+            problems,
+            ..said.clone()
+        },
+        accels,
+    )
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::judge::review::tests::fresh_report;
+    use sharedos_report::model::density::Mem;
+    use sharedos_report::report::{
+        GateName, GuestStart, Report, SnapshotRef, Status, Verdict, VmProvenance,
+    };
+    use std::os::unix::fs::symlink;
+    use std::path::PathBuf;
+
+    /// The fork's state hash every copy of the fixture resumed from.
+    pub(crate) const STATE: &str =
+        "abababababababababababababababababababababababababababababababab";
+
+    pub(crate) struct Scratch(pub PathBuf);
+
+    impl Scratch {
+        pub(crate) fn new(name: &str) -> Scratch {
+            let p =
+                std::env::temp_dir().join(format!("compare-read-{name}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&p);
+            std::fs::create_dir_all(&p).unwrap();
+            Scratch(p)
+        }
+    }
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn vm_report() -> Report {
+        let mut r = fresh_report();
+        r.artifacts.clear();
+        r.vm = Some(VmProvenance {
+            image_name: "bookworm".into(),
+            accel: "tcg".into(),
+            ..Default::default()
+        });
+        r
+    }
+
+    /// `r` archived in `dir` as vm-run archives it, with the guest's PNGs and honest checks;
+    /// `after` changes it once those are in.
+    fn write(dir: &Path, r: Report, after: impl FnOnce(&mut Report)) {
+        std::fs::create_dir_all(dir).unwrap();
+        let mut r = r;
+        hostile_gate::honest::add_to(&mut r, dir).unwrap();
+        after(&mut r);
+        r.seal();
+        std::fs::write(
+            dir.join(REPORT_FILE),
+            serde_json::to_string_pretty(&r).unwrap(),
+        )
+        .unwrap();
+    }
+
+    const DENSITY: &str = r#"{"copies": 2, "ended_before": [], "limits": {"cap": 2, "deadline": null, "reserve_kib": null}, "mem_total_kib": 995356, "mem_used_before_kib": 167072, "mem_used_with_copies_kib": 221000, "per_copy": [{"label": "density-1", "mem": {"pss_kib": 26870, "rss_kib": 28468, "uss_kib": 26464}, "pid": 339, "processes": 5}, {"label": "density-2", "mem": {"pss_kib": 26900, "rss_kib": 28468, "uss_kib": 26464}, "pid": 340, "processes": 5}], "requested": {"count": 2}, "restore_ms": [1922, 1773], "restore_ms_median": 1847.5, "restore_ms_p95": 1922, "stop_detail": "2 copies restored as asked", "stopped_by": "count", "total": {"pss_kib": 53770, "rss_kib": 56936, "uss_kib": 52928}}"#;
+
+    /// A vm-run with `--copies 2`: its density gate, after reset, with the figures.
+    fn shared_os_report(dir: &Path) {
+        let mut r = vm_report();
+        r.options.copies = Some(serde_json::from_value(serde_json::json!({"count": 2})).unwrap());
+        let at = r
+            .gates
+            .iter()
+            .position(|g| g.name == GateName::Reset)
+            .unwrap()
+            + 1;
+        let mut g = r.gates[at - 1].clone();
+        g.name = GateName::Density;
+        g.data
+            .insert("density".into(), serde_json::from_str(DENSITY).unwrap());
+        r.gates.insert(at, g);
+        write(dir, r, |_| {});
+    }
+
+    /// A copy of a VM fork whose live probe held it, resumed from the fork `state`.
+    pub(crate) fn vm_copy_report(dir: &Path, state: &str, after: impl FnOnce(&mut Report)) {
+        write(dir, vm_report(), |r| {
+            for ((name, _), (gate, from)) in crate::judge::recheck::FORK_CHECKS.iter().zip([
+                (GateName::RestoreLiveProcess, "same_token"),
+                (GateName::RestoreLiveProcess, "counter_continues"),
+                (GateName::RestoreXState, "same_windows"),
+                (GateName::RestoreXState, "same_framebuffer"),
+            ]) {
+                let g = r.gate(gate).unwrap();
+                let mut c = g.check(from).unwrap().clone();
+                c.name = name.to_string();
+                r.gate_mut(GateName::LiveStateProbe).unwrap().checks.push(c);
+            }
+            if let Some(vm) = r.vm.as_mut() {
+                vm.start = Some(GuestStart {
+                    how: "resumed".into(),
+                    reason: "a copy of a VM fork".into(),
+                    snapshot: Some(SnapshotRef {
+                        state_sha256: state.into(),
+                        disk_sha256: String::new(),
+                        key_sha256: String::new(),
+                        made_at: String::new(),
+                        boot_host_key: String::new(),
+                    }),
+                    client_key: String::new(),
+                    nonce: None,
+                    nonce_echo: None,
+                    clock_set_to: None,
+                    rng_reseeded: true,
+                });
+            }
+            after(r);
+        });
+    }
+
+    pub(crate) fn mem(pss: u64) -> Mem {
+        Mem {
+            rss_kib: pss + 1000,
+            pss_kib: pss,
+            uss_kib: pss - 1000,
+        }
+    }
+
+    fn copy(label: &str, pss: u64) -> VmCopy {
+        VmCopy {
+            label: label.into(),
+            report: label.into(),
+            resume_ms: 1600,
+            host_mem: Some(mem(pss)),
+            problems: vec![],
+        }
+    }
+
+    /// compare.json as vm-compare writes it for the fixture's reports.
+    fn summary() -> Summary {
+        let d: sharedos_report::model::density::DensityData =
+            serde_json::from_str(DENSITY).unwrap();
+        let mut s = Summary {
+            format: FORMAT,
+            image: "bookworm".into(),
+            accel: "tcg".into(),
+            copies: 2,
+            shared_os: SharedOs {
+                report: "shared-os".into(),
+                restore_ms: d.restore_ms.clone(),
+                per_copy: d.per_copy.iter().map(|c| c.mem).collect(),
+                guest_used_before_kib: d.mem_used_before_kib,
+                guest_used_with_copies_kib: d.mem_used_with_copies_kib,
+                resources: "the guest's memory and CPUs, shared by every copy (no --cgroup)".into(),
+                problems: vec![],
+            },
+            vm_each: VmEach {
+                fork: "vm-each-fork".into(),
+                state_bytes: 247_802_652,
+                state_sha256: STATE.into(),
+                save_ms: 1710,
+                copies: vec![copy("copy-1", 390_000), copy("copy-2", 384_000)],
+                reset: Some(copy("reset", 377_000)),
+                memory_mib: 1024,
+                cpus: 2,
+                idle_guest: Some(mem(262_000)),
+                memory_source: "the host's smaps_rollup".into(),
+                problems: vec![],
+            },
+            verdict: Verdict::Fail,
+            problems: vec![],
+        };
+        judge(&mut s);
+        s
+    }
+
+    fn put(dir: &Path, s: &Summary) {
+        std::fs::write(
+            dir.join(COMPARE_FILE),
+            serde_json::to_string_pretty(s).unwrap(),
+        )
+        .unwrap();
+    }
+
+    /// A comparison of two copies as vm-compare leaves it, every column holding.
+    pub(crate) fn fixture(name: &str) -> Scratch {
+        let sc = Scratch::new(name);
+        let d = &sc.0;
+        shared_os_report(&d.join("shared-os"));
+        for c in ["copy-1", "copy-2", "reset"] {
+            vm_copy_report(&d.join(c), STATE, |_| {});
+        }
+        std::fs::create_dir_all(d.join("vm-each-fork")).unwrap();
+        put(d, &summary());
+        sc
+    }
+
+    fn err(dir: &Path) -> String {
+        format!("{:#}", read(dir, None).unwrap_err())
+    }
+
+    #[test]
+    fn a_comparison_as_written_judges_again_to_the_same_verdict() {
+        let f = fixture("same");
+        assert!(is_compare_dir(&f.0));
+        let j = read(&f.0, None).unwrap();
+        assert_eq!(j.summary.problems, Vec::<String>::new());
+        assert_eq!(j.summary.verdict, Verdict::Pass);
+        assert_eq!(j.exit_code(), 0);
+        assert_eq!(j.warnings, Vec::<String>::new());
+        assert_eq!(j.summary, summary());
+    }
+
+    #[test]
+    fn a_compare_json_that_says_pass_over_a_failing_copy_judges_again_to_fail() {
+        let f = fixture("tampered");
+        vm_copy_report(&f.0.join("copy-2"), STATE, |r| {
+            r.gate_mut(GateName::Cleanup).unwrap().status = Status::Fail;
+        });
+        let j = read(&f.0, None).unwrap();
+        assert_eq!(j.summary.verdict, Verdict::Fail);
+        assert_eq!(j.exit_code(), 1);
+        assert!(
+            j.summary
+                .problems
+                .iter()
+                .any(|p| p.starts_with("VM-each copy-2: cleanup is FAIL")),
+            "{:?}",
+            j.summary.problems
+        );
+        assert!(
+            j.warnings.iter().any(|w| w
+                == "compare.json says PASS, its reports judged again give FAIL; showing the \
+                    re-judged verdict"),
+            "{:?}",
+            j.warnings
+        );
+        assert!(
+            j.warnings
+                .iter()
+                .any(|w| w.contains("a problem compare.json does not name: VM-each copy-2")),
+            "{:?}",
+            j.warnings
+        );
+    }
+
+    #[test]
+    fn figures_and_problems_come_from_the_reports_not_compare_json() {
+        let f = fixture("figures");
+        let mut s = summary();
+        s.shared_os.per_copy[0].pss_kib = 1;
+        s.vm_each.copies[0].problems.push("forged".into());
+        s.accel = "kvm".into();
+        judge(&mut s);
+        put(&f.0, &s);
+        let j = read(&f.0, None).unwrap();
+        assert_eq!(j.summary.shared_os.per_copy[0].pss_kib, 26870);
+        assert_eq!(j.summary.accel, "tcg");
+        assert_eq!(j.summary.verdict, Verdict::Pass);
+        let w = j.warnings.join("\n");
+        assert!(
+            w.contains("figures are not those of its report's density gate"),
+            "{w}"
+        );
+        assert!(w.contains("accelerator is kvm"), "{w}");
+        assert!(w.contains("compare.json says FAIL"), "{w}");
+        assert!(w.contains("do not show: VM-each copy-1: forged"), "{w}");
+        // The host's own figures are kept as recorded.
+        assert_eq!(j.summary.vm_each.copies[0].host_mem, Some(mem(390_000)));
+    }
+
+    #[test]
+    fn a_copy_resumed_from_another_fork_does_not_count() {
+        let f = fixture("origin");
+        vm_copy_report(&f.0.join("copy-1"), &"cd".repeat(32), |_| {});
+        let j = read(&f.0, None).unwrap();
+        assert_eq!(j.summary.verdict, Verdict::Fail);
+        assert!(
+            j.summary
+                .problems
+                .iter()
+                .any(|p| p.contains("copy-1: its report says it resumed from the save cdcd")),
+            "{:?}",
+            j.summary.problems
+        );
+    }
+
+    #[test]
+    fn a_report_that_is_not_one_plain_name_is_refused() {
+        let f = fixture("names");
+        for bad in ["../x", "a/b", "", "..", "/etc", ".hidden"] {
+            let mut s = summary();
+            s.vm_each.copies[1].report = bad.into();
+            put(&f.0, &s);
+            let e = err(&f.0);
+            assert!(
+                e.contains(&format!("names {bad:?} as VM-each copy-2's report"))
+                    && e.contains("one plain name")
+                    && e.contains("fix:"),
+                "{bad}: {e}"
+            );
+            let mut s = summary();
+            s.shared_os.report = bad.into();
+            put(&f.0, &s);
+            assert!(err(&f.0).contains("as the shared-OS report"), "{bad}");
+            let mut s = summary();
+            s.vm_each.fork = bad.into();
+            put(&f.0, &s);
+            assert!(err(&f.0).contains("as the VM fork"), "{bad}");
+        }
+        // One good report named twice is not two copies.
+        let mut s = summary();
+        s.vm_each.copies[1].report = "copy-1".into();
+        put(&f.0, &s);
+        assert!(err(&f.0).contains("a report of its own"), "{}", err(&f.0));
+    }
+
+    #[test]
+    fn another_format_or_no_compare_json_at_all_is_refused() {
+        let f = fixture("format");
+        let mut v = serde_json::to_value(summary()).unwrap();
+        v["format"] = 2.into();
+        std::fs::write(f.0.join(COMPARE_FILE), v.to_string()).unwrap();
+        let e = err(&f.0);
+        assert!(e.contains("has format 2, this rig reads 1"), "{e}");
+        v.as_object_mut().unwrap().remove("format");
+        std::fs::write(f.0.join(COMPARE_FILE), v.to_string()).unwrap();
+        assert!(err(&f.0).contains("names no format"));
+        std::fs::write(f.0.join(COMPARE_FILE), "{\"format\": 1}").unwrap();
+        assert!(err(&f.0).contains("is not a compare.json"));
+        let mut s = summary();
+        s.copies = 0;
+        put(&f.0, &s);
+        assert!(err(&f.0).contains("says 0 copies"));
+    }
+
+    #[test]
+    fn a_compare_json_over_the_cap_is_refused_unread() {
+        let f = fixture("cap");
+        let mut text = serde_json::to_string(&summary()).unwrap();
+        text.push_str(&" ".repeat(MAX_COMPARE_BYTES as usize));
+        std::fs::write(f.0.join(COMPARE_FILE), text).unwrap();
+        let e = err(&f.0);
+        assert!(e.contains("more than the 1048576 this rig reads"), "{e}");
+    }
+
+    #[test]
+    fn a_linked_compare_json_or_copy_is_refused() {
+        let f = fixture("links");
+        let elsewhere = Scratch::new("links-elsewhere");
+        std::fs::rename(f.0.join(COMPARE_FILE), elsewhere.0.join(COMPARE_FILE)).unwrap();
+        symlink(elsewhere.0.join(COMPARE_FILE), f.0.join(COMPARE_FILE)).unwrap();
+        assert!(
+            is_compare_dir(&f.0),
+            "so that show refuses it, with a reason"
+        );
+        let e = err(&f.0);
+        assert!(e.contains("compare.json is a symbolic link"), "{e}");
+
+        let f = fixture("link-copy");
+        std::fs::rename(f.0.join("copy-2"), elsewhere.0.join("copy-2")).unwrap();
+        symlink(elsewhere.0.join("copy-2"), f.0.join("copy-2")).unwrap();
+        let j = read(&f.0, None).unwrap();
+        assert_eq!(j.summary.verdict, Verdict::Fail);
+        assert!(
+            j.summary
+                .problems
+                .iter()
+                .any(|p| p.contains("copy-2: its report does not read back")
+                    && p.contains("symbolic link")),
+            "{:?}",
+            j.summary.problems
+        );
+        std::fs::remove_file(f.0.join("vm-each-fork")).ok();
+        std::fs::remove_dir(f.0.join("vm-each-fork")).unwrap();
+        symlink(elsewhere.0.join("copy-2"), f.0.join("vm-each-fork")).unwrap();
+        let j = read(&f.0, None).unwrap();
+        assert!(j
+            .summary
+            .problems
+            .iter()
+            .any(|p| p.contains("vm-each-fork is a symbolic link")));
+    }
+}
