@@ -10,6 +10,7 @@ use anyhow::Result;
 use clap::{Parser, Subcommand, ValueEnum};
 use sharedos_report::report::ReviewDecision;
 use sharedos_rig::escape;
+use sharedos_rig::judge::compare::read as compare;
 use sharedos_rig::judge::ledger::Ledger;
 use sharedos_rig::judge::verdict::{self, How};
 use sharedos_rig::judge::{review, sign};
@@ -62,7 +63,9 @@ enum Command {
     /// Render a report (taking review.json into account), or a matrix directory (from
     /// `cargo xtask vm-matrix`) as one table: a row per image, a column per gate, each row
     /// judged again from its report, with a warning wherever matrix.json says otherwise. A
-    /// vm-migrate directory is shown as `matrix pairs` shows it.
+    /// vm-migrate directory is shown as `matrix pairs` shows it. A vm-compare directory is shown
+    /// as its two columns side by side (html: with charts), judged again from its reports, with a
+    /// warning wherever compare.json says otherwise; exits 0 PASS, 1 FAIL.
     Show {
         report_dir: PathBuf,
         #[arg(long, value_enum, default_value_t = render::Format::Text)]
@@ -72,7 +75,8 @@ enum Command {
         #[arg(long)]
         images_dir: Option<PathBuf>,
     },
-    /// What changed from report A to report B (or, for two matrix directories, cell by cell).
+    /// What changed from report A to report B (or, for two matrix directories, cell by cell; for
+    /// two vm-compare directories, figure by figure).
     Diff {
         report_a: PathBuf,
         report_b: PathBuf,
@@ -180,6 +184,9 @@ fn run(cmd: Command) -> Result<u8> {
         }
         Command::Show {
             report_dir, format, ..
+        } if compare::is_compare_dir(&report_dir) => show_compare(&report_dir, format, ledger),
+        Command::Show {
+            report_dir, format, ..
         } if matrix::pairs::is_migration_path(&report_dir) => {
             show_pairs(std::slice::from_ref(&report_dir), format, ledger).map(|_| 0)
         }
@@ -194,6 +201,11 @@ fn run(cmd: Command) -> Result<u8> {
             if matrix::is_matrix_dir(&report_a) || matrix::is_matrix_dir(&report_b) =>
         {
             diff_matrices(&report_a, &report_b, ledger)
+        }
+        Command::Diff { report_a, report_b }
+            if compare::is_compare_dir(&report_a) || compare::is_compare_dir(&report_b) =>
+        {
+            diff_compares(&report_a, &report_b, ledger)
         }
         Command::Diff { report_a, report_b } => {
             let d = diff::diff_dirs(&report_a, &report_b, ledger)?;
@@ -259,6 +271,44 @@ fn show_matrix(
         render::Format::Html => matrix::render::html(&m),
         render::Format::Junit => matrix::render::junit(&m),
     })?;
+    Ok(0)
+}
+
+/// A comparison directory, judged again from its reports; its recomputed verdict's exit code.
+fn show_compare(dir: &Path, format: render::Format, ledger: Option<&Ledger>) -> Result<u8> {
+    let j = compare::read(dir, ledger)?;
+    // The warnings are part of every form of the page (text included), not printed apart.
+    emit(&match format {
+        render::Format::Text => render::compare::show_text(&j),
+        render::Format::Md => render::compare::md(&j),
+        render::Format::Html => render::compare::html(&j),
+        render::Format::Junit => {
+            anyhow::bail!("a comparison has no JUnit form\nfix: give --format text, md or html")
+        }
+    })?;
+    Ok(exit_byte(j.exit_code()))
+}
+
+/// Two comparisons figure by figure, each judged again from its reports.
+fn diff_compares(a: &Path, b: &Path, ledger: Option<&Ledger>) -> Result<u8> {
+    if !(compare::is_compare_dir(a) && compare::is_compare_dir(b)) {
+        anyhow::bail!(
+            "one of {} and {} is a comparison directory (from `cargo xtask vm-compare`) and the \
+             other is not: diff two comparisons, two matrices or two reports",
+            a.display(),
+            b.display()
+        );
+    }
+    let ja = compare::read(a, ledger)?;
+    let jb = compare::read(b, ledger)?;
+    warn(&ja.warnings);
+    warn(&jb.warnings);
+    emit(&render::compare::diff(
+        &ja,
+        &jb,
+        &escape::line(&a.display().to_string()),
+        &escape::line(&b.display().to_string()),
+    ))?;
     Ok(0)
 }
 

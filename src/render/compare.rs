@@ -1,9 +1,19 @@
 //! A comparison (`compare.json`) as people read it: the two columns side by side, per copy and
-//! per desktop, with the ratio between them and the accelerator that ran.
+//! per desktop, with the ratio between them and the accelerator that ran. [`text`] is what
+//! vm-compare prints as it ends; `show` renders a comparison judged again from its reports
+//! ([`show_text`], [`md`], [`html`] with two charts) and `diff` holds two of them figure by
+//! figure ([`diff`]). Presentation only: the verdict, problems and warnings are the judge's.
+//!
+//! Every string that came from compare.json or a report (the image, the accelerator, labels,
+//! problems, warnings, the column's descriptions) is escaped for its format; the charts carry
+//! only fixed labels and numbers.
 
 use crate::escape;
+use crate::judge::compare::read::{Judged, HOST_RECORDED};
 use crate::judge::compare::Summary;
 use sharedos_report::model::density::{median, p95};
+use sharedos_report::report::Verdict;
+use std::fmt::Write;
 
 fn mib(kib: f64) -> String {
     format!("{:.1} MiB", kib / 1024.0)
@@ -13,132 +23,736 @@ fn ms(v: Option<f64>) -> String {
     v.map_or("n/a".into(), |m| format!("{:.2} s", m / 1000.0))
 }
 
-/// The side-by-side table in plain text. The problems came partly from guests: one line each,
-/// escaped.
-pub fn text(s: &Summary) -> String {
-    let so = &s.shared_os;
-    let vm = &s.vm_each;
-    let so_pss: Vec<u64> = so.per_copy.iter().map(|m| m.pss_kib).collect();
-    let so_uss: Vec<u64> = so.per_copy.iter().map(|m| m.uss_kib).collect();
-    let vm_pss: Vec<u64> = vm
-        .copies
-        .iter()
-        .filter_map(|c| c.host_mem.map(|m| m.pss_kib))
-        .collect();
-    let vm_uss: Vec<u64> = vm
-        .copies
-        .iter()
-        .filter_map(|c| c.host_mem.map(|m| m.uss_kib))
-        .collect();
-    let vm_resume: Vec<u64> = vm.copies.iter().map(|c| c.resume_ms).collect();
-    let (so_med, so_p95) = (median(&so.restore_ms), p95(&so.restore_ms));
-    let (vm_med, vm_p95) = (median(&vm_resume), p95(&vm_resume));
-    let med_kib = |xs: &[u64]| median(xs).map_or("n/a".into(), mib);
-    // What a VM copy holds beyond the same guest before its tree: the desktop's own share.
-    let beyond = median(&vm_pss)
-        .zip(vm.idle_guest)
-        .map(|(m, idle)| (m - idle.pss_kib as f64).max(0.0));
-    let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
+/// `b` against `a` as "1:x".
+fn ratio(a: Option<f64>, b: Option<f64>) -> String {
+    match (a, b) {
         (Some(a), Some(b)) if a > 0.0 => format!("1:{:.1}", b / a),
         _ => "n/a".into(),
+    }
+}
+
+/// The figures every form shows, from one summary.
+struct Figures {
+    so_pss: Vec<u64>,
+    so_uss: Vec<u64>,
+    vm_pss: Vec<u64>,
+    vm_uss: Vec<u64>,
+    so_med: Option<f64>,
+    so_p95: Option<f64>,
+    vm_med: Option<f64>,
+    vm_p95: Option<f64>,
+    reset_ms: Option<f64>,
+    idle_pss: Option<f64>,
+    /// What a VM copy holds beyond the same guest before its tree: the desktop's own share.
+    beyond: Option<f64>,
+}
+
+impl Figures {
+    fn of(s: &Summary) -> Figures {
+        let so = &s.shared_os;
+        let vm = &s.vm_each;
+        let vm_resume: Vec<u64> = vm.copies.iter().map(|c| c.resume_ms).collect();
+        let host = |f: fn(&sharedos_report::model::density::Mem) -> u64| -> Vec<u64> {
+            vm.copies
+                .iter()
+                .filter_map(|c| c.host_mem.as_ref().map(f))
+                .collect()
+        };
+        let vm_pss = host(|m| m.pss_kib);
+        let idle_pss = vm.idle_guest.map(|m| m.pss_kib as f64);
+        Figures {
+            so_pss: so.per_copy.iter().map(|m| m.pss_kib).collect(),
+            so_uss: so.per_copy.iter().map(|m| m.uss_kib).collect(),
+            vm_uss: host(|m| m.uss_kib),
+            so_med: median(&so.restore_ms),
+            so_p95: p95(&so.restore_ms).map(|v| v as f64),
+            vm_med: median(&vm_resume),
+            vm_p95: p95(&vm_resume).map(|v| v as f64),
+            reset_ms: vm.reset.as_ref().map(|r| r.resume_ms as f64),
+            beyond: median(&vm_pss)
+                .zip(idle_pss)
+                .map(|(m, idle)| (m - idle).max(0.0)),
+            idle_pss,
+            vm_pss,
+        }
+    }
+}
+
+/// One line of the side-by-side table: what, shared-OS, VM each, shared:VM, and whether the VM
+/// figure is the host's record rather than a report's. Cells not escaped here.
+struct Row {
+    what: &'static str,
+    so: String,
+    vm: String,
+    ratio: String,
+    recorded: bool,
+}
+
+fn rows(s: &Summary) -> Vec<Row> {
+    let f = Figures::of(s);
+    let so = &s.shared_os;
+    let vm = &s.vm_each;
+    let med_kib = |xs: &[u64]| median(xs).map_or("n/a".into(), mib);
+    let row = |what, so: String, vm: String, ratio: String, recorded| Row {
+        what,
+        so,
+        vm,
+        ratio,
+        recorded,
     };
-    let rows = [
-        (
-            "copies".to_string(),
+    vec![
+        row(
+            "copies",
             so.per_copy.len().to_string(),
             vm.copies.len().to_string(),
             String::new(),
+            false,
         ),
-        (
-            "fork: median".into(),
-            ms(so_med),
-            ms(vm_med),
-            ratio(so_med, vm_med),
+        row(
+            "fork: median",
+            ms(f.so_med),
+            ms(f.vm_med),
+            ratio(f.so_med, f.vm_med),
+            true,
         ),
-        (
-            "fork: p95".into(),
-            ms(so_p95.map(|v| v as f64)),
-            ms(vm_p95.map(|v| v as f64)),
-            String::new(),
-        ),
-        (
-            "reset".into(),
+        row("fork: p95", ms(f.so_p95), ms(f.vm_p95), String::new(), true),
+        row(
+            "reset",
             "n/a (the density gate has no reset)".into(),
-            vm.reset
-                .as_ref()
-                .map_or("n/a".into(), |r| ms(Some(r.resume_ms as f64))),
+            ms(f.reset_ms),
             String::new(),
+            true,
         ),
-        (
-            "PSS per desktop: median".into(),
-            med_kib(&so_pss),
-            med_kib(&vm_pss),
-            ratio(median(&so_pss), median(&vm_pss)),
+        row(
+            "PSS per desktop: median",
+            med_kib(&f.so_pss),
+            med_kib(&f.vm_pss),
+            ratio(median(&f.so_pss), median(&f.vm_pss)),
+            true,
         ),
-        (
-            "USS per desktop: median".into(),
-            med_kib(&so_uss),
-            med_kib(&vm_uss),
-            ratio(median(&so_uss), median(&vm_uss)),
+        row(
+            "USS per desktop: median",
+            med_kib(&f.so_uss),
+            med_kib(&f.vm_uss),
+            ratio(median(&f.so_uss), median(&f.vm_uss)),
+            true,
         ),
-        (
-            "PSS of a guest running nothing".into(),
+        row(
+            "PSS of a guest running nothing",
             String::new(),
-            vm.idle_guest
-                .map_or("n/a".into(), |m| mib(m.pss_kib as f64)),
+            f.idle_pss.map_or("n/a".into(), mib),
             String::new(),
+            true,
         ),
-        (
-            "PSS per desktop beyond it".into(),
-            med_kib(&so_pss),
-            beyond.map_or("n/a".into(), mib),
-            ratio(median(&so_pss), beyond),
+        row(
+            "PSS per desktop beyond it",
+            med_kib(&f.so_pss),
+            f.beyond.map_or("n/a".into(), mib),
+            ratio(median(&f.so_pss), f.beyond),
+            true,
         ),
-        (
-            "resources per desktop".into(),
+        row(
+            "resources per desktop",
             so.resources.clone(),
             format!("{} MiB, {} CPUs each", vm.memory_mib, vm.cpus),
             String::new(),
+            false,
         ),
-    ];
+    ]
+}
+
+/// What the accelerator means for the figures.
+fn accel_note(s: &Summary) -> &'static str {
+    if s.accel == "kvm" {
+        "times are a KVM machine's"
+    } else {
+        "both columns emulated: the ratios are the result, not the times"
+    }
+}
+
+/// The comparison in one sentence: what a desktop costs each way. Numbers only.
+fn headline(s: &Summary) -> String {
+    let f = Figures::of(s);
+    let (so, vm) = (median(&f.so_pss), median(&f.vm_pss));
+    let mut h = format!(
+        "per desktop: {} against {}, {}",
+        so.map_or("n/a".into(), mib),
+        vm.map_or("n/a".into(), mib),
+        ratio(so, vm)
+    );
+    if let Some(b) = f.beyond {
+        let _ = write!(h, " ({} beyond an idle VM, {})", mib(b), ratio(so, Some(b)));
+    }
+    h.push_str(" (PSS: shared-OS from the guest, VM each the host's reading of its QEMU)");
+    h
+}
+
+const SO_HEAD: &str = "shared-OS (CRIU)";
+const VM_HEAD: &str = "VM each";
+
+/// The side-by-side table in plain text, as vm-compare prints it as it ends. The problems and
+/// descriptions came partly from guests and compare.json: one line each, escaped.
+pub fn text(s: &Summary) -> String {
+    let rows: Vec<[String; 4]> = rows(s)
+        .into_iter()
+        .map(|r| {
+            [
+                r.what.to_string(),
+                escape::line(&r.so),
+                escape::line(&r.vm),
+                r.ratio,
+            ]
+        })
+        .collect();
     let mut out = format!(
         "vm-compare {}: {} copies each, under {} ({})\n",
         escape::line(&s.image),
         s.copies,
         escape::line(&s.accel),
-        if s.accel == "kvm" {
-            "times are a KVM machine's"
-        } else {
-            "both columns emulated: the ratios are the result, not the times"
-        }
+        accel_note(s)
     );
-    let w0 = rows.iter().map(|r| r.0.len()).max().unwrap_or(0);
-    let w1 = rows
-        .iter()
-        .map(|r| r.1.len())
-        .max()
-        .unwrap_or(0)
-        .max("shared-OS (CRIU)".len());
-    let w2 = rows
-        .iter()
-        .map(|r| r.2.len())
-        .max()
-        .unwrap_or(0)
-        .max("VM each".len());
-    out += &format!(
-        "  {:w0$}  {:w1$}  {:w2$}  shared:VM\n",
-        "", "shared-OS (CRIU)", "VM each"
-    );
-    for (a, b, c, d) in &rows {
-        out += &format!("  {a:w0$}  {b:w1$}  {c:w2$}  {d}\n");
+    let width = |i: usize, head: &str| {
+        rows.iter()
+            .map(|r| r[i].chars().count())
+            .max()
+            .unwrap_or(0)
+            .max(head.chars().count())
+    };
+    let (w0, w1, w2) = (width(0, ""), width(1, SO_HEAD), width(2, VM_HEAD));
+    let _ = writeln!(out, "  {:w0$}  {SO_HEAD:w1$}  {VM_HEAD:w2$}  shared:VM", "");
+    for [a, b, c, d] in &rows {
+        let _ = writeln!(out, "  {a:w0$}  {b:w1$}  {c:w2$}  {d}");
     }
-    out += &format!(
-        "  memory: shared-OS from the guest's smaps_rollup of each copy's processes; VM each: {}\n",
-        escape::line(&vm.memory_source)
+    let _ = writeln!(out, "  {}", headline(s));
+    let _ = writeln!(
+        out,
+        "  memory: shared-OS from the guest's smaps_rollup of each copy's processes; VM each: {}",
+        escape::line(&s.vm_each.memory_source)
     );
-    out += &format!("verdict: {}\n", s.verdict);
+    let _ = writeln!(out, "verdict: {}", s.verdict);
     for p in &s.problems {
-        out += &format!("  problem: {}\n", escape::line(p));
+        let _ = writeln!(out, "  problem: {}", escape::line(p));
+    }
+    out
+}
+
+fn meaning(v: Verdict) -> &'static str {
+    match v {
+        Verdict::Pass => "both columns hold, every copy of each checked",
+        _ => "a column does not hold: see the problems",
+    }
+}
+
+/// `show` of a comparison judged again: the table, what is the host's record, the warnings
+/// where compare.json said otherwise, and the re-judged verdict last.
+pub fn show_text(j: &Judged) -> String {
+    let s = &j.summary;
+    let mut out = text(s);
+    let _ = writeln!(
+        out,
+        "  the VM figures of fork, reset and memory: {HOST_RECORDED}"
+    );
+    for w in &j.warnings {
+        let _ = writeln!(out, "  warning: {}", escape::line(w));
+    }
+    let _ = writeln!(
+        out,
+        "judged again from its reports: {} (exit {}): {}",
+        s.verdict,
+        j.exit_code(),
+        meaning(s.verdict)
+    );
+    out
+}
+
+/// The comparison for a pull request: the table, then the verdict, problems and warnings,
+/// every string from compare.json or a report made inert.
+pub fn md(j: &Judged) -> String {
+    let s = &j.summary;
+    let mut out = format!(
+        "**vm-compare {}: {}** (exit {}: {}): {} copies each, under {} ({}).\n\n{}.\n\n",
+        escape::markdown(&s.image),
+        s.verdict,
+        j.exit_code(),
+        meaning(s.verdict),
+        s.copies,
+        escape::markdown(&s.accel),
+        accel_note(s),
+        escape::markdown(&headline(s))
+    );
+    let _ = writeln!(out, "| | {SO_HEAD} | {VM_HEAD} | shared:VM |");
+    out.push_str("|---|---|---|---|\n");
+    for r in rows(s) {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {}{} | {} |",
+            r.what,
+            escape::markdown(&r.so),
+            escape::markdown(&r.vm),
+            if r.recorded { " \\*" } else { "" },
+            escape::markdown(&r.ratio)
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\n\\* {}.\n\nMemory: shared-OS from the guest's smaps_rollup of each copy's processes; VM \
+         each: {}.",
+        escape::markdown(HOST_RECORDED),
+        escape::markdown(&s.vm_each.memory_source)
+    );
+    for (head, list) in [("Problems", &s.problems), ("Warnings", &j.warnings)] {
+        if !list.is_empty() {
+            let _ = writeln!(out, "\n**{head}**\n");
+            for p in list {
+                let _ = writeln!(out, "- {}", escape::markdown(p));
+            }
+        }
+    }
+    out
+}
+
+/// One self-contained page: the verdict, the table, the two charts (inline SVG), the problems
+/// and warnings, the reports judged. No script, no external resource, no clock.
+pub fn html(j: &Judged) -> String {
+    let mut out = String::new();
+    // fmt::Write into a String cannot fail.
+    let _ = write_page(&mut out, j);
+    out
+}
+
+const STYLE: &str = "\
+.chart{margin:.5em 0 1.5em;border:none;padding:0}
+.chart svg{display:block;max-width:100%;height:auto}
+.note{font-size:.9em;color:#57606a}
+";
+
+fn write_page(out: &mut String, j: &Judged) -> std::fmt::Result {
+    use crate::escape::html as esc;
+    let s = &j.summary;
+    let v = s.verdict.as_str();
+    writeln!(out, "<!DOCTYPE html>")?;
+    writeln!(out, "<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">")?;
+    writeln!(out, "<title>sharedos-rig comparison: {v}</title>")?;
+    writeln!(
+        out,
+        "<style>\n{}{STYLE}</style>\n</head>\n<body>",
+        super::html::STYLE
+    )?;
+    writeln!(
+        out,
+        "<h1>sharedos-rig comparison <span class=\"verdict s-{v}\">{v}</span></h1>"
+    )?;
+    writeln!(
+        out,
+        "<p>exit {}: {}, judged again from its reports.</p>",
+        j.exit_code(),
+        esc(meaning(s.verdict))
+    )?;
+    writeln!(
+        out,
+        "<p>image <code>{}</code>, {} copies each, under <code>{}</code> ({}).</p>",
+        esc(&s.image),
+        s.copies,
+        esc(&s.accel),
+        accel_note(s)
+    )?;
+    writeln!(out, "<p><strong>{}</strong></p>", esc(&headline(s)))?;
+    for (head, list) in [("Problems", &s.problems), ("Warnings", &j.warnings)] {
+        if !list.is_empty() {
+            writeln!(out, "<h2>{head}</h2>\n<ul>")?;
+            for p in list {
+                writeln!(out, "<li class=\"problem\">{}</li>", esc(p))?;
+            }
+            writeln!(out, "</ul>")?;
+        }
+    }
+    writeln!(out, "<h2>Side by side</h2>\n<table>")?;
+    writeln!(
+        out,
+        "<tr><th></th><th>{SO_HEAD}</th><th>{VM_HEAD}</th><th>shared:VM</th></tr>"
+    )?;
+    for r in rows(s) {
+        writeln!(
+            out,
+            "<tr><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}{}</td>\
+             <td class=\"num\">{}</td></tr>",
+            r.what,
+            esc(&r.so),
+            esc(&r.vm),
+            if r.recorded { " *" } else { "" },
+            esc(&r.ratio)
+        )?;
+    }
+    writeln!(out, "</table>")?;
+    writeln!(out, "<p class=\"note\">* {}.</p>", esc(HOST_RECORDED))?;
+    writeln!(
+        out,
+        "<p class=\"note\">Memory: shared-OS from the guest's smaps_rollup of each copy's \
+         processes; VM each: {}.</p>",
+        esc(&s.vm_each.memory_source)
+    )?;
+    writeln!(out, "<h2>Memory against the number of desktops</h2>")?;
+    write_chart(out, chart::memory(s))?;
+    writeln!(out, "<h2>Fork latency per copy</h2>")?;
+    write_chart(out, chart::latency(s))?;
+    writeln!(out, "<h2>Reports judged</h2>\n<ul>")?;
+    writeln!(
+        out,
+        "<li>shared-OS: <code>{}/</code></li>",
+        esc(&s.shared_os.report)
+    )?;
+    for c in s.vm_each.copies.iter().chain(&s.vm_each.reset) {
+        writeln!(
+            out,
+            "<li>VM each, {}: <code>{}/</code>{}</li>",
+            esc(&c.label),
+            esc(&c.report),
+            if c.problems.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    " <span class=\"bad\">{} problem(s)</span>",
+                    c.problems.len()
+                )
+            }
+        )?;
+    }
+    writeln!(
+        out,
+        "<li>the VM fork's console: <code>{}/</code>, {} of state (sha256 <code>{}</code>), \
+         saved in {} *</li>\n</ul>",
+        esc(&s.vm_each.fork),
+        mib(s.vm_each.state_bytes as f64 / 1024.0),
+        esc(&s.vm_each.state_sha256),
+        ms(Some(s.vm_each.save_ms as f64))
+    )?;
+    writeln!(out, "</body>\n</html>")
+}
+
+fn write_chart(out: &mut String, svg: Result<String, String>) -> std::fmt::Result {
+    match svg {
+        Ok(svg) => writeln!(out, "<figure class=\"chart\">\n{svg}\n</figure>"),
+        Err(e) => writeln!(
+            out,
+            "<p class=\"problem\">the chart could not be drawn: {}</p>",
+            crate::escape::html(&e)
+        ),
+    }
+}
+
+/// The page's two charts, drawn with plotters into SVG. Only fixed labels and numbers reach
+/// them, so nothing from compare.json is drawn as text.
+pub mod chart {
+    use super::Summary;
+    use plotters::prelude::*;
+
+    /// Each design's colour, the same in both charts; a test finds them on a screenshot.
+    pub const SHARED_OS: RGBColor = RGBColor(0x09, 0x69, 0xda);
+    pub const VM_EACH: RGBColor = RGBColor(0xbc, 0x4c, 0x00);
+    pub const IDLE_VM: RGBColor = RGBColor(0x8c, 0x95, 0x9f);
+    pub const VM_RESET: RGBColor = RGBColor(0x82, 0x50, 0xdf);
+
+    const SIZE: (u32, u32) = (760, 380);
+
+    pub struct Series {
+        pub label: &'static str,
+        pub colour: RGBColor,
+        pub points: Vec<(f64, f64)>,
+    }
+
+    /// The sums of the first k values, k = 1.., in MiB.
+    fn running_mib(kib: impl Iterator<Item = Option<u64>>) -> Vec<(f64, f64)> {
+        let mut sum = 0.0f64;
+        let mut out = Vec::new();
+        for (i, v) in kib.enumerate() {
+            // A copy without a figure ends the line: a sum past it would undercount.
+            let Some(v) = v else { break };
+            sum += v as f64 / 1024.0;
+            out.push(((i + 1) as f64, sum));
+        }
+        out
+    }
+
+    /// The series of the memory chart: for k desktops, the shared-OS copies' PSS summed, the
+    /// VM copies' QEMU PSS summed, and k guests running nothing.
+    pub fn memory_series(s: &Summary) -> Vec<Series> {
+        let n = s.copies.max(1);
+        let mut out = vec![
+            Series {
+                label: "shared-OS: sum of the copies' PSS",
+                colour: SHARED_OS,
+                points: running_mib(s.shared_os.per_copy.iter().map(|m| Some(m.pss_kib))),
+            },
+            Series {
+                label: "VM each: sum of the QEMUs' PSS (host)",
+                colour: VM_EACH,
+                points: running_mib(
+                    s.vm_each
+                        .copies
+                        .iter()
+                        .map(|c| c.host_mem.map(|m| m.pss_kib)),
+                ),
+            },
+        ];
+        if let Some(idle) = s.vm_each.idle_guest {
+            out.push(Series {
+                label: "VMs running nothing (idle guest's PSS)",
+                colour: IDLE_VM,
+                points: running_mib((1..=n).map(|_| Some(idle.pss_kib))),
+            });
+        }
+        out
+    }
+
+    /// The series of the latency chart: each copy's fork time in seconds, both designs, and the
+    /// VM reset across the copies.
+    pub fn latency_series(s: &Summary) -> Vec<Series> {
+        let secs = |xs: &mut dyn Iterator<Item = u64>| -> Vec<(f64, f64)> {
+            xs.enumerate()
+                .map(|(i, v)| ((i + 1) as f64, v as f64 / 1000.0))
+                .collect()
+        };
+        let mut out = vec![
+            Series {
+                label: "shared-OS: CRIU restore",
+                colour: SHARED_OS,
+                points: secs(&mut s.shared_os.restore_ms.iter().copied()),
+            },
+            Series {
+                label: "VM each: resume to SSH",
+                colour: VM_EACH,
+                points: secs(&mut s.vm_each.copies.iter().map(|c| c.resume_ms)),
+            },
+        ];
+        if let Some(r) = &s.vm_each.reset {
+            let y = r.resume_ms as f64 / 1000.0;
+            out.push(Series {
+                label: "VM reset: a copy put back",
+                colour: VM_RESET,
+                points: vec![(1.0, y), (f64::from(s.copies.max(1)), y)],
+            });
+        }
+        out
+    }
+
+    pub fn memory(s: &Summary) -> Result<String, String> {
+        draw(
+            "Memory for k desktops",
+            "desktops (k)",
+            "MiB",
+            s.copies,
+            &memory_series(s),
+        )
+    }
+
+    pub fn latency(s: &Summary) -> Result<String, String> {
+        draw(
+            "Fork latency per copy",
+            "copy",
+            "seconds",
+            s.copies,
+            &latency_series(s),
+        )
+    }
+
+    fn draw(
+        caption: &'static str,
+        x_desc: &'static str,
+        y_desc: &'static str,
+        copies: u32,
+        series: &[Series],
+    ) -> Result<String, String> {
+        let n = copies.max(1);
+        let top = series
+            .iter()
+            .flat_map(|s| s.points.iter().map(|p| p.1))
+            .filter(|y| y.is_finite())
+            .fold(0.0f64, f64::max);
+        let top = if top > 0.0 { top * 1.15 } else { 1.0 };
+        let mut svg = String::new();
+        {
+            let e = |e: DrawingAreaErrorKind<_>| format!("{e}");
+            let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
+            root.fill(&WHITE).map_err(e)?;
+            let mut c = ChartBuilder::on(&root)
+                .caption(caption, ("sans-serif", 26))
+                .margin(12)
+                .x_label_area_size(44)
+                .y_label_area_size(64)
+                .build_cartesian_2d(0.5f64..f64::from(n) + 0.5, 0f64..top)
+                .map_err(e)?;
+            c.configure_mesh()
+                .x_desc(x_desc)
+                .y_desc(y_desc)
+                .label_style(("sans-serif", 16))
+                .x_labels(usize::try_from(n.min(16)).unwrap_or(16).saturating_add(1))
+                .x_label_formatter(&|x| {
+                    if x.fract().abs() < 1e-9 {
+                        format!("{x:.0}")
+                    } else {
+                        String::new()
+                    }
+                })
+                .draw()
+                .map_err(e)?;
+            for s in series {
+                let colour = s.colour;
+                c.draw_series(LineSeries::new(
+                    s.points.iter().copied(),
+                    colour.stroke_width(3),
+                ))
+                .map_err(e)?
+                .label(s.label)
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 20, y)], colour.stroke_width(3))
+                });
+                c.draw_series(s.points.iter().map(|&p| Circle::new(p, 4, colour.filled())))
+                    .map_err(e)?;
+            }
+            c.configure_series_labels()
+                .position(SeriesLabelPosition::UpperLeft)
+                .background_style(WHITE.mix(0.85))
+                .border_style(BLACK)
+                .label_font(("sans-serif", 16))
+                .draw()
+                .map_err(e)?;
+            root.present().map_err(e)?;
+        }
+        // Inline in HTML an svg element is in the SVG namespace already: the page names no
+        // address, not even the namespace's.
+        Ok(svg.replacen(" xmlns=\"http://www.w3.org/2000/svg\"", "", 1))
+    }
+}
+
+/// One figure of a diff: what, A's and B's values, and how each is shown.
+type Figure = (
+    &'static str,
+    Option<f64>,
+    Option<f64>,
+    fn(Option<f64>) -> String,
+);
+
+/// Two comparisons figure by figure, A against B, each judged again from its reports.
+pub fn diff(a: &Judged, b: &Judged, a_label: &str, b_label: &str) -> String {
+    let (sa, sb) = (&a.summary, &b.summary);
+    let (fa, fb) = (Figures::of(sa), Figures::of(sb));
+    let mut out = format!("A: {a_label}\nB: {b_label}\n");
+    let mut rows: Vec<[String; 4]> = vec![[
+        "figure".into(),
+        "A".into(),
+        "B".into(),
+        "B against A".into(),
+    ]];
+    let word = |x: &str, y: &str| {
+        if x == y {
+            "same".to_string()
+        } else {
+            "differs".to_string()
+        }
+    };
+    for (what, x, y) in [
+        ("image", escape::line(&sa.image), escape::line(&sb.image)),
+        (
+            "accelerator",
+            escape::line(&sa.accel),
+            escape::line(&sb.accel),
+        ),
+        ("copies", sa.copies.to_string(), sb.copies.to_string()),
+        (
+            "verdict (judged again)",
+            sa.verdict.to_string(),
+            sb.verdict.to_string(),
+        ),
+        (
+            "problems",
+            sa.problems.len().to_string(),
+            sb.problems.len().to_string(),
+        ),
+        (
+            "warnings",
+            a.warnings.len().to_string(),
+            b.warnings.len().to_string(),
+        ),
+    ] {
+        let change = word(&x, &y);
+        rows.push([what.into(), x, y, change]);
+    }
+    let kib = |v: Option<f64>| v.map_or("n/a".into(), mib);
+    let figures: [Figure; 13] = [
+        ("shared-OS fork: median", fa.so_med, fb.so_med, ms),
+        ("shared-OS fork: p95", fa.so_p95, fb.so_p95, ms),
+        ("VM-each fork: median *", fa.vm_med, fb.vm_med, ms),
+        ("VM-each fork: p95 *", fa.vm_p95, fb.vm_p95, ms),
+        ("VM reset *", fa.reset_ms, fb.reset_ms, ms),
+        (
+            "shared-OS PSS per desktop",
+            median(&fa.so_pss),
+            median(&fb.so_pss),
+            kib,
+        ),
+        (
+            "shared-OS USS per desktop",
+            median(&fa.so_uss),
+            median(&fb.so_uss),
+            kib,
+        ),
+        (
+            "VM-each PSS per desktop *",
+            median(&fa.vm_pss),
+            median(&fb.vm_pss),
+            kib,
+        ),
+        (
+            "VM-each USS per desktop *",
+            median(&fa.vm_uss),
+            median(&fb.vm_uss),
+            kib,
+        ),
+        ("idle VM PSS *", fa.idle_pss, fb.idle_pss, kib),
+        ("VM PSS beyond idle *", fa.beyond, fb.beyond, kib),
+        (
+            "VM fork state *",
+            Some(sa.vm_each.state_bytes as f64 / 1024.0),
+            Some(sb.vm_each.state_bytes as f64 / 1024.0),
+            kib,
+        ),
+        (
+            "VM fork save *",
+            Some(sa.vm_each.save_ms as f64),
+            Some(sb.vm_each.save_ms as f64),
+            ms,
+        ),
+    ];
+    for (what, x, y, unit) in figures {
+        let change = match (x, y) {
+            (Some(x), Some(y)) if x == y => "same".into(),
+            (Some(x), Some(y)) if x > 0.0 => format!("{:+.1}%", (y - x) / x * 100.0),
+            (None, None) => "same".into(),
+            _ => "differs".into(),
+        };
+        rows.push([what.into(), unit(x), unit(y), change]);
+    }
+    let w: Vec<usize> = (0..4)
+        .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
+        .collect();
+    for r in &rows {
+        let _ = writeln!(
+            out,
+            "  {:w0$}  {:w1$}  {:w2$}  {}",
+            r[0],
+            r[1],
+            r[2],
+            r[3],
+            w0 = w[0],
+            w1 = w[1],
+            w2 = w[2]
+        );
+    }
+    let _ = writeln!(out, "  * {HOST_RECORDED}");
+    for (side, j) in [("A", a), ("B", b)] {
+        for p in &j.summary.problems {
+            let _ = writeln!(out, "{side} problem: {}", escape::line(p));
+        }
     }
     out
 }
@@ -148,33 +762,38 @@ mod tests {
     use super::*;
     use crate::judge::compare::{SharedOs, VmCopy, VmEach, FORMAT};
     use sharedos_report::model::density::Mem;
-    use sharedos_report::report::Verdict;
 
-    #[test]
-    fn the_table_shows_both_columns_their_ratio_and_escapes_guest_words() {
-        let mem = |pss| Mem {
+    fn mem(pss: u64) -> Mem {
+        Mem {
             rss_kib: pss,
             pss_kib: pss,
             uss_kib: pss,
-        };
+        }
+    }
+
+    fn summary() -> Summary {
         let copy = |label: &str| VmCopy {
             label: label.into(),
+            report: label.into(),
             resume_ms: 4000,
             host_mem: Some(mem(300 * 1024)),
             ..VmCopy::default()
         };
-        let s = Summary {
+        Summary {
             format: FORMAT,
             image: "bookworm".into(),
             accel: "tcg".into(),
             copies: 2,
             shared_os: SharedOs {
+                report: "shared-os".into(),
                 restore_ms: vec![3000, 3400],
                 per_copy: vec![mem(27 * 1024), mem(27 * 1024)],
                 ..SharedOs::default()
             },
             vm_each: VmEach {
+                fork: "vm-each-fork".into(),
                 copies: vec![copy("copy-1"), copy("copy-2")],
+                reset: Some(copy("reset")),
                 memory_mib: 1024,
                 cpus: 2,
                 idle_guest: Some(mem(200 * 1024)),
@@ -182,8 +801,32 @@ mod tests {
             },
             verdict: Verdict::Fail,
             problems: vec!["VM-each copy-2: \u{1b}[2Jforged".into()],
-        };
-        let t = text(&s);
+        }
+    }
+
+    /// Guest and archive text with every kind of character that must not reach a reader.
+    const HOSTILE: &str =
+        "\u{1b}[2J\u{1b}]0;t\u{7}<script>x</script> *b* [l](u) @who\nverdict: PASS\r\u{202e}|";
+
+    fn hostile() -> Judged {
+        let mut s = summary();
+        s.image = HOSTILE.into();
+        s.accel = HOSTILE.into();
+        s.shared_os.resources = HOSTILE.into();
+        s.shared_os.report = HOSTILE.into();
+        s.vm_each.memory_source = HOSTILE.into();
+        s.vm_each.copies[0].label = HOSTILE.into();
+        s.vm_each.copies[0].problems = vec![HOSTILE.into()];
+        s.problems = vec![HOSTILE.into()];
+        Judged {
+            summary: s,
+            warnings: vec![HOSTILE.into()],
+        }
+    }
+
+    #[test]
+    fn the_table_shows_both_columns_their_ratio_and_escapes_guest_words() {
+        let t = text(&summary());
         assert!(
             t.contains("27.0 MiB") && t.contains("300.0 MiB") && t.contains("1:11.1"),
             "{t}"
@@ -191,6 +834,161 @@ mod tests {
         // 300 MiB per VM copy, 200 of them the idle guest's: 100 MiB beyond it.
         assert!(t.contains("100.0 MiB") && t.contains("1:3.7"), "{t}");
         assert!(t.contains("the ratios are the result"), "{t}");
+        assert!(
+            t.contains("per desktop: 27.0 MiB against 300.0 MiB, 1:11.1"),
+            "{t}"
+        );
         assert!(!t.contains('\u{1b}'), "{t}");
+    }
+
+    #[test]
+    fn control_characters_come_out_escaped_in_every_form() {
+        let j = hostile();
+        let t = show_text(&j);
+        assert!(
+            !t.chars().any(|c| escape::is_hidden(c) && c != '\n'),
+            "{t:?}"
+        );
+        assert!(t.contains("\\u{1b}[2J"), "{t}");
+        // Only the rig starts a line: the guest's "verdict: PASS" stays inside its own line.
+        assert_eq!(
+            t.lines().filter(|l| l.starts_with("verdict:")).count(),
+            1,
+            "{t}"
+        );
+        assert!(t.lines().last().unwrap().starts_with("judged again"), "{t}");
+
+        let m = md(&j);
+        assert!(
+            !m.chars().any(|c| escape::is_hidden(c) && c != '\n'),
+            "{m:?}"
+        );
+        assert!(!m.contains("<script>") && !m.contains("[l](u)"), "{m}");
+        assert!(m.contains("@&#8203;who") && m.contains("\\*b\\*"), "{m}");
+        // Each table row keeps its four cells: a guest's | cannot add one.
+        for l in m.lines().filter(|l| l.starts_with("| ")) {
+            assert_eq!(l.matches(" | ").count(), 3, "{l}");
+        }
+
+        let h = html(&j);
+        assert!(
+            !h.chars().any(|c| escape::is_hidden(c) && c != '\n'),
+            "{h:?}"
+        );
+        assert!(
+            !h.contains("<script>") && h.contains("&lt;script&gt;"),
+            "{h}"
+        );
+        assert!(h.contains("\\u{1b}[2J"), "{h}");
+    }
+
+    /// Every `<svg>...</svg>` of a page, parsed.
+    fn svgs(h: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut rest = h;
+        while let Some(i) = rest.find("<svg") {
+            let end = rest[i..].find("</svg>").expect("a closed svg") + i + "</svg>".len();
+            out.push(rest[i..end].to_string());
+            rest = &rest[end..];
+        }
+        out
+    }
+
+    fn hex(c: plotters::style::RGBColor) -> String {
+        format!("#{:02X}{:02X}{:02X}", c.0, c.1, c.2)
+    }
+
+    #[test]
+    fn the_page_draws_both_charts_as_svg_and_names_no_address() {
+        let j = Judged {
+            summary: summary(),
+            warnings: vec![],
+        };
+        let h = html(&j);
+        assert!(h.starts_with("<!DOCTYPE html>") && h.ends_with("</html>\n"));
+        assert!(!h.contains("http://") && !h.contains("https://") && !h.contains("<script"));
+        let charts = svgs(&h);
+        assert_eq!(charts.len(), 2, "{h}");
+        for (svg, caption) in charts
+            .iter()
+            .zip(["Memory for k desktops", "Fork latency per copy"])
+        {
+            let doc = roxmltree::Document::parse(svg).unwrap_or_else(|e| panic!("{e}: {svg}"));
+            assert_eq!(doc.root_element().tag_name().name(), "svg");
+            let texts: Vec<&str> = doc.descendants().filter_map(|n| n.text()).collect();
+            assert!(texts.iter().any(|t| t.contains(caption)), "{texts:?}");
+            // Both designs are drawn, each as a line and its legend's key in its own colour, a
+            // dot on each copy.
+            for c in [chart::SHARED_OS, chart::VM_EACH] {
+                let coloured = |tag: &str, attr: &str| {
+                    doc.descendants()
+                        .filter(|n| n.has_tag_name(tag))
+                        .filter(|n| {
+                            n.attribute(attr)
+                                .is_some_and(|s| s.eq_ignore_ascii_case(&hex(c)))
+                        })
+                        .count()
+                };
+                assert_eq!(coloured("polyline", "stroke"), 2, "{caption}: {}", hex(c));
+                assert_eq!(coloured("circle", "fill"), 2, "{caption}: {}", hex(c));
+            }
+        }
+        let memory = chart::memory_series(&j.summary);
+        // k = 2: two copies of 27 MiB, two QEMUs of 300 MiB, two idle guests of 200 MiB.
+        assert_eq!(memory[0].points, [(1.0, 27.0), (2.0, 54.0)]);
+        assert_eq!(memory[1].points, [(1.0, 300.0), (2.0, 600.0)]);
+        assert_eq!(memory[2].points, [(1.0, 200.0), (2.0, 400.0)]);
+        let latency = chart::latency_series(&j.summary);
+        assert_eq!(latency[0].points, [(1.0, 3.0), (2.0, 3.4)]);
+        assert_eq!(latency[2].points, [(1.0, 4.0), (2.0, 4.0)]);
+    }
+
+    #[test]
+    fn a_copy_without_a_host_figure_ends_the_memory_line() {
+        let mut s = summary();
+        s.vm_each.copies[0].host_mem = None;
+        assert!(chart::memory_series(&s)[1].points.is_empty());
+        s.copies = 1;
+        s.shared_os.per_copy.clear();
+        assert_eq!(
+            svgs(&html(&Judged {
+                summary: s,
+                warnings: vec![]
+            }))
+            .len(),
+            2
+        );
+    }
+
+    #[test]
+    fn a_diff_holds_each_figure_of_a_against_b() {
+        let a = Judged {
+            summary: summary(),
+            warnings: vec![],
+        };
+        let mut b = a.clone();
+        b.summary.shared_os.restore_ms = vec![1500, 1700];
+        b.summary.verdict = Verdict::Pass;
+        b.summary.problems.clear();
+        let d = diff(&a, &b, "a", "b");
+        let line = |what: &str| {
+            d.lines()
+                .find(|l| l.trim_start().starts_with(what))
+                .unwrap_or_else(|| panic!("no {what}: {d}"))
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        assert!(
+            line("shared-OS fork: median").ends_with("3.20 s 1.60 s -50.0%"),
+            "{d}"
+        );
+        assert!(line("VM-each fork: median").ends_with("same"), "{d}");
+        assert!(line("verdict").ends_with("FAIL PASS differs"), "{d}");
+        assert!(
+            d.contains("A problem: VM-each copy-2: \\u{1b}[2Jforged"),
+            "{d}"
+        );
+        assert!(!d.contains('\u{1b}'));
     }
 }

@@ -20,7 +20,7 @@ const MAX_EMBEDDED_PNG_BYTES: u64 = 32 << 20;
 /// past it are named, not embedded.
 const MAX_EMBEDDED_TOTAL_BYTES: u64 = 64 << 20;
 
-const STYLE: &str = "\
+pub(super) const STYLE: &str = "\
 body{font-family:system-ui,sans-serif;margin:2em auto;max-width:72em;padding:0 1em;color:#1b1b1b;background:#fff}
 h1 .verdict{padding:.1em .4em;border-radius:.2em;color:#fff}
 .s-PASS{background:#1a7f37}.s-FAIL{background:#cf222e}.s-NOT_RUN{background:#6e7781}.s-REVIEW_REQUIRED{background:#9a6700}
