@@ -11,18 +11,20 @@
 #![allow(clippy::disallowed_methods, clippy::disallowed_macros)]
 
 mod common;
+use common::chromium::{
+    find_image, has_colour_above, match_share, screenshot, Rgb, SHOT_H, SHOT_W,
+};
+use common::{assert_not_timed_out, bounded};
 use sharedos_report::digest;
 use sharedos_report::report::{GateName, Report, Status, REPORT_FILE, REVIEW_FILE};
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Output, Stdio};
 use std::sync::OnceLock;
 
 const RIG: &str = env!("CARGO_BIN_EXE_sharedos-rig");
 /// Bound on one diagnostic run; its own steps are bounded by --step-timeout.
 const DIAGNOSE_TIMEOUT_S: u32 = 600;
-/// Bound on one headless Chromium screenshot.
-const CHROMIUM_TIMEOUT_S: u32 = 120;
 
 fn skip_unless_root(test: &str) -> bool {
     if nix::unistd::geteuid().is_root() {
@@ -34,22 +36,6 @@ fn skip_unless_root(test: &str) -> bool {
          run as root: `cargo test --test real_reports`",
     );
     true
-}
-
-/// `timeout` around a command, so that no child outlives its bound; the group is signalled.
-fn bounded(secs: u32, program: impl AsRef<std::ffi::OsStr>) -> Command {
-    let mut c = Command::new("timeout");
-    c.arg("--kill-after=10").arg(secs.to_string()).arg(program);
-    c
-}
-
-fn assert_not_timed_out(o: &Output, what: &str) {
-    assert_ne!(
-        o.status.code(),
-        Some(124),
-        "{what} timed out\nstderr:\n{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
 }
 
 fn gate_binary() -> PathBuf {
@@ -581,91 +567,6 @@ fn output_into_a_closed_pipe_ends_quietly() {
 // ---------------------------------------------------------------------------------------------
 // The html page in headless Chromium.
 
-struct Rgb {
-    width: usize,
-    height: usize,
-    px: Vec<[u8; 3]>,
-}
-
-impl Rgb {
-    fn decode(bytes: &[u8]) -> Rgb {
-        let mut dec = png::Decoder::new(bytes);
-        dec.set_transformations(png::Transformations::EXPAND | png::Transformations::STRIP_16);
-        let mut reader = dec.read_info().expect("a valid PNG");
-        let mut buf = vec![0; reader.output_buffer_size()];
-        let info = reader.next_frame(&mut buf).expect("a valid PNG frame");
-        let step = match info.color_type {
-            png::ColorType::Rgb => 3,
-            png::ColorType::Rgba => 4,
-            png::ColorType::Grayscale => 1,
-            png::ColorType::GrayscaleAlpha => 2,
-            png::ColorType::Indexed => panic!("indexed after EXPAND"),
-        };
-        let px = buf[..info.buffer_size()]
-            .chunks(step)
-            .map(|c| {
-                if step < 3 {
-                    [c[0], c[0], c[0]]
-                } else {
-                    [c[0], c[1], c[2]]
-                }
-            })
-            .collect();
-        Rgb {
-            width: info.width as usize,
-            height: info.height as usize,
-            px,
-        }
-    }
-
-    fn at(&self, x: usize, y: usize) -> [u8; 3] {
-        self.px[y * self.width + x]
-    }
-}
-
-fn close(a: [u8; 3], b: [u8; 3]) -> bool {
-    a.iter().zip(b).all(|(x, y)| x.abs_diff(y) <= 3)
-}
-
-/// Where `img` is drawn unscaled in `shot`, found by its first uniform row: the top-left corner.
-fn find_image(shot: &Rgb, img: &Rgb) -> Option<(usize, usize)> {
-    let row = (0..img.height).find(|&y| (0..img.width).all(|x| img.at(x, y) == img.at(0, y)))?;
-    let c = img.at(0, row);
-    for y in row..shot.height {
-        let mut x = 0;
-        while x < shot.width {
-            if !close(shot.at(x, y), c) {
-                x += 1;
-                continue;
-            }
-            let start = x;
-            while x < shot.width && close(shot.at(x, y), c) {
-                x += 1;
-            }
-            if x - start == img.width {
-                return Some((start, y - row));
-            }
-        }
-    }
-    None
-}
-
-/// The share of `img`'s pixels that `shot` shows at `origin`.
-fn match_share(shot: &Rgb, img: &Rgb, (ox, oy): (usize, usize)) -> f64 {
-    if ox + img.width > shot.width || oy + img.height > shot.height {
-        return 0.0;
-    }
-    let mut same = 0usize;
-    for y in 0..img.height {
-        for x in 0..img.width {
-            if close(shot.at(ox + x, oy + y), img.at(x, y)) {
-                same += 1;
-            }
-        }
-    }
-    same as f64 / (img.width * img.height) as f64
-}
-
 /// The badge colours of html.rs's stylesheet.
 fn badge_colour(s: Status) -> [u8; 3] {
     match s {
@@ -674,62 +575,6 @@ fn badge_colour(s: Status) -> [u8; 3] {
         Status::NotRun => [0x6e, 0x77, 0x81],
         Status::ReviewRequired => [0x9a, 0x67, 0x00],
     }
-}
-
-fn has_colour_above(shot: &Rgb, c: [u8; 3], rows: usize) -> bool {
-    shot.px[..rows.min(shot.height) * shot.width]
-        .iter()
-        .filter(|p| **p == c)
-        .count()
-        > 20
-}
-
-const SHOT_W: usize = 1200;
-const SHOT_H: usize = 2400;
-
-fn screenshot(work: &Path, page: &Path, name: &str) -> Rgb {
-    let png_path = work.join(format!("{name}.png"));
-    let profile = work.join(format!("profile-{name}"));
-    let _ = std::fs::remove_dir_all(&profile);
-    std::fs::create_dir_all(&profile).unwrap();
-    let chromium = Path::new("/usr/bin/chromium");
-    assert!(
-        chromium.is_file(),
-        "{} is missing: install Debian's package `chromium` (.ci/packages.txt lists it)",
-        chromium.display()
-    );
-    let o = bounded(CHROMIUM_TIMEOUT_S, chromium)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--hide-scrollbars",
-        ])
-        .arg(format!("--user-data-dir={}", profile.display()))
-        .arg(format!("--window-size={SHOT_W},{SHOT_H}"))
-        .arg(format!("--screenshot={}", png_path.display()))
-        .arg(format!("file://{}", page.display()))
-        .env("HOME", &profile)
-        .env("XDG_CONFIG_HOME", profile.join("config"))
-        .env("XDG_CACHE_HOME", profile.join("cache"))
-        .stdin(Stdio::null())
-        .output()
-        .expect("running chromium");
-    assert_not_timed_out(&o, "chromium --headless --screenshot");
-    let bytes = std::fs::read(&png_path).unwrap_or_else(|e| {
-        panic!(
-            "chromium wrote no screenshot ({e}), exit {:?}\nstderr:\n{}",
-            o.status.code(),
-            String::from_utf8_lossy(&o.stderr)
-        )
-    });
-    assert!(bytes.starts_with(b"\x89PNG\r\n\x1a\n"), "not a PNG");
-    Rgb::decode(&bytes)
 }
 
 #[test]

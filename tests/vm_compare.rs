@@ -96,6 +96,47 @@ fn vm_compare_bookworm_four_copies_both_columns_checked() {
     assert!(said.contains("the ratios are the result"), "{said}");
     // No QEMU of the comparison outlives it.
     assert!(processes_mentioning(out_dir.to_str().unwrap()).is_empty());
+
+    // Read back: `show` judges it again from its reports, to the same verdict and no warning;
+    // `diff` of it with itself runs; the html page draws both charts.
+    let rig = Path::new(env!("CARGO_BIN_EXE_sharedos-rig"));
+    let shown = Command::new(rig)
+        .arg("show")
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&shown.stdout);
+    assert_eq!(
+        shown.status.code(),
+        Some(0),
+        "{text}\n{}",
+        String::from_utf8_lossy(&shown.stderr)
+    );
+    assert!(
+        text.lines()
+            .last()
+            .is_some_and(|l| l.starts_with("judged again from its reports: PASS (exit 0)")),
+        "{text}"
+    );
+    assert!(!text.contains("warning:"), "{text}");
+    let diffed = Command::new(rig)
+        .arg("diff")
+        .arg(&out_dir)
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    let d = String::from_utf8_lossy(&diffed.stdout);
+    assert_eq!(
+        diffed.status.code(),
+        Some(0),
+        "{d}\n{}",
+        String::from_utf8_lossy(&diffed.stderr)
+    );
+    assert!(
+        d.contains("verdict (judged again)") && !d.contains("differs"),
+        "{d}"
+    );
+    common::chromium::check_compare_page(rig, &out_dir, &sb.dir.join("chromium"));
 }
 
 #[test]

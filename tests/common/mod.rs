@@ -3,12 +3,29 @@
 
 #![allow(dead_code)]
 
+pub mod chromium;
 pub mod seed;
 pub mod skip;
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output};
+
+/// `timeout` around a command, so that no child outlives its bound; the group is signalled.
+pub fn bounded(secs: u32, program: impl AsRef<std::ffi::OsStr>) -> Command {
+    let mut c = Command::new("timeout");
+    c.arg("--kill-after=10").arg(secs.to_string()).arg(program);
+    c
+}
+
+pub fn assert_not_timed_out(o: &Output, what: &str) {
+    assert_ne!(
+        o.status.code(),
+        Some(124),
+        "{what} timed out\nstderr:\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
 
 /// Created by the tests when missing; useradd gives it subuid/subgid ranges, which the image
 /// builder's unshare mode needs.
