@@ -537,9 +537,8 @@ pub mod chart {
 
     pub fn memory(s: &Summary) -> Result<String, String> {
         draw(
-            "Memory for k desktops",
-            "desktops (k)",
-            "MiB",
+            ("Memory for k desktops", "desktops (k)", "MiB"),
+            0,
             s.copies,
             &memory_series(s),
         )
@@ -547,18 +546,18 @@ pub mod chart {
 
     pub fn latency(s: &Summary) -> Result<String, String> {
         draw(
-            "Fork latency per copy",
-            "copy",
-            "seconds",
+            ("Fork latency per copy", "copy", "seconds"),
+            1,
             s.copies,
             &latency_series(s),
         )
     }
 
+    /// A chart of `series` over 1..=copies: its caption and axes' names, and the decimals of
+    /// the y axis's labels.
     fn draw(
-        caption: &'static str,
-        x_desc: &'static str,
-        y_desc: &'static str,
+        (caption, x_desc, y_desc): (&'static str, &'static str, &'static str),
+        y_places: usize,
         copies: u32,
         series: &[Series],
     ) -> Result<String, String> {
@@ -585,6 +584,7 @@ pub mod chart {
                 .x_desc(x_desc)
                 .y_desc(y_desc)
                 .label_style(("sans-serif", 16))
+                .y_label_formatter(&|y| format!("{y:.y_places$}"))
                 .x_labels(usize::try_from(n.min(16)).unwrap_or(16).saturating_add(1))
                 .x_label_formatter(&|x| {
                     if x.fract().abs() < 1e-9 {
