@@ -2,8 +2,9 @@
 //! per desktop, with the ratio between them and the accelerator that ran.
 
 use crate::escape;
-use crate::judge::compare::Summary;
+use crate::judge::compare::{Reading, Summary};
 use sharedos_report::model::density::{median, p95};
+use sharedos_report::report::Status;
 
 fn mib(kib: f64) -> String {
     format!("{:.1} MiB", kib / 1024.0)
@@ -11,6 +12,17 @@ fn mib(kib: f64) -> String {
 
 fn ms(v: Option<f64>) -> String {
     v.map_or("n/a".into(), |m| format!("{:.2} s", m / 1000.0))
+}
+
+/// A row of a further reading of the VM copies: its median PSS, or why there is none.
+fn reading_row(name: &str, so_pss: &[u64], r: &Reading) -> (String, String, String, String) {
+    let pss: Vec<u64> = r.per_copy.iter().map(|m| m.pss_kib).collect();
+    let (vm, ratio) = match (r.status, median(&pss), median(so_pss)) {
+        (Status::Pass, Some(v), Some(so)) if so > 0.0 => (mib(v), format!("1:{:.1}", v / so)),
+        (Status::Pass, Some(v), _) => (mib(v), String::new()),
+        (st, _, _) => (format!("{st}: {}", escape::line(&r.reason)), String::new()),
+    };
+    (format!("{name}: median"), String::new(), vm, ratio)
 }
 
 /// The side-by-side table in plain text. The problems came partly from guests: one line each,
@@ -94,6 +106,12 @@ pub fn text(s: &Summary) -> String {
             beyond.map_or("n/a".into(), mib),
             ratio(median(&so_pss), beyond),
         ),
+        reading_row("PSS per desktop, host KSM merging", &so_pss, &vm.ksm),
+        reading_row(
+            "PSS per desktop, guest gave memory back",
+            &so_pss,
+            &vm.reclaim,
+        ),
         (
             "resources per desktop".into(),
             so.resources.clone(),
@@ -136,6 +154,22 @@ pub fn text(s: &Summary) -> String {
         "  memory: shared-OS from the guest's smaps_rollup of each copy's processes; VM each: {}\n",
         escape::line(&vm.memory_source)
     );
+    if !vm.resources.is_empty() {
+        out += &format!("  VM resources: {}\n", escape::line(&vm.resources));
+    }
+    for (name, r) in [("KSM", &vm.ksm), ("memory given back", &vm.reclaim)] {
+        if r.status != Status::NotRun {
+            out += &format!(
+                "  {name}: {} in {:.1} s: {}\n",
+                r.status,
+                r.took_ms as f64 / 1000.0,
+                escape::line(&r.how)
+            );
+            for n in &r.notes {
+                out += &format!("    {}\n", escape::line(n));
+            }
+        }
+    }
     out += &format!("verdict: {}\n", s.verdict);
     for p in &s.problems {
         out += &format!("  problem: {}\n", escape::line(p));
@@ -192,5 +226,7 @@ mod tests {
         assert!(t.contains("100.0 MiB") && t.contains("1:3.7"), "{t}");
         assert!(t.contains("the ratios are the result"), "{t}");
         assert!(!t.contains('\u{1b}'), "{t}");
+        // Readings not taken say why.
+        assert!(t.contains("NOT_RUN: not measured"), "{t}");
     }
 }
