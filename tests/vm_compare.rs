@@ -28,6 +28,7 @@ fn vm_compare_bookworm_four_copies_both_columns_checked() {
     let mut args = common::vm_run_args(&sb, &gate, &out_dir, "tcg");
     args[0] = "vm-compare".into();
     args.extend(["--copies", "4"].map(String::from));
+    refused_before_booting(&sb, &args, &out_dir);
     let a: Vec<&str> = args.iter().map(String::as_str).collect();
     let out = sb.run_as_user(&sb.xtask, &a);
     let said = String::from_utf8_lossy(&out.stderr).into_owned() + &last_line(&out);
@@ -85,6 +86,24 @@ fn vm_compare_bookworm_four_copies_both_columns_checked() {
             s["vm_each"]["state_sha256"].as_str().unwrap()
         );
     }
+    // KSM is the host's, and this user may not turn it on: NOT_RUN, saying why. The guests gave
+    // memory back, each read again.
+    assert_eq!(s["vm_each"]["ksm"]["status"], "NOT_RUN", "{s:#}");
+    assert!(
+        s["vm_each"]["ksm"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("not writable by this user"),
+        "{s:#}"
+    );
+    assert_eq!(s["vm_each"]["reclaim"]["status"], "PASS", "{s:#}");
+    assert_eq!(
+        s["vm_each"]["reclaim"]["per_copy"]
+            .as_array()
+            .unwrap()
+            .len(),
+        4
+    );
     // Every copy holds the one token the app had when the guest was saved.
     tokens.dedup();
     assert_eq!(tokens.len(), 1, "{tokens:?}");
@@ -137,6 +156,150 @@ fn vm_compare_bookworm_four_copies_both_columns_checked() {
         "{d}"
     );
     common::chromium::check_compare_page(rig, &out_dir, &sb.dir.join("chromium"));
+}
+
+/// What the host can tell before booting is refused there, with nothing archived: KSM asked
+/// for where this user cannot turn it on, and an image whose snapshot cannot be made (no
+/// snapshot for these settings, and a store this user cannot write).
+fn refused_before_booting(sb: &Sandbox, args: &[String], out_dir: &Path) {
+    let run = |extra: &[&str]| {
+        let mut a: Vec<&str> = args.iter().map(String::as_str).collect();
+        a.extend(extra);
+        let out = sb.run_as_user(&sb.xtask, &a);
+        assert!(!out_dir.exists(), "nothing archived");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, stderr) = run(&["--ksm", "on"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--ksm on") && stderr.contains("not writable by this user"),
+        "{stderr}"
+    );
+
+    let store = sb.dir.join("cache/snapshots");
+    let aside = sb.dir.join("cache/snapshots.aside");
+    std::fs::rename(&store, &aside).unwrap();
+    // Root's, so the user can read it and write nothing in it.
+    std::fs::create_dir(&store).unwrap();
+    let (code, stderr) = run(&[]);
+    std::fs::remove_dir(&store).unwrap();
+    std::fs::rename(&aside, &store).unwrap();
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("none can be made") && stderr.contains("fix:"),
+        "{stderr}"
+    );
+}
+
+/// As root, where the rig may turn the host's KSM on: every copy read again with KSM merging,
+/// less than without it, and the host's settings as they were found afterwards.
+#[test]
+#[ignore = "boots four VMs: minutes; run with --include-ignored"]
+fn vm_compare_as_root_measures_ksm_and_puts_the_host_s_settings_back() {
+    let Some(sb) = Sandbox::new_or_skip("vmcompareksm") else {
+        return;
+    };
+    let gate = sb.copy_in(&gate_binary(), "sharedos-gate");
+    common::seed::seed(&sb, "cache", "bookworm", "fakechroot");
+    let ksm = Path::new("/sys/kernel/mm/ksm");
+    let settings = || {
+        ["run", "pages_to_scan", "sleep_millisecs"].map(|f| {
+            std::fs::read_to_string(ksm.join(f))
+                .unwrap_or_else(|e| panic!("this host has no KSM to measure ({f}: {e})"))
+        })
+    };
+    let before = settings();
+    let out_dir = sb.dir.join("reports/compare-ksm");
+    let mut args = common::vm_run_args(&sb, &gate, &out_dir, "tcg");
+    args[0] = "vm-compare".into();
+    args.extend(["--copies", "2", "--ksm", "on"].map(String::from));
+    let out = Command::new(&sb.xtask)
+        .args(&args)
+        .current_dir(&sb.dir)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    let text = std::fs::read_to_string(out_dir.join("compare.json"))
+        .unwrap_or_else(|e| panic!("no compare.json ({e}):\n{said}"));
+    let s: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(out.status.code(), Some(0), "{said}\n{s:#}");
+    assert_eq!(settings(), before, "the host's KSM settings were put back");
+    let k = &s["vm_each"]["ksm"];
+    assert_eq!(k["status"], "PASS", "{s:#}");
+    let pss = |v: &Value| v["pss_kib"].as_u64().unwrap();
+    let plain: u64 = s["vm_each"]["copies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| pss(&c["host_mem"]))
+        .sum();
+    let merged: u64 = k["per_copy"].as_array().unwrap().iter().map(pss).sum();
+    // Two copies of one saved guest share most of their pages once merged.
+    assert!(
+        merged < plain,
+        "{merged} KiB with KSM, {plain} without: {s:#}"
+    );
+    assert!(k["notes"].to_string().contains("pages shared"), "{k:#}");
+    assert!(said.contains("host KSM merging"), "{said}");
+    assert!(processes_mentioning(out_dir.to_str().unwrap()).is_empty());
+}
+
+/// The baseline's lie: a copy resumed from another guest's save. Its guest finds nothing wrong
+/// (its fork-time state is its own save's), and the host fails it on `fork_token_kept`: its
+/// fork-time token is not the one the comparison's saved guest recorded.
+#[test]
+#[ignore = "boots four VMs: minutes; run with --include-ignored"]
+fn vm_compare_a_copy_of_another_save_fails_fork_token_kept() {
+    let Some(sb) = Sandbox::new_or_skip("vmcomparelie") else {
+        return;
+    };
+    let gate = sb.copy_in(&gate_binary(), "sharedos-gate");
+    common::seed::seed(&sb, "cache", "bookworm", "fakechroot");
+    let out_dir = sb.dir.join("reports/compare-lie");
+    let mut args = common::vm_run_args(&sb, &gate, &out_dir, "tcg");
+    args[0] = "vm-compare".into();
+    args.extend(["--copies", "1", "--lie", "wrong-save"].map(String::from));
+    let a: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = sb.run_as_user(&sb.xtask, &a);
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    let text = std::fs::read_to_string(out_dir.join("compare.json"))
+        .unwrap_or_else(|e| panic!("no compare.json ({e}):\n{said}"));
+    let s: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(out.status.code(), Some(1), "{said}\n{s:#}");
+    assert_eq!(s["verdict"], "FAIL");
+    assert!(s["vm_each"]["lie"].as_str().unwrap().contains("wrong-save"));
+    let copy = &s["vm_each"]["copies"][0];
+    let problems = copy["problems"].to_string();
+    assert!(
+        problems.contains("fork_token_kept on the host") && problems.contains("another save"),
+        "{copy:#}"
+    );
+    // The copy's own guest saw its fork-time state kept: only the host can tell.
+    let r = read_report(&out_dir.join("copy-1"));
+    let probe = r.gate(GateName::LiveStateProbe).unwrap();
+    assert!(probe.check("fork_token_kept").is_some_and(|c| c.passed));
+    assert_ne!(
+        r.vm.as_ref()
+            .unwrap()
+            .start
+            .as_ref()
+            .unwrap()
+            .snapshot
+            .as_ref()
+            .unwrap()
+            .state_sha256,
+        s["vm_each"]["state_sha256"].as_str().unwrap()
+    );
+    // The reset, a copy of the right save, holds.
+    assert_eq!(
+        s["vm_each"]["reset"]["problems"].as_array().unwrap().len(),
+        0,
+        "{s:#}"
+    );
+    assert!(processes_mentioning(out_dir.to_str().unwrap()).is_empty());
 }
 
 #[test]

@@ -3,7 +3,8 @@
 //! connections), the wait for its fork-time state, the go a copy gets, and the copy's run
 //! followed to its end. Each is built by one pure function, so a test holds the words.
 
-use crate::run::GUEST_WORK;
+use crate::run::{GUEST_REPORT_DIR, GUEST_WORK};
+use sharedos_report::checkpoint::CarriedState;
 use sharedos_report::text::shell_words;
 use std::time::Duration;
 
@@ -58,6 +59,29 @@ pub fn log_tail_command() -> String {
 pub fn go_command(label: &str) -> Option<String> {
     let ok = !label.is_empty() && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-');
     ok.then(|| format!("printf '%s\\n' {label} >{GO}.new && mv {GO}.new {GO}"))
+}
+
+/// Has a copy's guest give the host back what it does not use: its page cache dropped, then the
+/// balloon's driver loaded, which reports every free page to QEMU (`vm::qemu::balloon_args`),
+/// the ones just freed among them. The tree goes on running; only caches go.
+pub fn reclaim_command() -> String {
+    "sync && echo 3 >/proc/sys/vm/drop_caches && modprobe virtio_balloon".into()
+}
+
+/// The fork-time state the guest's run recorded (`sharedos_gate::vmfork::FORK_STATE` in its
+/// report directory), at most 1 MiB of it.
+pub fn state_command() -> String {
+    format!("head -c 1048576 {GUEST_REPORT_DIR}/fork/state.json")
+}
+
+/// The app's token in the fork-time state.
+pub fn token_of_state(text: &str) -> anyhow::Result<String> {
+    let state: CarriedState = serde_json::from_str(text)
+        .map_err(|e| anyhow::anyhow!("the guest's fork/state.json does not read: {e}"))?;
+    if state.app.token.is_empty() {
+        anyhow::bail!("the guest's fork/state.json holds no token");
+    }
+    Ok(state.app.token)
 }
 
 /// Follows the copy's run from the start of its output until it ends.

@@ -14,16 +14,18 @@
 //! (`judge::compare`) counts a column only when every copy of it held its state.
 
 pub mod fork;
+pub mod ksm;
 
 use crate::image;
-use crate::judge::compare::{self as cmp, SharedOs, Summary, VmCopy, VmEach};
+use crate::judge::compare::{self as cmp, Reading, SharedOs, Summary, VmCopy, VmEach};
 use crate::judge::verdict::{self, How};
 use crate::progress::Progress;
 use crate::run::{self, gates, Observed, VmRunOptions, RIG_FAILURE_EXIT};
 use crate::vm::{self, Fork, GuestMedia, Session, SessionSpec};
 use anyhow::{bail, Context, Result};
 use sharedos_report::model::density::{Mem, MAX_COPIES};
-use sharedos_report::{clock, digest, procfs};
+use sharedos_report::report::{CgroupLimits, Status, CPU_PERIOD_US};
+use sharedos_report::{clock, digest, procfs, wait};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -32,6 +34,28 @@ pub struct CompareOptions {
     /// Everything but the report directory and the diagnose arguments, as for vm-run.
     pub base: VmRunOptions,
     pub copies: u32,
+    pub ksm: ksm::Want,
+    /// Each CRIU copy's cgroup limits, and each VM's memory and CPUs made to match them.
+    pub cgroup: Option<CgroupLimits>,
+    /// A fault to put into the VM-each column; the shared-OS column is then not run.
+    pub lie: Option<Lie>,
+}
+
+/// The memory (MiB) and CPUs a VM gets to match a copy's cgroup, as near as QEMU allows: whole
+/// MiB and whole CPUs, rounded up.
+pub fn vm_resources(l: &CgroupLimits) -> (u64, u32) {
+    let mib = l.memory_max_bytes.div_ceil(1 << 20);
+    let cpus = l.cpu_quota_us.div_ceil(CPU_PERIOD_US).max(1);
+    (mib, u32::try_from(cpus).unwrap_or(u32::MAX))
+}
+
+/// The options of the VM-each column's guests: a copy's cgroup's resources, when given.
+fn vm_base(opts: &CompareOptions) -> VmRunOptions {
+    let mut b = opts.base.clone();
+    if let Some(l) = &opts.cgroup {
+        (b.memory_mib, b.cpus) = vm_resources(l);
+    }
+    b
 }
 
 fn progress() -> Progress {
@@ -81,37 +105,37 @@ pub fn check_copies_here(copies: u32, memory_mib: u64) -> Result<()> {
 fn compare(opts: &CompareOptions) -> Result<i32> {
     sharedos_report::signals::install().context("installing signal handlers")?;
     image::require_image(&opts.base.image)?;
-    check_copies_here(opts.copies, opts.base.memory_mib)?;
+    let vm_opts = vm_base(opts);
+    check_copies_here(opts.copies, vm_opts.memory_mib)?;
+    ksm::check(opts.ksm, Path::new(ksm::SYSFS))?;
     crate::gate_binary::require(&opts.base.gate_binary)?;
+    if let Some(why) = run::boot::why_no_resume(&vm_opts)? {
+        bail!(
+            "--image {}: the VM-each column is made of copies of a guest resumed from the image's \
+             snapshot, and {why}; nothing was booted\n\
+             fix: give a --cache-dir this user can write, or have the cache's owner make the \
+             snapshot once with the same --memory, --cpus and --accel (`cargo xtask vm-exec \
+             --image {} -- true`)",
+            opts.base.image.image,
+            opts.base.image.image
+        );
+    }
     let out = create_out(opts)?;
     let n = opts.copies;
 
-    progress().note(&format!(
-        "shared-OS column: one guest, {n} CRIU copies of one dump (vm-run -- --copies {n})"
-    ));
-    let so_dir = out.join("shared-os");
-    let mut so = opts.base.clone();
-    so.out = Some(so_dir.clone());
-    so.diagnose_args = vec!["--copies".into(), n.to_string()];
-    so.keep_vm = false;
-    let code = run::vm_run(&so);
-    let mut rig_failed = code == RIG_FAILURE_EXIT;
-    let mut accel = String::new();
-    let shared_os = match verdict::judge(&so_dir, &How::full(None)) {
-        Ok(o) => {
-            if let Some(vm) = &o.report.vm {
-                accel = vm.accel.clone();
-            }
-            cmp::shared_os_column(&o, n)
-        }
-        Err(e) => SharedOs {
-            problems: vec![format!("its report does not read back: {e}")],
-            ..SharedOs::default()
-        },
-    };
-    let shared_os = SharedOs {
-        report: "shared-os".into(),
-        ..shared_os
+    let (shared_os, mut rig_failed, mut accel) = match opts.lie {
+        Some(_) => (
+            SharedOs {
+                report: "shared-os".into(),
+                problems: vec![
+                    "not run: a lie run (--lie) tests the VM-each column's checks".into(),
+                ],
+                ..SharedOs::default()
+            },
+            false,
+            String::new(),
+        ),
+        None => shared_os_column(opts, &out),
     };
 
     progress().note(&format!(
@@ -122,15 +146,21 @@ fn compare(opts: &CompareOptions) -> Result<i32> {
     );
     let mut vm_each = VmEach {
         fork: FORK_DIR.into(),
-        memory_mib: opts.base.memory_mib,
-        cpus: opts.base.cpus,
+        memory_mib: vm_opts.memory_mib,
+        cpus: vm_opts.cpus,
+        resources: match &opts.cgroup {
+            Some(l) => format!(
+                "matched to a copy's cgroup ({l}) as near as QEMU allows: whole MiB and whole CPUs, rounded up; a VM's memory holds its own kernel as well, a cgroup's does not"
+            ),
+            None => "--memory and --cpus, not matched to the CRIU copies, which share their guest's (give --cgroup to match them)".into(),
+        },
         memory_source: "the host's /proc/PID/smaps_rollup of each copy's QEMU process (a host figure, not the guest's word; under TCG it includes QEMU's translation cache), read with every copy up and its tree idle".into(),
         ..VmEach::default()
     };
     // An interrupt ends the comparison here: the second column is not started for nothing.
     let ran = match sharedos_report::signals::interrupted() {
         Some(sig) => Err(anyhow::anyhow!("interrupted by {sig}: not started")),
-        None => vm_each_column(opts, &out, &mut vm_each, &mut accel),
+        None => vm_each_column(opts, &vm_opts, &out, &mut vm_each, &mut accel),
     };
     if let Err(e) = ran {
         rig_failed = true;
@@ -161,8 +191,63 @@ fn compare(opts: &CompareOptions) -> Result<i32> {
     })
 }
 
+/// The shared-OS column: a vm-run with `--copies N` into `shared-os/`, judged. Returns the
+/// column, whether the rig failed, and the accelerator it ran under.
+fn shared_os_column(opts: &CompareOptions, out: &Path) -> (SharedOs, bool, String) {
+    let n = opts.copies;
+    progress().note(&format!(
+        "shared-OS column: one guest, {n} CRIU copies of one dump (vm-run -- --copies {n})"
+    ));
+    let so_dir = out.join("shared-os");
+    let mut so = opts.base.clone();
+    so.out = Some(so_dir.clone());
+    so.diagnose_args = vec!["--copies".into(), n.to_string()];
+    if let Some(l) = &opts.cgroup {
+        so.diagnose_args
+            .extend(["--cgroup".to_string(), l.to_string()]);
+    }
+    so.keep_vm = false;
+    let code = run::vm_run(&so);
+    let rig_failed = code == RIG_FAILURE_EXIT;
+    let mut accel = String::new();
+    let shared_os = match verdict::judge(&so_dir, &How::full(None)) {
+        Ok(o) => {
+            if let Some(vm) = &o.report.vm {
+                accel = vm.accel.clone();
+            }
+            cmp::shared_os_column(&o, n)
+        }
+        Err(e) => SharedOs {
+            problems: vec![format!("its report does not read back: {e}")],
+            ..SharedOs::default()
+        },
+    };
+    let shared_os = SharedOs {
+        report: "shared-os".into(),
+        resources: match &opts.cgroup {
+            Some(l) => format!(
+                "each copy in a cgroup of its own ({l}), inside a guest of {} MiB and {} CPUs",
+                opts.base.memory_mib, opts.base.cpus
+            ),
+            None => shared_os.resources,
+        },
+        ..shared_os
+    };
+
+    (shared_os, rig_failed, accel)
+}
+
 /// The saved guest's console and QEMU log, under the comparison's directory.
 const FORK_DIR: &str = "vm-each-fork";
+/// The second saved guest's, made only for `--lie wrong-save`.
+const OTHER_FORK_DIR: &str = "vm-each-fork-other";
+
+/// A fault put into the VM-each column on purpose, to show that its checks catch it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lie {
+    /// The last copy resumed from another guest's save.
+    WrongSave,
+}
 
 /// The comparison's directory: `--out`, or `<reports root>/<UTC>-compare-IMAGE-N`; new or empty.
 fn create_out(opts: &CompareOptions) -> Result<PathBuf> {
@@ -192,20 +277,121 @@ struct Up {
 /// each copy already up is archived as far as it got.
 fn vm_each_column(
     opts: &CompareOptions,
+    base: &VmRunOptions,
     out: &Path,
     col: &mut VmEach,
     accel: &mut String,
 ) -> Result<()> {
-    let base = &opts.base;
     let fork_dir = out.join(FORK_DIR);
     std::fs::create_dir(&fork_dir).with_context(|| format!("creating {}", fork_dir.display()))?;
     let mut obs = run::observe(base, fork_dir);
     let entry = run::image_phase(base, &mut obs)?;
-    let session = run::boot::open(base, &entry, &mut obs)?;
-    *accel = session.accel().as_str().to_string();
-    col.idle_guest = host_mem(session.qemu_pid()).ok();
-    gates::copy(session.guest(), base, &mut obs)?;
-    let b = run::bounds(session.accel());
+    let made = make_fork(base, &entry, &mut obs)?;
+    *accel = made.accel.as_str().to_string();
+    col.idle_guest = made.idle;
+    col.fork_token = made.token.clone();
+    let saved = &made.fork;
+    let b = run::bounds(made.accel);
+    col.state_bytes = saved.record.state_bytes;
+    col.state_sha256 = saved.record.state_sha256.clone();
+    col.save_ms = ms(saved.save_took);
+    progress().note(&format!(
+        "saved the guest with its tree up: {} MiB of state in {:.1} s",
+        saved.record.state_bytes >> 20,
+        saved.save_took.as_secs_f64()
+    ));
+    // The lie: the last copy is resumed from a second guest's save, made the same way.
+    let other = match opts.lie {
+        Some(Lie::WrongSave) => {
+            col.lie = Some(format!(
+                "copy-{} was resumed from another guest's save on purpose (--lie wrong-save)",
+                opts.copies
+            ));
+            let dir = out.join(OTHER_FORK_DIR);
+            std::fs::create_dir(&dir).with_context(|| format!("creating {}", dir.display()))?;
+            Some(make_fork(base, &entry, &mut run::observe(base, dir))?.fork)
+        }
+        None => None,
+    };
+    let media = GuestMedia::of(&entry);
+    let mut up: Vec<Up> = Vec::new();
+    let mut failed = None;
+    for i in 1..=opts.copies {
+        let from = match &other {
+            Some(o) if i == opts.copies => o,
+            _ => saved,
+        };
+        match open_copy(base, &entry, &media, from, out, &format!("copy-{i}")) {
+            Ok(c) => up.push(c),
+            Err(c) => {
+                failed = Some(c);
+                break;
+            }
+        }
+    }
+    for c in &mut up {
+        c.host_mem = host_mem(c.session.qemu_pid());
+    }
+    if failed.is_none() {
+        let pids: Vec<u32> = up.iter().map(|c| c.session.qemu_pid()).collect();
+        col.ksm = ksm_reading(opts.ksm, &pids, opts.copies);
+        col.reclaim = reclaim_reading(&up, b);
+    }
+    if let Some(c) = failed {
+        // The copies up are told to go on, so that each run ends and its report is kept.
+        col.copies
+            .extend(up.into_iter().map(|c| finish_copy(c, b, true, &made.token)));
+        col.copies.push(c);
+        bail!("a copy did not come up: see its report");
+    }
+    // The first copy runs to its end alone; then it is put back to the save while the others
+    // still wait, so that the reset is timed among as many guests as the copies were.
+    let mut rest = up.into_iter();
+    if let Some(first) = rest.next() {
+        col.copies.push(finish_copy(first, b, true, &made.token));
+    }
+    match open_copy(base, &entry, &media, saved, out, "reset") {
+        Ok(mut r) => {
+            r.host_mem = host_mem(r.session.qemu_pid());
+            let all: Vec<Up> = rest.chain([r]).collect();
+            for c in &all {
+                give_go(&c.session, &c.label);
+            }
+            let mut done: Vec<VmCopy> = all
+                .into_iter()
+                .map(|c| finish_copy(c, b, false, &made.token))
+                .collect();
+            col.reset = done.pop();
+            col.copies.extend(done);
+        }
+        Err(r) => {
+            col.copies
+                .extend(rest.map(|c| finish_copy(c, b, true, &made.token)));
+            col.reset = Some(r);
+        }
+    }
+    Ok(())
+}
+
+/// A guest with its tree up, saved: the fork its copies are resumed from.
+struct Made {
+    fork: Fork,
+    accel: vm::qemu::Accel,
+    /// The app's token at the fork, as the saved guest recorded it: what binds a copy to this
+    /// save, since a copy of another save holds a fork-time state of its own.
+    token: String,
+    /// Its QEMU just after it resumed from the image's snapshot, before the tree started.
+    idle: Option<Mem>,
+}
+
+/// A guest resumed from the image's snapshot runs `diagnose --vm-fork-go` up to its fork-time
+/// state, and is saved there, its QEMU ended. Its console and QEMU log go to `obs`'s directory.
+fn make_fork(base: &VmRunOptions, entry: &image::ImageEntry, obs: &mut Observed) -> Result<Made> {
+    let session = run::boot::open(base, entry, obs)?;
+    let accel = session.accel();
+    let idle = host_mem(session.qemu_pid()).ok();
+    gates::copy(session.guest(), base, obs)?;
+    let b = run::bounds(accel);
     let argv = gates::diagnose_argv(b.guest_step, &fork::diagnose_args(b.gates));
     let started = session.guest().exec(&fork::start_command(&argv))?;
     if started.status != 0 {
@@ -216,8 +402,8 @@ fn vm_each_column(
     }
     session.guest().set_timeout(b.gates);
     let ready = session.guest().exec(&fork::ready_command(b.gates))?;
+    session.guest().set_timeout(b.ssh);
     if ready.status != 0 {
-        session.guest().set_timeout(b.ssh);
         let tail = session
             .guest()
             .exec(&fork::log_tail_command())
@@ -229,65 +415,20 @@ fn vm_each_column(
             crate::escape::lines(&tail)
         );
     }
+    let state = session.guest().exec(&fork::state_command())?;
+    let token = fork::token_of_state(&state.output).context("reading the fork-time state")?;
     let save_dir = std::env::temp_dir().join(format!(
         "sharedos-rig-fork-{}-{}",
         std::process::id(),
         vm::session::short_id()
     ));
-    let saved = session.save_fork(&save_dir)?;
-    col.state_bytes = saved.record.state_bytes;
-    col.state_sha256 = saved.record.state_sha256.clone();
-    col.save_ms = ms(saved.save_took);
-    progress().note(&format!(
-        "saved the guest with its tree up: {} MiB of state in {:.1} s",
-        saved.record.state_bytes >> 20,
-        saved.save_took.as_secs_f64()
-    ));
-    let media = GuestMedia::of(&entry);
-    let mut up: Vec<Up> = Vec::new();
-    let mut failed = None;
-    for i in 1..=opts.copies {
-        match open_copy(base, &entry, &media, &saved, out, &format!("copy-{i}")) {
-            Ok(c) => up.push(c),
-            Err(c) => {
-                failed = Some(c);
-                break;
-            }
-        }
-    }
-    for c in &mut up {
-        c.host_mem = host_mem(c.session.qemu_pid());
-    }
-    if let Some(c) = failed {
-        // The copies up are told to go on, so that each run ends and its report is kept.
-        col.copies
-            .extend(up.into_iter().map(|c| finish_copy(c, b, true)));
-        col.copies.push(c);
-        bail!("a copy did not come up: see its report");
-    }
-    // The first copy runs to its end alone; then it is put back to the save while the others
-    // still wait, so that the reset is timed among as many guests as the copies were.
-    let mut rest = up.into_iter();
-    if let Some(first) = rest.next() {
-        col.copies.push(finish_copy(first, b, true));
-    }
-    match open_copy(base, &entry, &media, &saved, out, "reset") {
-        Ok(mut r) => {
-            r.host_mem = host_mem(r.session.qemu_pid());
-            let all: Vec<Up> = rest.chain([r]).collect();
-            for c in &all {
-                give_go(&c.session, &c.label);
-            }
-            let mut done: Vec<VmCopy> = all.into_iter().map(|c| finish_copy(c, b, false)).collect();
-            col.reset = done.pop();
-            col.copies.extend(done);
-        }
-        Err(r) => {
-            col.copies.extend(rest.map(|c| finish_copy(c, b, true)));
-            col.reset = Some(r);
-        }
-    }
-    Ok(())
+    let fork = session.save_fork(&save_dir)?;
+    Ok(Made {
+        fork,
+        accel,
+        token,
+        idle,
+    })
 }
 
 /// A copy of `saved` resumed into its own report directory `out/label`; on failure, its
@@ -353,6 +494,130 @@ fn host_mem(pid: u32) -> Result<Mem, String> {
         .map_err(|e| format!("{e:#}"))
 }
 
+/// Every copy's QEMU, as the host reads it.
+fn host_mems(pids: &[u32]) -> Result<Vec<Mem>> {
+    pids.iter()
+        .map(|&pid| host_mem(pid).map_err(|e| anyhow::anyhow!("QEMU {pid}: {e}")))
+        .collect()
+}
+
+/// Every copy read again with the host's KSM merging: NOT_RUN where it was not asked for or
+/// this host does not let the rig turn it on (`ksm::check` refused `--ksm on` there already).
+fn ksm_reading(want: ksm::Want, pids: &[u32], copies: u32) -> Reading {
+    let dir = Path::new(ksm::SYSFS);
+    let why_not = match want {
+        ksm::Want::Off => Some("not asked for (--ksm off)".to_string()),
+        _ => ksm::why_not(dir),
+    };
+    if let Some(why) = why_not {
+        return Reading::not_run(why);
+    }
+    let how = "the host's KSM turned on at full pace (pages_to_scan 4096, sleep_millisecs 0),                read once ksmd had been over all mergeable memory twice; the host's settings put                back after";
+    // ksmd goes over every copy's RAM twice; 30 s a copy is far more than it takes under TCG.
+    let bound = Duration::from_secs(60 + 30 * u64::from(copies));
+    progress().note("host KSM: merging the copies' pages, then reading each QEMU again");
+    let t = Instant::now();
+    let result = (|| -> Result<(Vec<Mem>, Vec<String>)> {
+        let before = ksm::counters(dir)?;
+        let mut notes = Vec::new();
+        let run = std::fs::read_to_string(dir.join("run")).unwrap_or_default();
+        if run.trim() != "0" {
+            notes.push(format!(
+                "the host's KSM run was {} before, so the first reading was not with KSM off",
+                run.trim()
+            ));
+        }
+        let merging = ksm::Merging::start(dir)?;
+        let after = merging.wait_merged(&before, bound)?;
+        let mems = host_mems(pids)?;
+        merging.restore()?;
+        notes.push(format!(
+            "ksmd: {} pages shared, {} more pages sharing them, after {} full scans",
+            after.pages_shared,
+            after.pages_sharing,
+            after.full_scans.saturating_sub(before.full_scans)
+        ));
+        Ok((mems, notes))
+    })();
+    match result {
+        Ok((per_copy, notes)) => Reading {
+            status: Status::Pass,
+            reason: "every copy read with KSM merging".into(),
+            how: how.into(),
+            per_copy,
+            took_ms: ms(t.elapsed()),
+            notes,
+        },
+        Err(e) => Reading::failed(how, crate::escape::error_chain(&e)),
+    }
+}
+
+/// How long each QEMU's resident memory must hold still before the guest is taken to have
+/// handed back all it will: longer than the guest's 2-s delay before it reports free pages.
+const SETTLED: Duration = Duration::from_secs(4);
+
+/// Every copy read again after its guest dropped its caches and reported its free pages.
+fn reclaim_reading(up: &[Up], b: run::Bounds) -> Reading {
+    let how = "in each copy's guest: drop_caches 3, then the virtio_balloon driver loaded, which                reports free pages to QEMU (free-page-reporting); read once every QEMU's RSS had                held still for 4 s";
+    progress()
+        .note("each copy's guest gives back what it does not use, then each QEMU is read again");
+    let t = Instant::now();
+    for c in up {
+        match c.session.guest().exec(&fork::reclaim_command()) {
+            Ok(r) if r.status == 0 => {}
+            Ok(r) => {
+                return Reading::failed(
+                    how,
+                    format!(
+                        "{}: the guest could not give memory back (exit {}): {}",
+                        c.label,
+                        r.status,
+                        crate::escape::line(&r.output)
+                    ),
+                )
+            }
+            Err(e) => {
+                return Reading::failed(
+                    how,
+                    format!("{}: {}", c.label, crate::escape::error_chain(&e)),
+                )
+            }
+        }
+    }
+    let pids: Vec<u32> = up.iter().map(|c| c.session.qemu_pid()).collect();
+    let mut last: Option<(Instant, Vec<u64>)> = None;
+    let settled = wait::until("every copy's QEMU to stop shrinking", b.gates, || {
+        let mems = host_mems(&pids).ok()?;
+        let rss: Vec<u64> = mems.iter().map(|m| m.rss_kib).collect();
+        match &last {
+            // A fall of more than 1 MiB starts the wait for stillness again.
+            Some((since, was))
+                if rss
+                    .iter()
+                    .zip(was)
+                    .all(|(now, was)| now.saturating_add(1024) >= *was) =>
+            {
+                (since.elapsed() >= SETTLED).then_some(mems)
+            }
+            _ => {
+                last = Some((Instant::now(), rss));
+                None
+            }
+        }
+    });
+    match settled {
+        Ok(per_copy) => Reading {
+            status: Status::Pass,
+            reason: "every copy read after its guest gave memory back".into(),
+            how: how.into(),
+            per_copy,
+            took_ms: ms(t.elapsed()),
+            notes: Vec::new(),
+        },
+        Err(e) => Reading::failed(how, e.to_string()),
+    }
+}
+
 /// Writes the copy's go; a failure shows when its run is followed, as a run that never ends.
 fn give_go(session: &Session, label: &str) {
     if let Some(cmd) = fork::go_command(label) {
@@ -362,7 +627,7 @@ fn give_go(session: &Session, label: &str) {
 
 /// Gives the copy its go (unless given already), follows its run to the end, fetches its
 /// report, ends its QEMU and archives the report; the copy as the column records it.
-fn finish_copy(c: Up, b: run::Bounds, go_first: bool) -> VmCopy {
+fn finish_copy(c: Up, b: run::Bounds, go_first: bool, token: &str) -> VmCopy {
     let Up {
         label,
         mut obs,
@@ -383,7 +648,7 @@ fn finish_copy(c: Up, b: run::Bounds, go_first: bool) -> VmCopy {
     })();
     run::boot::end(session, &mut obs);
     run::archive::finish(obs, result, None);
-    let mut problems = cmp::vm_copy_problems(&dir);
+    let mut problems = cmp::vm_copy_problems(&dir, token);
     let host_mem = match host_mem {
         Ok(m) => Some(m),
         Err(e) => {
@@ -418,5 +683,13 @@ mod tests {
         );
         assert!(check_copies(0, 1024, 24 << 20).is_err());
         assert!(check_copies(MAX_COPIES + 1, 64, u64::MAX).is_err());
+    }
+
+    #[test]
+    fn a_vm_gets_a_copy_s_cgroup_rounded_up_to_what_qemu_takes() {
+        let l = |s| sharedos_report::report::parse_cgroup_limits(s).unwrap();
+        assert_eq!(vm_resources(&l("cpu=1,memory=512M")), (512, 1));
+        assert_eq!(vm_resources(&l("cpu=1.5,memory=1000000000")), (954, 2));
+        assert_eq!(vm_resources(&l("cpu=0.25,memory=256M")), (256, 1));
     }
 }

@@ -138,7 +138,8 @@ fn load_inputs(images_dir: &Path, name: &str) -> Result<Inputs> {
     })
 }
 
-fn root_of(opts: &BuildOptions) -> Result<PathBuf> {
+/// The cache root the image's entry is (or will be) in: `--cache-dir`, or the default root.
+pub fn root_of(opts: &BuildOptions) -> Result<PathBuf> {
     match &opts.cache_dir {
         Some(d) => Ok(d.clone()),
         None => cache_root(),

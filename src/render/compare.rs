@@ -10,9 +10,9 @@
 
 use crate::escape;
 use crate::judge::compare::read::{Judged, HOST_RECORDED};
-use crate::judge::compare::Summary;
+use crate::judge::compare::{Reading, Summary};
 use sharedos_report::model::density::{median, p95};
-use sharedos_report::report::Verdict;
+use sharedos_report::report::{Status, Verdict};
 use std::fmt::Write;
 
 fn mib(kib: f64) -> String {
@@ -29,6 +29,48 @@ fn ratio(a: Option<f64>, b: Option<f64>) -> String {
         (Some(a), Some(b)) if a > 0.0 => format!("1:{:.1}", b / a),
         _ => "n/a".into(),
     }
+}
+
+/// A row of a further reading of the VM copies: its median PSS against a CRIU copy's, or its
+/// status and why.
+fn reading_row(what: &'static str, so_pss: &[u64], r: &Reading) -> Row {
+    let pss: Vec<u64> = r.per_copy.iter().map(|m| m.pss_kib).collect();
+    let (vm, against) = match (r.status, median(&pss)) {
+        (Status::Pass, Some(v)) => (mib(v), ratio(median(so_pss), Some(v))),
+        (st, _) => (format!("{st}: {}", r.reason), String::new()),
+    };
+    Row {
+        what,
+        so: String::new(),
+        vm,
+        ratio: against,
+        recorded: true,
+    }
+}
+
+/// What the table's cells cannot hold: how the VMs' resources were chosen, and what was done
+/// for each further reading, with what was seen. Not escaped here.
+fn details(s: &Summary) -> Vec<String> {
+    let vm = &s.vm_each;
+    let mut d = Vec::new();
+    if !vm.resources.is_empty() {
+        d.push(format!("VM resources: {}", vm.resources));
+    }
+    for (name, r) in [("KSM", &vm.ksm), ("memory given back", &vm.reclaim)] {
+        if r.status != Status::NotRun {
+            d.push(format!(
+                "{name}: {} in {:.1} s: {}",
+                r.status,
+                r.took_ms as f64 / 1000.0,
+                r.how
+            ));
+            d.extend(r.notes.iter().map(|n| format!("{name}: {n}")));
+        }
+    }
+    if let Some(lie) = &vm.lie {
+        d.push(format!("lie: {lie}"));
+    }
+    d
 }
 
 /// The figures every form shows, from one summary.
@@ -151,6 +193,12 @@ fn rows(s: &Summary) -> Vec<Row> {
             ratio(median(&f.so_pss), f.beyond),
             true,
         ),
+        reading_row("PSS per desktop, host KSM merging", &f.so_pss, &vm.ksm),
+        reading_row(
+            "PSS per desktop, guest gave memory back",
+            &f.so_pss,
+            &vm.reclaim,
+        ),
         row(
             "resources per desktop",
             so.resources.clone(),
@@ -229,6 +277,9 @@ pub fn text(s: &Summary) -> String {
         "  memory: shared-OS from the guest's smaps_rollup of each copy's processes; VM each: {}",
         escape::line(&s.vm_each.memory_source)
     );
+    for d in details(s) {
+        let _ = writeln!(out, "  {}", escape::line(&d));
+    }
     let _ = writeln!(out, "verdict: {}", s.verdict);
     for p in &s.problems {
         let _ = writeln!(out, "  problem: {}", escape::line(p));
@@ -300,6 +351,9 @@ pub fn md(j: &Judged) -> String {
         escape::markdown(HOST_RECORDED),
         escape::markdown(&s.vm_each.memory_source)
     );
+    for d in details(s) {
+        let _ = writeln!(out, "\n{}", escape::markdown(&d));
+    }
     for (head, list) in [("Problems", &s.problems), ("Warnings", &j.warnings)] {
         if !list.is_empty() {
             let _ = writeln!(out, "\n**{head}**\n");
@@ -391,6 +445,9 @@ fn write_page(out: &mut String, j: &Judged) -> std::fmt::Result {
          processes; VM each: {}.</p>",
         esc(&s.vm_each.memory_source)
     )?;
+    for d in details(s) {
+        writeln!(out, "<p class=\"note\">{}</p>", esc(&d))?;
+    }
     writeln!(out, "<h2>Memory against the number of desktops</h2>")?;
     write_chart(out, chart::memory(s))?;
     writeln!(out, "<h2>Fork latency per copy</h2>")?;
@@ -839,6 +896,8 @@ mod tests {
             "{t}"
         );
         assert!(!t.contains('\u{1b}'), "{t}");
+        // Readings not taken say why.
+        assert!(t.contains("NOT_RUN: not measured"), "{t}");
     }
 
     #[test]

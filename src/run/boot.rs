@@ -50,6 +50,26 @@ pub fn open(opts: &VmRunOptions, entry: &ImageEntry, obs: &mut Observed) -> Resu
     session
 }
 
+/// Why this run's guest could not be resumed from a snapshot, told before anything boots, or
+/// None. Only a store this user cannot write is looked into further (the image's entry is then
+/// verified, which hashes its disk): it may hold the snapshot already.
+pub fn why_no_resume(opts: &VmRunOptions) -> Result<Option<String>> {
+    let root = crate::image::root_of(&opts.image)?.join(snapshot::DIR);
+    let Some(why) = snapshot::why_cannot_make(&root) else {
+        return Ok(None);
+    };
+    Ok(match crate::image::cached_entry(&opts.image)? {
+        Some(entry) => crate::vm::session::why_no_resume(&SessionSpec {
+            accel_cache: Spot::of_image(&entry),
+            snapshot: snapshot::Spot::of_image(&entry),
+            ..spec(opts, "preflight", Path::new("."))
+        }),
+        None => Some(format!(
+            "the image is not built yet, and its snapshot cannot be made: {why}"
+        )),
+    })
+}
+
 /// The run reached its end: `--keep-vm` keeps QEMU (and says how to reach it), unless a signal
 /// arrived; otherwise QEMU is ended.
 pub fn end(session: Session, obs: &mut Observed) {

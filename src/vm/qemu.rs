@@ -167,6 +167,17 @@ pub fn vmgenid_args() -> Vec<String> {
     vec!["-device".into(), "vmgenid,guid=auto".into()]
 }
 
+/// A balloon that only carries free page reporting: once the guest's `virtio_balloon` driver is
+/// loaded, the pages it frees are handed back to the host (QEMU discards them), so a VM's host
+/// memory can shrink to what the guest uses. The guest loads the driver only when asked to give
+/// memory back (vm-compare); until then the device is idle.
+pub fn balloon_args() -> Vec<String> {
+    vec![
+        "-device".into(),
+        "virtio-balloon-pci,free-page-reporting=on".into(),
+    ]
+}
+
 /// The QMP socket, in the run's private directory.
 pub fn qmp_args(socket: &Path) -> Vec<String> {
     vec![
@@ -209,6 +220,7 @@ pub fn qemu_cmd(s: &QemuSpec) -> Cmd {
     v.extend(drive_args(&s.overlay));
     v.extend(net_args(s.network, s.ssh_port));
     v.extend(vmgenid_args());
+    v.extend(balloon_args());
     v.extend(qmp_args(&s.qmp));
     v.extend(incoming_args(s.incoming.as_deref(), s.stopped));
     v.extend(sandbox_args(s.sandbox));
@@ -361,6 +373,8 @@ mod tests {
             "virtio-net-pci,netdev=n0",
             "-device",
             "vmgenid,guid=auto",
+            "-device",
+            "virtio-balloon-pci,free-page-reporting=on",
             "-qmp",
             "unix:/r/qmp.sock,server=on,wait=off",
         ];

@@ -218,6 +218,29 @@ pub fn check(dir: &Path, r: &Record, want: &Key) -> Result<(), String> {
     Ok(())
 }
 
+/// Why no snapshot can be made under `root`, or None: the store, or the nearest directory above
+/// it that exists, must be a directory this user can write (a snapshot is made beside the
+/// store's others and renamed into place).
+pub fn why_cannot_make(root: &Path) -> Option<String> {
+    use nix::unistd::{access, AccessFlags};
+    let mut at = root;
+    loop {
+        match std::fs::symlink_metadata(at) {
+            Ok(m) if m.is_dir() => {
+                return access(at, AccessFlags::W_OK | AccessFlags::X_OK)
+                    .err()
+                    .map(|_| format!("{} is not writable by this user", at.display()));
+            }
+            Ok(_) => return Some(format!("{} is not a directory", at.display())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => match at.parent() {
+                Some(up) if !up.as_os_str().is_empty() => at = up,
+                _ => return Some(format!("no directory above {} exists", root.display())),
+            },
+            Err(e) => return Some(format!("{}: {e}", at.display())),
+        }
+    }
+}
+
 /// Removes a snapshot that failed its check, or a half-made one.
 pub fn discard(dir: &Path) {
     let _ = std::fs::remove_dir_all(dir);

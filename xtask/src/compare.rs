@@ -3,17 +3,56 @@
 
 use crate::{vm_options, VmArgs};
 use anyhow::Result;
-use sharedos_rig::compare::{self, CompareOptions};
+use sharedos_report::report::{parse_cgroup_limits, CgroupLimits};
+use sharedos_rig::compare::{self, ksm, CompareOptions};
 
 #[derive(clap::Args)]
 pub struct CompareArgs {
     /// Copies of the desktop in each column: N CRIU copies in one guest, N VMs at once.
     #[arg(long, default_value_t = 4, value_name = "N")]
     pub copies: u32,
+    /// The host's KSM for one more reading of the VM copies: `auto` where this host lets the rig
+    /// turn it on (root), NOT_RUN with the reason elsewhere; `on` refuses to start where it
+    /// cannot; `off` leaves it alone. The host's settings are put back after.
+    #[arg(long, value_enum, default_value_t = Ksm::Auto)]
+    pub ksm: Ksm,
+    /// The same resources on both sides: each CRIU copy restored into a cgroup of its own with
+    /// these limits (the density gate's `--cgroup`), and each VM given that memory and that many
+    /// CPUs (rounded up) in place of --memory and --cpus. The shared-OS guest keeps --memory and
+    /// --cpus around its copies.
+    #[arg(long, value_name = "cpu=N,memory=SIZE", value_parser = parse_cgroup_limits)]
+    pub cgroup: Option<CgroupLimits>,
+    /// A fault put into the VM-each column on purpose, to show its checks catch it: `wrong-save`
+    /// resumes the last copy from a second guest's save. The shared-OS column is not run, and
+    /// the verdict is FAIL. For the rig's own tests.
+    #[arg(long, value_enum, hide = true)]
+    pub lie: Option<LieArg>,
     /// How the guests boot (each VM gets --memory and --cpus), the gate binary, --out (the
     /// comparison's directory); the arguments after `--` are not taken (the columns set them).
     #[command(flatten)]
     pub vm: VmArgs,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum Ksm {
+    Auto,
+    On,
+    Off,
+}
+
+impl From<Ksm> for ksm::Want {
+    fn from(k: Ksm) -> Self {
+        match k {
+            Ksm::Auto => ksm::Want::Auto,
+            Ksm::On => ksm::Want::On,
+            Ksm::Off => ksm::Want::Off,
+        }
+    }
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum LieArg {
+    WrongSave,
 }
 
 pub fn vm_compare(a: CompareArgs) -> Result<i32> {
@@ -29,10 +68,17 @@ pub fn vm_compare(a: CompareArgs) -> Result<i32> {
         );
     }
     // Before the gate binary's build: an N that cannot fit costs nothing.
-    compare::check_copies_here(a.copies, a.vm.boot.memory)?;
+    let vm_memory = a
+        .cgroup
+        .map_or(a.vm.boot.memory, |l| compare::vm_resources(&l).0);
+    compare::check_copies_here(a.copies, vm_memory)?;
+    ksm::check(a.ksm.into(), std::path::Path::new(ksm::SYSFS))?;
     let base = vm_options(a.vm)?;
     Ok(compare::vm_compare(&CompareOptions {
         base,
         copies: a.copies,
+        ksm: a.ksm.into(),
+        cgroup: a.cgroup,
+        lie: a.lie.map(|LieArg::WrongSave| compare::Lie::WrongSave),
     }))
 }

@@ -514,6 +514,90 @@ pub struct CgroupLimits {
 /// The cgroup v2 CPU period the quota is counted in.
 pub const CPU_PERIOD_US: u64 = 100_000;
 
+/// `cpu=N,memory=SIZE`, both required: N CPUs of quota (a fraction allowed, at least 0.01),
+/// SIZE in bytes with an optional K, M, G or T suffix (powers of 1024). Both, because the
+/// report's `CgroupLimits` records both limits and the checks compare both; "no limit" has no
+/// value there.
+pub fn parse_cgroup_limits(s: &str) -> Result<CgroupLimits, String> {
+    const FORM: &str = "write it as cpu=N,memory=SIZE, e.g. --cgroup cpu=1,memory=512M";
+    let mut cpu = None;
+    let mut mem = None;
+    for part in s.split(',') {
+        let Some((k, v)) = part.split_once('=') else {
+            return Err(format!("`{part}` in --cgroup {s} is not KEY=VALUE: {FORM}"));
+        };
+        match k.trim() {
+            "cpu" if cpu.is_none() => {
+                cpu = Some(parse_cpus(v.trim()).map_err(|e| format!("{e}: {FORM}"))?)
+            }
+            "memory" if mem.is_none() => {
+                mem = Some(parse_size(v.trim()).map_err(|e| format!("{e}: {FORM}"))?)
+            }
+            "cpu" | "memory" => return Err(format!("--cgroup {s} gives {k} twice: {FORM}")),
+            other => {
+                return Err(format!(
+                    "--cgroup knows cpu and memory, not `{other}`: {FORM}"
+                ))
+            }
+        }
+    }
+    match (cpu, mem) {
+        (Some(cpu_quota_us), Some(memory_max_bytes)) => Ok(CgroupLimits {
+            cpu_quota_us,
+            memory_max_bytes,
+        }),
+        (None, _) => Err(format!(
+            "--cgroup {s} gives no cpu=: it needs both cpu and memory; {FORM}"
+        )),
+        (_, None) => Err(format!(
+            "--cgroup {s} gives no memory=: it needs both cpu and memory; {FORM}"
+        )),
+    }
+}
+
+fn parse_cpus(v: &str) -> Result<u64, String> {
+    let n: f64 = v
+        .parse()
+        .map_err(|_| format!("cpu={v} is not a number of CPUs"))?;
+    let quota = (n * CPU_PERIOD_US as f64).round();
+    // The kernel refuses quotas under 1 ms.
+    if !(1000.0..=1e12).contains(&quota) {
+        return Err(format!("cpu={v} is out of range (0.01 to 10000000 CPUs)"));
+    }
+    Ok(quota as u64)
+}
+
+fn parse_size(v: &str) -> Result<u64, String> {
+    let (num, mult) = match v.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let m: u64 = match c.to_ascii_uppercase() {
+                'K' => 1 << 10,
+                'M' => 1 << 20,
+                'G' => 1 << 30,
+                'T' => 1 << 40,
+                _ => {
+                    return Err(format!(
+                        "memory={v} has an unknown suffix (use K, M, G or T)"
+                    ))
+                }
+            };
+            (&v[..i], m)
+        }
+        _ => (v, 1),
+    };
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("memory={v} is not a whole size"))?;
+    let bytes = n
+        .checked_mul(mult)
+        .ok_or_else(|| format!("memory={v} is too large"))?;
+    // Below a few MiB Xvfb alone cannot start; it would be an OOM, not a finding.
+    if bytes < 16 << 20 {
+        return Err(format!("memory={v} is below 16M, too little for Xvfb"));
+    }
+    Ok(bytes)
+}
+
 impl fmt::Display for CgroupLimits {
     /// As `--cgroup` takes it: `cpu=N,memory=SIZE`, SIZE in the largest whole unit.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -58,19 +58,81 @@ pub struct VmEach {
     pub fork: String,
     pub state_bytes: u64,
     pub state_sha256: String,
+    /// The app's token when the guest was saved, as that guest recorded it; each copy's
+    /// fork-time token must be this one.
+    #[serde(default)]
+    pub fork_token: String,
+    /// A fault put into the column on purpose (`--lie`), said here so that no one takes its
+    /// FAIL for a finding.
+    #[serde(default)]
+    pub lie: Option<String>,
     pub save_ms: u64,
     pub copies: Vec<VmCopy>,
     /// The first copy put back to the fork: its QEMU ended, a fresh one resumed from the save.
     pub reset: Option<VmCopy>,
     pub memory_mib: u64,
     pub cpus: u32,
+    /// How `memory_mib` and `cpus` were chosen: matched to a CRIU copy's cgroup, or not.
+    #[serde(default)]
+    pub resources: String,
     /// The QEMU of the guest the fork is made in, read by the host just after it resumed from
     /// the image's snapshot and before its tree started: what a VM costs running nothing of the
     /// desktop, so that what a desktop adds can be told from what the VM itself costs.
     pub idle_guest: Option<Mem>,
     /// Where the memory figures come from.
     pub memory_source: String,
+    /// Every copy read again with the host's KSM merging their pages.
+    #[serde(default)]
+    pub ksm: Reading,
+    /// Every copy read again after its guest dropped its caches and handed its free pages back
+    /// (free page reporting through virtio-balloon).
+    #[serde(default)]
+    pub reclaim: Reading,
     pub problems: Vec<String>,
+}
+
+/// A further reading of every copy's QEMU, taken after something was done to all of them.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct Reading {
+    /// PASS: every copy was read after it; NOT_RUN: not done, `reason` says why; FAIL: tried,
+    /// and it failed.
+    pub status: Status,
+    pub reason: String,
+    /// What was done before the reading.
+    pub how: String,
+    /// Each copy's QEMU, in the column's order.
+    pub per_copy: Vec<Mem>,
+    /// From the first step to the last copy read.
+    pub took_ms: u64,
+    /// What else was seen (KSM's own counters, the host's setting before).
+    pub notes: Vec<String>,
+}
+
+impl Default for Reading {
+    fn default() -> Self {
+        Reading::not_run("not measured")
+    }
+}
+
+impl Reading {
+    pub fn not_run(reason: impl Into<String>) -> Reading {
+        Reading {
+            status: Status::NotRun,
+            reason: reason.into(),
+            how: String::new(),
+            per_copy: Vec::new(),
+            took_ms: 0,
+            notes: Vec::new(),
+        }
+    }
+
+    pub fn failed(how: impl Into<String>, reason: impl Into<String>) -> Reading {
+        Reading {
+            status: Status::Fail,
+            how: how.into(),
+            ..Reading::not_run(reason)
+        }
+    }
 }
 
 /// One resumed copy of the saved guest.
@@ -130,21 +192,44 @@ pub fn shared_os_column(o: &Outcome, copies: u32) -> SharedOs {
     c
 }
 
-/// A copy's problems from its archived report, judged by the one verdict.
-pub fn vm_copy_problems(dir: &Path) -> Vec<String> {
-    copy_problems(&verdict::judge(dir, &How::full(None)))
+/// The save a copy must have been resumed from, as the host recorded it when it saved the guest.
+#[derive(Debug, Clone, Copy)]
+pub struct Origin<'a> {
+    /// The app's token at the fork, as the saved guest recorded it.
+    pub token: &'a str,
+    /// The saved state's sha256.
+    pub state_sha256: &'a str,
+}
+
+impl VmEach {
+    pub fn origin(&self) -> Origin<'_> {
+        Origin {
+            token: &self.fork_token,
+            state_sha256: &self.state_sha256,
+        }
+    }
+}
+
+/// A copy's problems from its archived report, judged by the one verdict, the copy bound to
+/// the save it must have been resumed from.
+pub fn vm_copy_problems(dir: &Path, origin: Origin) -> Vec<String> {
+    copy_problems(&verdict::judge(dir, &How::full(None)), origin)
 }
 
 /// [`vm_copy_problems`] of a report directory already opened (reached beneath a comparison
 /// without following a link), with the judgement it came from when there is one.
-pub fn vm_copy_judged(dir: ReportDir, how: &How) -> (Vec<String>, Option<Outcome>) {
+pub fn vm_copy_judged(dir: ReportDir, how: &How, origin: Origin) -> (Vec<String>, Option<Outcome>) {
     let judged = verdict::judge_dir(dir, how);
-    (copy_problems(&judged), judged.ok())
+    (copy_problems(&judged, origin), judged.ok())
 }
 
-fn copy_problems(judged: &Result<Outcome, Refused>) -> Vec<String> {
+fn copy_problems(judged: &Result<Outcome, Refused>, origin: Origin) -> Vec<String> {
     match judged {
-        Ok(o) => verdict::vm_fork_copy_problems(o),
+        Ok(o) => {
+            let mut p = verdict::vm_fork_copy_problems(o, origin.token);
+            p.extend(fork_origin_problem(o, origin.state_sha256));
+            p
+        }
         Err(e) => vec![format!("its report does not read back: {e}")],
     }
 }
@@ -195,6 +280,27 @@ pub fn judge(s: &mut Summary) {
     if s.vm_each.reset.is_none() {
         p.push("VM-each: no reset was measured".into());
     }
+    if let Some(lie) = &s.vm_each.lie {
+        p.push(format!("VM-each: a lie run, not a measurement: {lie}"));
+    }
+    for (name, r) in [
+        ("KSM", &s.vm_each.ksm),
+        ("memory given back", &s.vm_each.reclaim),
+    ] {
+        match r.status {
+            Status::NotRun => {}
+            Status::Pass if r.per_copy.len() == s.vm_each.copies.len() => {}
+            Status::Pass => p.push(format!(
+                "VM-each: the {name} reading has {} copies, not {}",
+                r.per_copy.len(),
+                s.vm_each.copies.len()
+            )),
+            _ => p.push(format!(
+                "VM-each: the {name} reading is {}: {}",
+                r.status, r.reason
+            )),
+        }
+    }
     s.verdict = if p.is_empty() {
         Verdict::Pass
     } else {
@@ -243,6 +349,15 @@ mod tests {
         let mut s = summary();
         judge(&mut s);
         assert_eq!(s.verdict, Verdict::Pass, "{:?}", s.problems);
+        // A reading not taken is said, and is no failure; one taken of every copy passes.
+        s.vm_each.ksm = Reading::not_run("not root");
+        s.vm_each.reclaim = Reading {
+            status: Status::Pass,
+            per_copy: vec![Mem::default(); 2],
+            ..Reading::default()
+        };
+        judge(&mut s);
+        assert_eq!(s.verdict, Verdict::Pass, "{:?}", s.problems);
     }
 
     #[test]
@@ -267,6 +382,16 @@ mod tests {
             ),
             ("memory", |s| s.vm_each.copies[0].host_mem = None),
             ("reset", |s| s.vm_each.reset = None),
+            ("KSM reading is FAIL", |s| {
+                s.vm_each.ksm = Reading::failed("ksmd", "ksmd's second full scan: timed out")
+            }),
+            ("memory given back reading has 1 copies", |s| {
+                s.vm_each.reclaim = Reading {
+                    status: Status::Pass,
+                    per_copy: vec![Mem::default()],
+                    ..Reading::default()
+                }
+            }),
             ("shared-OS", |s| {
                 s.shared_os.problems.push("density is FAIL".into())
             }),

@@ -11,8 +11,8 @@
 //! compare.json recorded them, and said to be ([`HOST_RECORDED`]).
 
 use super::{
-    fork_origin_problem, judge, shared_os_column, vm_copy_judged, SharedOs, Summary, VmCopy,
-    VmEach, COMPARE_FILE, FORMAT,
+    judge, shared_os_column, vm_copy_judged, SharedOs, Summary, VmCopy, VmEach, COMPARE_FILE,
+    FORMAT,
 };
 use crate::judge::ledger::Ledger;
 use crate::judge::reader::{Kind, ReportDir};
@@ -256,14 +256,13 @@ fn vm_each(files: &ReportDir, said: &VmEach, how: &How) -> (VmEach, Vec<(String,
     let mut accels = Vec::new();
     let mut one = |c: &VmCopy| -> VmCopy {
         let (mut problems, o) = match files.open_beneath(&c.report) {
-            Ok(d) => vm_copy_judged(d, how),
+            Ok(d) => vm_copy_judged(d, how, said.origin()),
             Err(e) => (
                 vec![format!("its report does not read back: {}: {e}", c.report)],
                 None,
             ),
         };
         if let Some(o) = &o {
-            problems.extend(fork_origin_problem(o, &said.state_sha256));
             if let Some(vm) = &o.report.vm {
                 accels.push((c.label.clone(), vm.accel.clone()));
             }
