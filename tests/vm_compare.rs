@@ -195,7 +195,9 @@ fn refused_before_booting(sb: &Sandbox, args: &[String], out_dir: &Path) {
 }
 
 /// As root, where the rig may turn the host's KSM on: every copy read again with KSM merging,
-/// less than without it, and the host's settings as they were found afterwards.
+/// less than without it, and the host's settings as they were found afterwards. With
+/// `--cgroup`: each CRIU copy restored into a cgroup of those limits, each VM given the same
+/// memory and CPUs, as each side's own report records.
 #[test]
 #[ignore = "boots four VMs: minutes; run with --include-ignored"]
 fn vm_compare_as_root_measures_ksm_and_puts_the_host_s_settings_back() {
@@ -215,7 +217,17 @@ fn vm_compare_as_root_measures_ksm_and_puts_the_host_s_settings_back() {
     let out_dir = sb.dir.join("reports/compare-ksm");
     let mut args = common::vm_run_args(&sb, &gate, &out_dir, "tcg");
     args[0] = "vm-compare".into();
-    args.extend(["--copies", "2", "--ksm", "on"].map(String::from));
+    args.extend(
+        [
+            "--copies",
+            "2",
+            "--ksm",
+            "on",
+            "--cgroup",
+            "cpu=1,memory=512M",
+        ]
+        .map(String::from),
+    );
     let out = Command::new(&sb.xtask)
         .args(&args)
         .current_dir(&sb.dir)
@@ -244,6 +256,18 @@ fn vm_compare_as_root_measures_ksm_and_puts_the_host_s_settings_back() {
     );
     assert!(k["notes"].to_string().contains("pages shared"), "{k:#}");
     assert!(said.contains("host KSM merging"), "{said}");
+    // The same resources on both sides, as each side's report has them.
+    let so = read_report(&out_dir.join("shared-os"));
+    let l = so
+        .options
+        .cgroup
+        .expect("the shared-OS run's cgroup limits");
+    assert_eq!((l.cpu_quota_us, l.memory_max_bytes), (100_000, 512 << 20));
+    for c in s["vm_each"]["copies"].as_array().unwrap() {
+        let r = read_report(&out_dir.join(c["report"].as_str().unwrap()));
+        let vm = r.vm.as_ref().unwrap();
+        assert_eq!((vm.memory_mib, vm.cpus), (512, 1), "{}", c["label"]);
+    }
     assert!(processes_mentioning(out_dir.to_str().unwrap()).is_empty());
 }
 

@@ -226,7 +226,7 @@ fn shared_os_column(opts: &CompareOptions, out: &Path) -> (SharedOs, bool, Strin
         report: "shared-os".into(),
         resources: match &opts.cgroup {
             Some(l) => format!(
-                "each copy in a cgroup of its own ({l}), inside a guest of {} MiB and {} CPUs",
+                "own cgroup ({l}) in a {} MiB, {}-CPU guest",
                 opts.base.memory_mib, opts.base.cpus
             ),
             None => shared_os.resources,
