@@ -291,6 +291,11 @@ fn vm_each_column(
     col.idle_guest = made.idle;
     col.fork_token = made.token.clone();
     let saved = &made.fork;
+    // What each copy is judged against: the save the column's copies must come from.
+    let origin = cmp::Origin {
+        token: &made.token,
+        state_sha256: &saved.record.state_sha256,
+    };
     let b = run::bounds(made.accel);
     col.state_bytes = saved.record.state_bytes;
     col.state_sha256 = saved.record.state_sha256.clone();
@@ -340,7 +345,7 @@ fn vm_each_column(
     if let Some(c) = failed {
         // The copies up are told to go on, so that each run ends and its report is kept.
         col.copies
-            .extend(up.into_iter().map(|c| finish_copy(c, b, true, &made.token)));
+            .extend(up.into_iter().map(|c| finish_copy(c, b, true, origin)));
         col.copies.push(c);
         bail!("a copy did not come up: see its report");
     }
@@ -348,7 +353,7 @@ fn vm_each_column(
     // still wait, so that the reset is timed among as many guests as the copies were.
     let mut rest = up.into_iter();
     if let Some(first) = rest.next() {
-        col.copies.push(finish_copy(first, b, true, &made.token));
+        col.copies.push(finish_copy(first, b, true, origin));
     }
     match open_copy(base, &entry, &media, saved, out, "reset") {
         Ok(mut r) => {
@@ -359,14 +364,14 @@ fn vm_each_column(
             }
             let mut done: Vec<VmCopy> = all
                 .into_iter()
-                .map(|c| finish_copy(c, b, false, &made.token))
+                .map(|c| finish_copy(c, b, false, origin))
                 .collect();
             col.reset = done.pop();
             col.copies.extend(done);
         }
         Err(r) => {
             col.copies
-                .extend(rest.map(|c| finish_copy(c, b, true, &made.token)));
+                .extend(rest.map(|c| finish_copy(c, b, true, origin)));
             col.reset = Some(r);
         }
     }
@@ -627,7 +632,7 @@ fn give_go(session: &Session, label: &str) {
 
 /// Gives the copy its go (unless given already), follows its run to the end, fetches its
 /// report, ends its QEMU and archives the report; the copy as the column records it.
-fn finish_copy(c: Up, b: run::Bounds, go_first: bool, token: &str) -> VmCopy {
+fn finish_copy(c: Up, b: run::Bounds, go_first: bool, origin: cmp::Origin) -> VmCopy {
     let Up {
         label,
         mut obs,
@@ -648,7 +653,7 @@ fn finish_copy(c: Up, b: run::Bounds, go_first: bool, token: &str) -> VmCopy {
     })();
     run::boot::end(session, &mut obs);
     run::archive::finish(obs, result, None);
-    let mut problems = cmp::vm_copy_problems(&dir, token);
+    let mut problems = cmp::vm_copy_problems(&dir, origin);
     let host_mem = match host_mem {
         Ok(m) => Some(m),
         Err(e) => {

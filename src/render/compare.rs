@@ -508,6 +508,7 @@ pub mod chart {
     pub const VM_EACH: RGBColor = RGBColor(0xbc, 0x4c, 0x00);
     pub const IDLE_VM: RGBColor = RGBColor(0x8c, 0x95, 0x9f);
     pub const VM_RESET: RGBColor = RGBColor(0x82, 0x50, 0xdf);
+    pub const VM_KSM: RGBColor = RGBColor(0x1a, 0x7f, 0x37);
 
     const SIZE: (u32, u32) = (760, 380);
 
@@ -551,6 +552,17 @@ pub mod chart {
                 ),
             },
         ];
+        // Only a reading taken of every copy is drawn: a partial one is no sum over k.
+        let ksm = &s.vm_each.ksm;
+        if ksm.status == sharedos_report::report::Status::Pass
+            && ksm.per_copy.len() == s.vm_each.copies.len()
+        {
+            out.push(Series {
+                label: "VM each, host KSM merging (host)",
+                colour: VM_KSM,
+                points: running_mib(ksm.per_copy.iter().map(|m| Some(m.pss_kib))),
+            });
+        }
         if let Some(idle) = s.vm_each.idle_guest {
             out.push(Series {
                 label: "VMs running nothing (idle guest's PSS)",

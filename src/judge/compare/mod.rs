@@ -18,8 +18,9 @@ use std::path::Path;
 
 /// The summary beside the column directories.
 pub const COMPARE_FILE: &str = "compare.json";
-/// compare.json's format; a reader refuses another.
-pub const FORMAT: u32 = 1;
+/// compare.json's format; a reader refuses another. 2: each copy is bound to its save by the
+/// fork-time token (`fork_token`), and the further readings (`ksm`, `reclaim`) are recorded.
+pub const FORMAT: u32 = 2;
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct Summary {

@@ -255,7 +255,7 @@ fn figure_warnings(said: &SharedOs, fresh: &SharedOs) -> Vec<String> {
 fn vm_each(files: &ReportDir, said: &VmEach, how: &How) -> (VmEach, Vec<(String, String)>) {
     let mut accels = Vec::new();
     let mut one = |c: &VmCopy| -> VmCopy {
-        let (mut problems, o) = match files.open_beneath(&c.report) {
+        let (problems, o) = match files.open_beneath(&c.report) {
             Ok(d) => vm_copy_judged(d, how, said.origin()),
             Err(e) => (
                 vec![format!("its report does not read back: {}: {e}", c.report)],
@@ -453,6 +453,7 @@ pub(crate) mod tests {
                 fork: "vm-each-fork".into(),
                 state_bytes: 247_802_652,
                 state_sha256: STATE.into(),
+                fork_token: hostile_gate::honest::TOKEN.into(),
                 save_ms: 1710,
                 copies: vec![copy("copy-1", 390_000), copy("copy-2", 384_000)],
                 reset: Some(copy("reset", 377_000)),
@@ -460,7 +461,7 @@ pub(crate) mod tests {
                 cpus: 2,
                 idle_guest: Some(mem(262_000)),
                 memory_source: "the host's smaps_rollup".into(),
-                problems: vec![],
+                ..VmEach::default()
             },
             verdict: Verdict::Fail,
             problems: vec![],
