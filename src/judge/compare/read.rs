@@ -615,14 +615,14 @@ pub(crate) mod tests {
     fn another_format_or_no_compare_json_at_all_is_refused() {
         let f = fixture("format");
         let mut v = serde_json::to_value(summary()).unwrap();
-        v["format"] = 2.into();
+        v["format"] = 1.into();
         std::fs::write(f.0.join(COMPARE_FILE), v.to_string()).unwrap();
         let e = err(&f.0);
-        assert!(e.contains("has format 2, this rig reads 1"), "{e}");
+        assert!(e.contains("has format 1, this rig reads 2"), "{e}");
         v.as_object_mut().unwrap().remove("format");
         std::fs::write(f.0.join(COMPARE_FILE), v.to_string()).unwrap();
         assert!(err(&f.0).contains("names no format"));
-        std::fs::write(f.0.join(COMPARE_FILE), "{\"format\": 1}").unwrap();
+        std::fs::write(f.0.join(COMPARE_FILE), "{\"format\": 2}").unwrap();
         assert!(err(&f.0).contains("is not a compare.json"));
         let mut s = summary();
         s.copies = 0;
