@@ -1227,6 +1227,7 @@ fn write_comparison(dir: &Path) {
         report: label.into(),
         resume_ms: 1700,
         host_mem: Some(mem(380_000)),
+        host_split: None,
         problems: vec![],
     };
     let s = Summary {

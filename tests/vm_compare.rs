@@ -61,6 +61,20 @@ fn vm_compare_bookworm_four_copies_both_columns_checked() {
         let pss = c["host_mem"]["pss_kib"].as_u64().unwrap_or(0);
         // A guest of 1024 MiB with a tree up: its QEMU holds far more than the tree alone.
         assert!(pss > 100 * 1024, "{c:#}");
+        // The same QEMU by what holds its memory: the guest's RAM, and under TCG a translation
+        // cache; the parts add up to about the whole (read a moment apart).
+        let part = |p: &str| c["host_split"][p]["pss_kib"].as_u64().unwrap_or(0);
+        let (ram, tcg, own) = (
+            part("guest_ram"),
+            part("translation_cache"),
+            part("qemu_own"),
+        );
+        assert!(ram > 50 * 1024 && tcg > 0 && own > 0, "{c:#}");
+        let sum = ram + tcg + own;
+        assert!(
+            sum.abs_diff(pss) < pss / 10,
+            "{sum} KiB in parts, {pss} whole: {c:#}"
+        );
         assert!(c["resume_ms"].as_u64().unwrap_or(0) > 0, "{c:#}");
         let r = read_report(&out_dir.join(c["report"].as_str().unwrap()));
         let probe = r.gate(GateName::LiveStateProbe).unwrap();

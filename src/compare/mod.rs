@@ -24,6 +24,7 @@ use crate::run::{self, gates, Observed, VmRunOptions, RIG_FAILURE_EXIT};
 use crate::vm::{self, Fork, GuestMedia, Session, SessionSpec};
 use anyhow::{bail, Context, Result};
 use sharedos_report::model::density::{Mem, MAX_COPIES};
+use sharedos_report::procfs::QemuMem;
 use sharedos_report::report::{CgroupLimits, Status, CPU_PERIOD_US};
 use sharedos_report::{clock, digest, procfs, wait};
 use std::path::{Path, PathBuf};
@@ -271,6 +272,8 @@ struct Up {
     session: Session,
     resume: Duration,
     host_mem: Result<Mem, String>,
+    /// The same QEMU's memory by what holds it, read with `host_mem`.
+    split: Option<QemuMem>,
 }
 
 /// The VM-each column into `col`. An error is the rig's: what was measured stays in `col`, and
@@ -336,6 +339,7 @@ fn vm_each_column(
     }
     for c in &mut up {
         c.host_mem = host_mem(c.session.qemu_pid());
+        c.split = host_split(c.session.qemu_pid());
     }
     if failed.is_none() {
         let pids: Vec<u32> = up.iter().map(|c| c.session.qemu_pid()).collect();
@@ -346,7 +350,7 @@ fn vm_each_column(
         // The copies up are told to go on, so that each run ends and its report is kept.
         col.copies
             .extend(up.into_iter().map(|c| finish_copy(c, b, true, origin)));
-        col.copies.push(c);
+        col.copies.push(*c);
         bail!("a copy did not come up: see its report");
     }
     // The first copy runs to its end alone; then it is put back to the save while the others
@@ -358,6 +362,7 @@ fn vm_each_column(
     match open_copy(base, &entry, &media, saved, out, "reset") {
         Ok(mut r) => {
             r.host_mem = host_mem(r.session.qemu_pid());
+            r.split = host_split(r.session.qemu_pid());
             let all: Vec<Up> = rest.chain([r]).collect();
             for c in &all {
                 give_go(&c.session, &c.label);
@@ -372,7 +377,7 @@ fn vm_each_column(
         Err(r) => {
             col.copies
                 .extend(rest.map(|c| finish_copy(c, b, true, origin)));
-            col.reset = Some(r);
+            col.reset = Some(*r);
         }
     }
     Ok(())
@@ -445,13 +450,15 @@ fn open_copy(
     saved: &Fork,
     out: &Path,
     label: &str,
-) -> std::result::Result<Up, VmCopy> {
+) -> std::result::Result<Up, Box<VmCopy>> {
     let dir = out.join(label);
-    let failed = |why: String| VmCopy {
-        label: label.into(),
-        report: label.into(),
-        problems: vec![why],
-        ..VmCopy::default()
+    let failed = |why: String| {
+        Box::new(VmCopy {
+            label: label.into(),
+            report: label.into(),
+            problems: vec![why],
+            ..VmCopy::default()
+        })
     };
     if let Err(e) = std::fs::create_dir(&dir) {
         return Err(failed(format!("creating {}: {e}", dir.display())));
@@ -478,6 +485,7 @@ fn open_copy(
                 session,
                 resume,
                 host_mem: Err("not read".into()),
+                split: None,
             })
         }
         Err(e) => {
@@ -497,6 +505,14 @@ fn host_mem(pid: u32) -> Result<Mem, String> {
     procfs::read_proc(&format!("/proc/{pid}/smaps_rollup"))
         .and_then(|t| procfs::parse_smaps_rollup(&t))
         .map_err(|e| format!("{e:#}"))
+}
+
+/// The host's view of one QEMU's memory by what holds it; None when it does not read (the
+/// copy's figure is then only its whole).
+fn host_split(pid: u32) -> Option<QemuMem> {
+    procfs::read_proc_up_to(&format!("/proc/{pid}/smaps"), procfs::MAX_SMAPS_READ)
+        .and_then(|t| procfs::parse_qemu_smaps(&t))
+        .ok()
 }
 
 /// Every copy's QEMU, as the host reads it.
@@ -639,6 +655,7 @@ fn finish_copy(c: Up, b: run::Bounds, go_first: bool, origin: cmp::Origin) -> Vm
         session,
         resume,
         host_mem,
+        split,
     } = c;
     if go_first {
         give_go(&session, &label);
@@ -666,6 +683,7 @@ fn finish_copy(c: Up, b: run::Bounds, go_first: bool, origin: cmp::Origin) -> Vm
         label,
         resume_ms: ms(resume),
         host_mem,
+        host_split: split,
         problems,
     }
 }

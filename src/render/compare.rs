@@ -87,6 +87,11 @@ struct Figures {
     idle_pss: Option<f64>,
     /// What a VM copy holds beyond the same guest before its tree: the desktop's own share.
     beyond: Option<f64>,
+    /// The copies' QEMUs by what holds their memory (PSS, KiB): guest RAM, TCG's translation
+    /// cache, QEMU's own.
+    vm_ram: Vec<u64>,
+    vm_tcg: Vec<u64>,
+    vm_own: Vec<u64>,
 }
 
 impl Figures {
@@ -101,6 +106,12 @@ impl Figures {
                 .collect()
         };
         let vm_pss = host(|m| m.pss_kib);
+        let split = |f: fn(&sharedos_report::procfs::QemuMem) -> u64| -> Vec<u64> {
+            vm.copies
+                .iter()
+                .filter_map(|c| c.host_split.as_ref().map(f))
+                .collect()
+        };
         let idle_pss = vm.idle_guest.map(|m| m.pss_kib as f64);
         Figures {
             so_pss: so.per_copy.iter().map(|m| m.pss_kib).collect(),
@@ -116,6 +127,9 @@ impl Figures {
                 .map(|(m, idle)| (m - idle).max(0.0)),
             idle_pss,
             vm_pss,
+            vm_ram: split(|q| q.guest_ram.pss_kib),
+            vm_tcg: split(|q| q.translation_cache.pss_kib),
+            vm_own: split(|q| q.qemu_own.pss_kib),
         }
     }
 }
@@ -170,6 +184,27 @@ fn rows(s: &Summary) -> Vec<Row> {
             med_kib(&f.so_pss),
             med_kib(&f.vm_pss),
             ratio(median(&f.so_pss), median(&f.vm_pss)),
+            true,
+        ),
+        row(
+            "  of it the guest's RAM",
+            String::new(),
+            med_kib(&f.vm_ram),
+            ratio(median(&f.so_pss), median(&f.vm_ram)),
+            true,
+        ),
+        row(
+            "  of it TCG's translation cache",
+            String::new(),
+            med_kib(&f.vm_tcg),
+            String::new(),
+            true,
+        ),
+        row(
+            "  of it QEMU's own",
+            String::new(),
+            med_kib(&f.vm_own),
+            String::new(),
             true,
         ),
         row(

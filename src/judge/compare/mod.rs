@@ -13,6 +13,7 @@ use super::reader::ReportDir;
 use super::verdict::{self, How, Outcome, Refused};
 use serde::{Deserialize, Serialize};
 use sharedos_report::model::density::{DensityData, Mem};
+use sharedos_report::procfs::QemuMem;
 use sharedos_report::report::{GateName, Status, Verdict};
 use std::path::Path;
 
@@ -147,6 +148,10 @@ pub struct VmCopy {
     /// Its QEMU process, read by the host with every copy up and the tree idle; None when the
     /// read failed (the error is among the problems).
     pub host_mem: Option<Mem>,
+    /// The same QEMU's memory by what holds it (`/proc/PID/smaps`, read with `host_mem`): the
+    /// guest's RAM, TCG's translation cache, QEMU's own. None when it did not read.
+    #[serde(default)]
+    pub host_split: Option<QemuMem>,
     /// What keeps this copy from counting (`verdict::vm_fork_copy_problems`).
     pub problems: Vec<String>,
 }
@@ -324,6 +329,7 @@ mod tests {
                 pss_kib: 390_000,
                 uss_kib: 380_000,
             }),
+            host_split: None,
             problems: vec![],
         }
     }

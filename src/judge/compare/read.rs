@@ -427,6 +427,7 @@ pub(crate) mod tests {
             report: label.into(),
             resume_ms: 1600,
             host_mem: Some(mem(pss)),
+            host_split: None,
             problems: vec![],
         }
     }
