@@ -1235,6 +1235,7 @@ fn write_comparison(dir: &Path) {
         image: "bookworm".into(),
         accel: "tcg".into(),
         copies: 2,
+        workload: None,
         shared_os: SharedOs {
             report: "shared-os".into(),
             restore_ms: vec![1900, 1800],

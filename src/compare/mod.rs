@@ -38,6 +38,8 @@ pub struct CompareOptions {
     pub ksm: ksm::Want,
     /// Each CRIU copy's cgroup limits, and each VM's memory and CPUs made to match them.
     pub cgroup: Option<CgroupLimits>,
+    /// What the tree runs in both columns (`--workload`); None: the gate binary's default.
+    pub workload: Option<String>,
     /// A fault to put into the VM-each column; the shared-OS column is then not run.
     pub lie: Option<Lie>,
 }
@@ -175,6 +177,7 @@ fn compare(opts: &CompareOptions) -> Result<i32> {
         image: opts.base.image.image.clone(),
         accel,
         copies: n,
+        workload: opts.workload.clone(),
         shared_os,
         vm_each,
         verdict: sharedos_report::report::Verdict::Fail,
@@ -203,6 +206,8 @@ fn shared_os_column(opts: &CompareOptions, out: &Path) -> (SharedOs, bool, Strin
     let mut so = opts.base.clone();
     so.out = Some(so_dir.clone());
     so.diagnose_args = vec!["--copies".into(), n.to_string()];
+    so.diagnose_args
+        .extend(workload_args(opts.workload.as_deref()));
     if let Some(l) = &opts.cgroup {
         so.diagnose_args
             .extend(["--cgroup".to_string(), l.to_string()]);
@@ -236,6 +241,13 @@ fn shared_os_column(opts: &CompareOptions, out: &Path) -> (SharedOs, bool, Strin
     };
 
     (shared_os, rig_failed, accel)
+}
+
+/// The diagnose arguments that choose the workload: the same in both columns.
+fn workload_args(workload: Option<&str>) -> Vec<String> {
+    workload
+        .map(|w| vec!["--workload".to_string(), w.to_string()])
+        .unwrap_or_default()
 }
 
 /// The saved guest's console and QEMU log, under the comparison's directory.
@@ -289,7 +301,7 @@ fn vm_each_column(
     std::fs::create_dir(&fork_dir).with_context(|| format!("creating {}", fork_dir.display()))?;
     let mut obs = run::observe(base, fork_dir);
     let entry = run::image_phase(base, &mut obs)?;
-    let made = make_fork(base, &entry, &mut obs)?;
+    let made = make_fork(base, &entry, &mut obs, opts.workload.as_deref())?;
     *accel = made.accel.as_str().to_string();
     col.idle_guest = made.idle;
     col.fork_token = made.token.clone();
@@ -317,7 +329,15 @@ fn vm_each_column(
             ));
             let dir = out.join(OTHER_FORK_DIR);
             std::fs::create_dir(&dir).with_context(|| format!("creating {}", dir.display()))?;
-            Some(make_fork(base, &entry, &mut run::observe(base, dir))?.fork)
+            Some(
+                make_fork(
+                    base,
+                    &entry,
+                    &mut run::observe(base, dir),
+                    opts.workload.as_deref(),
+                )?
+                .fork,
+            )
         }
         None => None,
     };
@@ -396,13 +416,20 @@ struct Made {
 
 /// A guest resumed from the image's snapshot runs `diagnose --vm-fork-go` up to its fork-time
 /// state, and is saved there, its QEMU ended. Its console and QEMU log go to `obs`'s directory.
-fn make_fork(base: &VmRunOptions, entry: &image::ImageEntry, obs: &mut Observed) -> Result<Made> {
+fn make_fork(
+    base: &VmRunOptions,
+    entry: &image::ImageEntry,
+    obs: &mut Observed,
+    workload: Option<&str>,
+) -> Result<Made> {
     let session = run::boot::open(base, entry, obs)?;
     let accel = session.accel();
     let idle = host_mem(session.qemu_pid()).ok();
     gates::copy(session.guest(), base, obs)?;
     let b = run::bounds(accel);
-    let argv = gates::diagnose_argv(b.guest_step, &fork::diagnose_args(b.gates));
+    let mut args = fork::diagnose_args(b.gates);
+    args.extend(workload_args(workload));
+    let argv = gates::diagnose_argv(b.guest_step, &args);
     let started = session.guest().exec(&fork::start_command(&argv))?;
     if started.status != 0 {
         bail!(

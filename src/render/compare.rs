@@ -53,6 +53,9 @@ fn reading_row(what: &'static str, so_pss: &[u64], r: &Reading) -> Row {
 fn details(s: &Summary) -> Vec<String> {
     let vm = &s.vm_each;
     let mut d = Vec::new();
+    if let Some(w) = &s.workload {
+        d.push(format!("workload in both columns: {w}"));
+    }
     if !vm.resources.is_empty() {
         d.push(format!("VM resources: {}", vm.resources));
     }
@@ -888,6 +891,7 @@ mod tests {
             image: "bookworm".into(),
             accel: "tcg".into(),
             copies: 2,
+            workload: None,
             shared_os: SharedOs {
                 report: "shared-os".into(),
                 restore_ms: vec![3000, 3400],

@@ -22,6 +22,10 @@ pub struct CompareArgs {
     /// --cpus around its copies.
     #[arg(long, value_name = "cpu=N,memory=SIZE", value_parser = parse_cgroup_limits)]
     pub cgroup: Option<CgroupLimits>,
+    /// What the tree runs in both columns (the gate binary's `--workload`: xterm, desktop,
+    /// browser, browser-nosandbox); give an image that has it (`--image bookworm-desktop`).
+    #[arg(long, value_name = "NAME")]
+    pub workload: Option<String>,
     /// A fault put into the VM-each column on purpose, to show its checks catch it: `wrong-save`
     /// resumes the last copy from a second guest's save. The shared-OS column is not run, and
     /// the verdict is FAIL. For the rig's own tests.
@@ -79,6 +83,7 @@ pub fn vm_compare(a: CompareArgs) -> Result<i32> {
         copies: a.copies,
         ksm: a.ksm.into(),
         cgroup: a.cgroup,
+        workload: a.workload,
         lie: a.lie.map(|LieArg::WrongSave| compare::Lie::WrongSave),
     }))
 }

@@ -31,6 +31,9 @@ pub struct Summary {
     /// absolute times are not.
     pub accel: String,
     pub copies: u32,
+    /// What the tree ran in both columns (`--workload`); None: the default, the xterm.
+    #[serde(default)]
+    pub workload: Option<String>,
     pub shared_os: SharedOs,
     pub vm_each: VmEach,
     pub verdict: Verdict,
@@ -340,6 +343,7 @@ mod tests {
             image: "bookworm".into(),
             accel: "tcg".into(),
             copies: 2,
+            workload: None,
             shared_os: SharedOs::default(),
             vm_each: VmEach {
                 copies: vec![copy("copy-1"), copy("copy-2")],

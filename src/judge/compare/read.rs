@@ -78,6 +78,20 @@ pub fn read_dir(files: &ReportDir, ledger: Option<&Ledger>) -> Result<Judged> {
     warnings.extend(figure_warnings(&said.shared_os, &shared_os));
     let mut image = said.image.clone();
     let mut accel = said.accel.clone();
+    let mut workload = said.workload.clone();
+    if let Some(o) = &so_outcome {
+        let w = o.report.options.workload;
+        let ran = (!w.is_default()).then(|| w.as_str().to_string());
+        if ran != said.workload {
+            warnings.push(format!(
+                "{COMPARE_FILE} says the workload is {}, the shared-OS report ran {}; showing the \
+                 report's",
+                said.workload.as_deref().unwrap_or("the default"),
+                w.as_str()
+            ));
+            workload = ran;
+        }
+    }
     if let Some(vm) = so_outcome.as_ref().and_then(|o| o.report.vm.as_ref()) {
         if !vm.image_name.is_empty() && vm.image_name != said.image {
             warnings.push(format!(
@@ -112,6 +126,7 @@ pub fn read_dir(files: &ReportDir, ledger: Option<&Ledger>) -> Result<Judged> {
         image,
         accel,
         copies: said.copies,
+        workload,
         shared_os,
         vm_each,
         verdict: said.verdict,
@@ -441,6 +456,7 @@ pub(crate) mod tests {
             image: "bookworm".into(),
             accel: "tcg".into(),
             copies: 2,
+            workload: None,
             shared_os: SharedOs {
                 report: "shared-os".into(),
                 restore_ms: d.restore_ms.clone(),
