@@ -340,6 +340,66 @@ fn vm_compare_a_copy_of_another_save_fails_fork_token_kept() {
     assert!(processes_mentioning(out_dir.to_str().unwrap()).is_empty());
 }
 
+/// The desktop workload in both columns: mousepad with a token typed into it, held in each VM
+/// copy as in each CRIU copy (`fork_editor_same_text`).
+#[test]
+#[ignore = "boots four VMs: minutes; run with --include-ignored"]
+fn vm_compare_desktop_workload_both_columns_checked() {
+    let Some(sb) = Sandbox::new_or_skip("vmcomparedesktop") else {
+        return;
+    };
+    let gate = sb.copy_in(&gate_binary(), "sharedos-gate");
+    // Built in the seed in unshare mode, as tests/workloads.rs has it.
+    common::seed::seed(&sb, "cache", "bookworm-desktop", "unshare");
+    let out_dir = sb.dir.join("reports/compare-desktop");
+    let mut args = common::vm_run_args(&sb, &gate, &out_dir, "tcg");
+    args[0] = "vm-compare".into();
+    let mode = args.iter().position(|a| a == "--mode").unwrap();
+    args[mode + 1] = "unshare".into();
+    args.extend(
+        [
+            "--image",
+            "bookworm-desktop",
+            "--workload",
+            "desktop",
+            "--copies",
+            "2",
+        ]
+        .map(String::from),
+    );
+    let a: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = sb.run_as_user(&sb.xtask, &a);
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    let text = std::fs::read_to_string(out_dir.join("compare.json"))
+        .unwrap_or_else(|e| panic!("no compare.json ({e}):\n{said}"));
+    let s: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(out.status.code(), Some(0), "{said}\n{s:#}");
+    assert_eq!(s["workload"], "desktop", "{s:#}");
+    let so = read_report(&out_dir.join("shared-os"));
+    assert_eq!(so.options.workload.as_str(), "desktop");
+    for c in s["vm_each"]["copies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .chain([&s["vm_each"]["reset"]])
+    {
+        let r = read_report(&out_dir.join(c["report"].as_str().unwrap()));
+        let probe = r.gate(GateName::LiveStateProbe).unwrap();
+        let text = probe
+            .check("fork_editor_same_text")
+            .unwrap_or_else(|| panic!("{}: no fork_editor_same_text", c["label"]));
+        assert!(text.passed, "{:?}", text);
+        assert!(
+            probe
+                .check("fork_session_bus_answers")
+                .is_some_and(|c| c.passed),
+            "{}",
+            c["label"]
+        );
+    }
+    assert!(processes_mentioning(out_dir.to_str().unwrap()).is_empty());
+}
+
 #[test]
 fn vm_compare_refuses_an_n_that_cannot_fit_before_booting() {
     let scratch =

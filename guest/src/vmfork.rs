@@ -8,6 +8,7 @@
 //! and then cleaned up. CRIU's gates do not run: the VM copy is the checkpoint.
 
 use crate::diagnose::Phase;
+use crate::gates::builder::GateBuilder;
 use crate::gates::Ctx;
 use anyhow::{bail, Context, Result};
 use serde_json::json;
@@ -101,7 +102,16 @@ impl VmFork {
         })
         .map_err(|e| anyhow::anyhow!("{e}"))?;
         let seen = ctx.observe(pid, FORK_COPY)?;
-        Ok((label, fork_checks(&at_fork, &seen)))
+        let mut checks = fork_checks(&at_fork, &seen);
+        // The workload's own state, as a CRIU copy is held to it: the editor's text, or the
+        // page's token and counter (nothing more for the xterm).
+        let mut g = GateBuilder::new(GateName::LiveStateProbe);
+        crate::gates::workload::check_copy_state(ctx, &mut g, pid, &at_fork, "fork_", None);
+        if !g.problems.is_empty() {
+            bail!("the workload's state: {}", g.problems.join("; "));
+        }
+        checks.extend(g.gate.checks);
+        Ok((label, checks))
     }
 }
 
