@@ -285,12 +285,14 @@ fn vm_compare_as_root_measures_ksm_and_puts_the_host_s_settings_back() {
     assert!(processes_mentioning(out_dir.to_str().unwrap()).is_empty());
 }
 
-/// The baseline's lie: a copy resumed from another guest's save. Its guest finds nothing wrong
-/// (its fork-time state is its own save's), and the host fails it on `fork_token_kept`: its
-/// fork-time token is not the one the comparison's saved guest recorded.
+/// The baseline's lies, each failing a named check: copy-1's app restarted before its go (its
+/// guest sees a new token and a counter from zero: `fork_token_kept` and
+/// `fork_counter_continues` fail), and copy-2 resumed from another guest's save (its guest
+/// finds nothing wrong, its fork-time state being its own save's; the host fails it on
+/// `fork_token_kept`: the token is not the one the comparison's saved guest recorded).
 #[test]
-#[ignore = "boots four VMs: minutes; run with --include-ignored"]
-fn vm_compare_a_copy_of_another_save_fails_fork_token_kept() {
+#[ignore = "boots five VMs: minutes; run with --include-ignored"]
+fn vm_compare_lies_fail_named_checks() {
     let Some(sb) = Sandbox::new_or_skip("vmcomparelie") else {
         return;
     };
@@ -299,7 +301,17 @@ fn vm_compare_a_copy_of_another_save_fails_fork_token_kept() {
     let out_dir = sb.dir.join("reports/compare-lie");
     let mut args = common::vm_run_args(&sb, &gate, &out_dir, "tcg");
     args[0] = "vm-compare".into();
-    args.extend(["--copies", "1", "--lie", "wrong-save"].map(String::from));
+    args.extend(
+        [
+            "--copies",
+            "2",
+            "--lie",
+            "restarted-app",
+            "--lie",
+            "wrong-save",
+        ]
+        .map(String::from),
+    );
     let a: Vec<&str> = args.iter().map(String::as_str).collect();
     let out = sb.run_as_user(&sb.xtask, &a);
     let said = String::from_utf8_lossy(&out.stderr).into_owned();
@@ -308,15 +320,31 @@ fn vm_compare_a_copy_of_another_save_fails_fork_token_kept() {
     let s: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(out.status.code(), Some(1), "{said}\n{s:#}");
     assert_eq!(s["verdict"], "FAIL");
-    assert!(s["vm_each"]["lie"].as_str().unwrap().contains("wrong-save"));
-    let copy = &s["vm_each"]["copies"][0];
-    let problems = copy["problems"].to_string();
+    let lie = s["vm_each"]["lie"].as_str().unwrap();
     assert!(
-        problems.contains("fork_token_kept on the host") && problems.contains("another save"),
-        "{copy:#}"
+        lie.contains("wrong-save") && lie.contains("restarted-app"),
+        "{lie}"
     );
-    // The copy's own guest saw its fork-time state kept: only the host can tell.
+    let problems = |i: usize| s["vm_each"]["copies"][i]["problems"].to_string();
+
+    // copy-1: its own guest saw the app restarted.
+    assert!(
+        problems(0).contains("failed its check fork_token_kept"),
+        "{s:#}"
+    );
     let r = read_report(&out_dir.join("copy-1"));
+    let probe = r.gate(GateName::LiveStateProbe).unwrap();
+    assert_eq!(probe.status, Status::Fail);
+    for check in ["fork_token_kept", "fork_counter_continues"] {
+        assert!(probe.check(check).is_some_and(|c| !c.passed), "{check}");
+    }
+
+    // copy-2: the guest saw its fork-time state kept: only the host can tell.
+    assert!(
+        problems(1).contains("fork_token_kept on the host") && problems(1).contains("another save"),
+        "{s:#}"
+    );
+    let r = read_report(&out_dir.join("copy-2"));
     let probe = r.gate(GateName::LiveStateProbe).unwrap();
     assert!(probe.check("fork_token_kept").is_some_and(|c| c.passed));
     assert_ne!(
@@ -331,7 +359,7 @@ fn vm_compare_a_copy_of_another_save_fails_fork_token_kept() {
             .state_sha256,
         s["vm_each"]["state_sha256"].as_str().unwrap()
     );
-    // The reset, a copy of the right save, holds.
+    // The reset, a copy of the right save with its app untouched, holds.
     assert_eq!(
         s["vm_each"]["reset"]["problems"].as_array().unwrap().len(),
         0,

@@ -84,6 +84,19 @@ pub fn token_of_state(text: &str) -> anyhow::Result<String> {
     Ok(state.app.token)
 }
 
+/// The fault `--lie restarted-app` puts into a copy before its go: its state app killed and
+/// started again with the same command line, in the tree's namespaces (entered through the
+/// app's parent, the tree's PID 1, which then reaps it). A copy that restarted its app holds a
+/// new token and a counter from zero.
+pub fn restart_app_command() -> String {
+    "set -e; p=$(pgrep -o -f '^[^ ]* stateapp '); \
+     init=$(ps -o ppid= -p \"$p\" | tr -d ' '); \
+     args=$(tr '\\0' ' ' </proc/\"$p\"/cmdline); \
+     kill \"$p\"; while kill -0 \"$p\" 2>/dev/null; do sleep 0.1; done; \
+     nsenter -t \"$init\" -a setsid -f $args </dev/null >/dev/null 2>&1"
+        .into()
+}
+
 /// Follows the copy's run from the start of its output until it ends.
 pub fn follow_command() -> String {
     format!("tail -n +1 --pid=\"$(cat {PID})\" -f {LOG}")
@@ -118,6 +131,14 @@ mod tests {
             c.contains("/root/work/fork-ready") && c.contains("exit 3"),
             "{c}"
         );
+    }
+
+    #[test]
+    fn the_restarted_app_lie_restarts_it_inside_the_tree() {
+        let c = restart_app_command();
+        assert!(c.contains("pgrep -o -f '^[^ ]* stateapp '"), "{c}");
+        assert!(c.contains("nsenter -t \"$init\" -a setsid -f $args"), "{c}");
+        assert!(c.contains("tr '\\0' ' '"), "{c}");
     }
 
     #[test]

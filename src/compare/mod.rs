@@ -41,7 +41,7 @@ pub struct CompareOptions {
     /// What the tree runs in both columns (`--workload`); None: the gate binary's default.
     pub workload: Option<String>,
     /// A fault to put into the VM-each column; the shared-OS column is then not run.
-    pub lie: Option<Lie>,
+    pub lies: Vec<Lie>,
 }
 
 /// The memory (MiB) and CPUs a VM gets to match a copy's cgroup, as near as QEMU allows: whole
@@ -126,7 +126,7 @@ fn compare(opts: &CompareOptions) -> Result<i32> {
     let out = create_out(opts)?;
     let n = opts.copies;
 
-    let (shared_os, mut rig_failed, mut accel) = match opts.lie {
+    let (shared_os, mut rig_failed, mut accel) = match opts.lies.first() {
         Some(_) => (
             SharedOs {
                 report: "shared-os".into(),
@@ -260,6 +260,23 @@ const OTHER_FORK_DIR: &str = "vm-each-fork-other";
 pub enum Lie {
     /// The last copy resumed from another guest's save.
     WrongSave,
+    /// The first copy's state app restarted before its go.
+    RestartedApp,
+}
+
+impl Lie {
+    /// What the lie did, as compare.json says it.
+    fn said(self, copies: u32) -> String {
+        match self {
+            Lie::WrongSave => format!(
+                "copy-{copies} was resumed from another guest's save on purpose (--lie wrong-save)"
+            ),
+            Lie::RestartedApp => {
+                "copy-1's state app was restarted before its go on purpose (--lie restarted-app)"
+                    .into()
+            }
+        }
+    }
 }
 
 /// The comparison's directory: `--out`, or `<reports root>/<UTC>-compare-IMAGE-N`; new or empty.
@@ -320,13 +337,13 @@ fn vm_each_column(
         saved.record.state_bytes >> 20,
         saved.save_took.as_secs_f64()
     ));
-    // The lie: the last copy is resumed from a second guest's save, made the same way.
-    let other = match opts.lie {
-        Some(Lie::WrongSave) => {
-            col.lie = Some(format!(
-                "copy-{} was resumed from another guest's save on purpose (--lie wrong-save)",
-                opts.copies
-            ));
+    if !opts.lies.is_empty() {
+        let said: Vec<String> = opts.lies.iter().map(|l| l.said(opts.copies)).collect();
+        col.lie = Some(said.join("; "));
+    }
+    // The wrong save: the last copy is resumed from a second guest's save, made the same way.
+    let other = match opts.lies.contains(&Lie::WrongSave) {
+        true => {
             let dir = out.join(OTHER_FORK_DIR);
             std::fs::create_dir(&dir).with_context(|| format!("creating {}", dir.display()))?;
             Some(
@@ -339,7 +356,7 @@ fn vm_each_column(
                 .fork,
             )
         }
-        None => None,
+        false => None,
     };
     let media = GuestMedia::of(&entry);
     let mut up: Vec<Up> = Vec::new();
@@ -377,6 +394,17 @@ fn vm_each_column(
     // still wait, so that the reset is timed among as many guests as the copies were.
     let mut rest = up.into_iter();
     if let Some(first) = rest.next() {
+        if opts.lies.contains(&Lie::RestartedApp) {
+            let r = first.session.guest().exec(&fork::restart_app_command())?;
+            if r.status != 0 {
+                bail!(
+                    "--lie restarted-app: restarting the app in {} failed (exit {}): {}",
+                    first.label,
+                    r.status,
+                    crate::escape::line(&r.output)
+                );
+            }
+        }
         col.copies.push(finish_copy(first, b, true, origin));
     }
     match open_copy(base, &entry, &media, saved, out, "reset") {

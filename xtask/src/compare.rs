@@ -27,10 +27,11 @@ pub struct CompareArgs {
     #[arg(long, value_name = "NAME")]
     pub workload: Option<String>,
     /// A fault put into the VM-each column on purpose, to show its checks catch it: `wrong-save`
-    /// resumes the last copy from a second guest's save. The shared-OS column is not run, and
+    /// resumes the last copy from a second guest's save, `restarted-app` restarts the first
+    /// copy's state app before its go. Repeatable. The shared-OS column is not run, and
     /// the verdict is FAIL. For the rig's own tests.
     #[arg(long, value_enum, hide = true)]
-    pub lie: Option<LieArg>,
+    pub lie: Vec<LieArg>,
     /// How the guests boot (each VM gets --memory and --cpus), the gate binary, --out (the
     /// comparison's directory); the arguments after `--` are not taken (the columns set them).
     #[command(flatten)]
@@ -57,6 +58,7 @@ impl From<Ksm> for ksm::Want {
 #[derive(Clone, Copy, clap::ValueEnum)]
 pub enum LieArg {
     WrongSave,
+    RestartedApp,
 }
 
 pub fn vm_compare(a: CompareArgs) -> Result<i32> {
@@ -84,6 +86,13 @@ pub fn vm_compare(a: CompareArgs) -> Result<i32> {
         ksm: a.ksm.into(),
         cgroup: a.cgroup,
         workload: a.workload,
-        lie: a.lie.map(|LieArg::WrongSave| compare::Lie::WrongSave),
+        lies: a
+            .lie
+            .iter()
+            .map(|l| match l {
+                LieArg::WrongSave => compare::Lie::WrongSave,
+                LieArg::RestartedApp => compare::Lie::RestartedApp,
+            })
+            .collect(),
     }))
 }
