@@ -25,17 +25,9 @@ fn vm_compare_bookworm_four_copies_both_columns_checked() {
     let gate = sb.copy_in(&gate_binary(), "sharedos-gate");
     common::seed::seed(&sb, "cache", "bookworm", "fakechroot");
     let out_dir = sb.dir.join("reports/compare");
-    let mut args = common::vm_run_args(&sb, &gate, &out_dir, "tcg");
-    args[0] = "vm-compare".into();
-    args.extend(["--copies", "4"].map(String::from));
+    let args = compare_args(&sb, &gate, &out_dir, &["--copies", "4"]);
     refused_before_booting(&sb, &args, &out_dir);
-    let a: Vec<&str> = args.iter().map(String::as_str).collect();
-    let out = sb.run_as_user(&sb.xtask, &a);
-    let said = String::from_utf8_lossy(&out.stderr).into_owned() + &last_line(&out);
-    let code = out.status.code().unwrap();
-    let text = std::fs::read_to_string(out_dir.join("compare.json"))
-        .unwrap_or_else(|e| panic!("no compare.json ({e}):\n{said}"));
-    let s: Value = serde_json::from_str(&text).unwrap();
+    let (code, s, said) = run_compare(&sb, &args, &out_dir, false);
     assert_eq!(code, 0, "{said}\n{s:#}");
     assert_eq!(s["verdict"], "PASS", "{s:#}");
     assert_eq!(s["accel"], "tcg");
@@ -172,6 +164,40 @@ fn vm_compare_bookworm_four_copies_both_columns_checked() {
     common::chromium::check_compare_page(rig, &out_dir, &sb.dir.join("chromium"));
 }
 
+/// `xtask vm-compare` on the sandbox's cache and gate binary, under TCG, into `out_dir`, with
+/// `extra` after the boot options.
+fn compare_args(sb: &Sandbox, gate: &Path, out_dir: &Path, extra: &[&str]) -> Vec<String> {
+    let mut args = common::vm_run_args(sb, gate, out_dir, "tcg");
+    args[0] = "vm-compare".into();
+    args.extend(extra.iter().map(|a| a.to_string()));
+    args
+}
+
+/// Runs `args` as the test user (or as root), and reads the compare.json it wrote: its exit
+/// code, compare.json, and what it said (stderr and its last line).
+fn run_compare(
+    sb: &Sandbox,
+    args: &[String],
+    out_dir: &Path,
+    as_root: bool,
+) -> (i32, Value, String) {
+    let out = if as_root {
+        Command::new(&sb.xtask)
+            .args(args)
+            .current_dir(&sb.dir)
+            .output()
+            .unwrap()
+    } else {
+        let a: Vec<&str> = args.iter().map(String::as_str).collect();
+        sb.run_as_user(&sb.xtask, &a)
+    };
+    let said = String::from_utf8_lossy(&out.stderr).into_owned() + &last_line(&out);
+    let text = std::fs::read_to_string(out_dir.join("compare.json"))
+        .unwrap_or_else(|e| panic!("no compare.json ({e}):\n{said}"));
+    let s: Value = serde_json::from_str(&text).unwrap();
+    (out.status.code().unwrap_or(-1), s, said)
+}
+
 /// What the host can tell before booting is refused there, with nothing archived: KSM asked
 /// for where this user cannot turn it on, and an image whose snapshot cannot be made (no
 /// snapshot for these settings, and a store this user cannot write).
@@ -229,29 +255,21 @@ fn vm_compare_as_root_measures_ksm_and_puts_the_host_s_settings_back() {
     };
     let before = settings();
     let out_dir = sb.dir.join("reports/compare-ksm");
-    let mut args = common::vm_run_args(&sb, &gate, &out_dir, "tcg");
-    args[0] = "vm-compare".into();
-    args.extend(
-        [
+    let args = compare_args(
+        &sb,
+        &gate,
+        &out_dir,
+        &[
             "--copies",
             "2",
             "--ksm",
             "on",
             "--cgroup",
             "cpu=1,memory=512M",
-        ]
-        .map(String::from),
+        ],
     );
-    let out = Command::new(&sb.xtask)
-        .args(&args)
-        .current_dir(&sb.dir)
-        .output()
-        .unwrap();
-    let said = String::from_utf8_lossy(&out.stderr).into_owned();
-    let text = std::fs::read_to_string(out_dir.join("compare.json"))
-        .unwrap_or_else(|e| panic!("no compare.json ({e}):\n{said}"));
-    let s: Value = serde_json::from_str(&text).unwrap();
-    assert_eq!(out.status.code(), Some(0), "{said}\n{s:#}");
+    let (code, s, said) = run_compare(&sb, &args, &out_dir, true);
+    assert_eq!(code, 0, "{said}\n{s:#}");
     assert_eq!(settings(), before, "the host's KSM settings were put back");
     let k = &s["vm_each"]["ksm"];
     assert_eq!(k["status"], "PASS", "{s:#}");
@@ -299,26 +317,21 @@ fn vm_compare_lies_fail_named_checks() {
     let gate = sb.copy_in(&gate_binary(), "sharedos-gate");
     common::seed::seed(&sb, "cache", "bookworm", "fakechroot");
     let out_dir = sb.dir.join("reports/compare-lie");
-    let mut args = common::vm_run_args(&sb, &gate, &out_dir, "tcg");
-    args[0] = "vm-compare".into();
-    args.extend(
-        [
+    let args = compare_args(
+        &sb,
+        &gate,
+        &out_dir,
+        &[
             "--copies",
             "2",
             "--lie",
             "restarted-app",
             "--lie",
             "wrong-save",
-        ]
-        .map(String::from),
+        ],
     );
-    let a: Vec<&str> = args.iter().map(String::as_str).collect();
-    let out = sb.run_as_user(&sb.xtask, &a);
-    let said = String::from_utf8_lossy(&out.stderr).into_owned();
-    let text = std::fs::read_to_string(out_dir.join("compare.json"))
-        .unwrap_or_else(|e| panic!("no compare.json ({e}):\n{said}"));
-    let s: Value = serde_json::from_str(&text).unwrap();
-    assert_eq!(out.status.code(), Some(1), "{said}\n{s:#}");
+    let (code, s, said) = run_compare(&sb, &args, &out_dir, false);
+    assert_eq!(code, 1, "{said}\n{s:#}");
     assert_eq!(s["verdict"], "FAIL");
     let lie = s["vm_each"]["lie"].as_str().unwrap();
     assert!(
@@ -380,28 +393,23 @@ fn vm_compare_desktop_workload_both_columns_checked() {
     // Built in the seed in unshare mode, as tests/workloads.rs has it.
     common::seed::seed(&sb, "cache", "bookworm-desktop", "unshare");
     let out_dir = sb.dir.join("reports/compare-desktop");
-    let mut args = common::vm_run_args(&sb, &gate, &out_dir, "tcg");
-    args[0] = "vm-compare".into();
-    let mode = args.iter().position(|a| a == "--mode").unwrap();
-    args[mode + 1] = "unshare".into();
-    args.extend(
-        [
+    let mut args = compare_args(
+        &sb,
+        &gate,
+        &out_dir,
+        &[
             "--image",
             "bookworm-desktop",
             "--workload",
             "desktop",
             "--copies",
             "2",
-        ]
-        .map(String::from),
+        ],
     );
-    let a: Vec<&str> = args.iter().map(String::as_str).collect();
-    let out = sb.run_as_user(&sb.xtask, &a);
-    let said = String::from_utf8_lossy(&out.stderr).into_owned();
-    let text = std::fs::read_to_string(out_dir.join("compare.json"))
-        .unwrap_or_else(|e| panic!("no compare.json ({e}):\n{said}"));
-    let s: Value = serde_json::from_str(&text).unwrap();
-    assert_eq!(out.status.code(), Some(0), "{said}\n{s:#}");
+    let mode = args.iter().position(|a| a == "--mode").unwrap();
+    args[mode + 1] = "unshare".into();
+    let (code, s, said) = run_compare(&sb, &args, &out_dir, false);
+    assert_eq!(code, 0, "{said}\n{s:#}");
     assert_eq!(s["workload"], "desktop", "{s:#}");
     let so = read_report(&out_dir.join("shared-os"));
     assert_eq!(so.options.workload.as_str(), "desktop");

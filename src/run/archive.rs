@@ -189,11 +189,20 @@ fn walk(base: &Path, rel: &str, out: &mut Vec<String>) {
 
 fn print_summary(r: &Report, code: i32) {
     let vm = r.vm.as_ref();
+    let env = &r.environment;
+    // A run that failed before the guest's report came back has no guest identity to show.
+    let guest = if env.kernel_release.is_empty() && env.boot_id.is_empty() {
+        "no guest identity (the guest's report did not come back)".to_string()
+    } else {
+        format!(
+            "guest kernel {} on {} (boot id {})",
+            one_line(&env.kernel_release),
+            one_line(&env.hostname),
+            one_line(&env.boot_id)
+        )
+    };
     super::progress().note(&format!(
-        "guest kernel {} on {} (boot id {}), accelerator {}, image {}",
-        one_line(&r.environment.kernel_release),
-        one_line(&r.environment.hostname),
-        one_line(&r.environment.boot_id),
+        "{guest}, accelerator {}, image {}",
         vm.map(|v| v.accel.as_str()).unwrap_or("?"),
         vm.map(|v| v.image_sha256.get(..16).unwrap_or(""))
             .unwrap_or("?"),

@@ -10,6 +10,16 @@ use std::io::Read;
 /// Far above a real smaps_rollup or meminfo (a few hundred bytes to a few KiB).
 const MAX_PROC_READ: u64 = 64 * 1024;
 
+/// The number of a `Name:   1234 kB` line, `rest` being what follows its colon.
+fn kib_value(line: &str, rest: &str, name: &str, what: &str) -> Result<u64> {
+    let mut words = rest.split_whitespace();
+    words
+        .next()
+        .and_then(|w| w.parse::<u64>().ok())
+        .filter(|_| words.next() == Some("kB") && words.next().is_none())
+        .with_context(|| format!("{what}: the line {line:?} is not `{name}: N kB`"))
+}
+
 /// `Name:   1234 kB` lines: the value of each wanted name, which must appear exactly once.
 fn kib_fields<const N: usize>(text: &str, names: [&str; N], what: &str) -> Result<[u64; N]> {
     let mut out = [None; N];
@@ -20,12 +30,7 @@ fn kib_fields<const N: usize>(text: &str, names: [&str; N], what: &str) -> Resul
         let Some(i) = names.iter().position(|n| *n == name.trim()) else {
             continue;
         };
-        let mut words = rest.split_whitespace();
-        let v = words
-            .next()
-            .and_then(|w| w.parse::<u64>().ok())
-            .filter(|_| words.next() == Some("kB") && words.next().is_none())
-            .with_context(|| format!("{what}: the line {line:?} is not `{}: N kB`", names[i]))?;
+        let v = kib_value(line, rest, names[i], what)?;
         if out[i].replace(v).is_some() {
             bail!("{what}: {} appears twice", names[i]);
         }
@@ -117,12 +122,7 @@ pub fn parse_qemu_smaps(text: &str) -> Result<QemuMem> {
         let Some(i) = NAMES.iter().position(|n| *n == name) else {
             continue;
         };
-        let mut words = rest.split_whitespace();
-        let v = words
-            .next()
-            .and_then(|w| w.parse::<u64>().ok())
-            .filter(|_| words.next() == Some("kB") && words.next().is_none())
-            .with_context(|| format!("smaps: the line {line:?} is not `{}: N kB`", NAMES[i]))?;
+        let v = kib_value(line, rest, NAMES[i], "smaps")?;
         if fields[i].replace(v).is_some() {
             bail!("smaps: {} appears twice in one mapping", NAMES[i]);
         }
