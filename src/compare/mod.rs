@@ -342,21 +342,13 @@ fn vm_each_column(
         col.lie = Some(said.join("; "));
     }
     // The wrong save: the last copy is resumed from a second guest's save, made the same way.
-    let other = match opts.lies.contains(&Lie::WrongSave) {
-        true => {
-            let dir = out.join(OTHER_FORK_DIR);
-            std::fs::create_dir(&dir).with_context(|| format!("creating {}", dir.display()))?;
-            Some(
-                make_fork(
-                    base,
-                    &entry,
-                    &mut run::observe(base, dir),
-                    opts.workload.as_deref(),
-                )?
-                .fork,
-            )
-        }
-        false => None,
+    let other = if opts.lies.contains(&Lie::WrongSave) {
+        let dir = out.join(OTHER_FORK_DIR);
+        std::fs::create_dir(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let mut obs = run::observe(base, dir);
+        Some(make_fork(base, &entry, &mut obs, opts.workload.as_deref())?.fork)
+    } else {
+        None
     };
     let media = GuestMedia::of(&entry);
     let mut up: Vec<Up> = Vec::new();
@@ -395,14 +387,20 @@ fn vm_each_column(
     let mut rest = up.into_iter();
     if let Some(first) = rest.next() {
         if opts.lies.contains(&Lie::RestartedApp) {
-            let r = first.session.guest().exec(&fork::restart_app_command())?;
-            if r.status != 0 {
-                bail!(
+            // A lie that did not happen is said; the copies still end and are archived.
+            match first.session.guest().exec(&fork::restart_app_command()) {
+                Ok(r) if r.status == 0 => {}
+                Ok(r) => col.problems.push(format!(
                     "--lie restarted-app: restarting the app in {} failed (exit {}): {}",
                     first.label,
                     r.status,
                     crate::escape::line(&r.output)
-                );
+                )),
+                Err(e) => col.problems.push(format!(
+                    "--lie restarted-app: {}: {}",
+                    first.label,
+                    crate::escape::error_chain(&e)
+                )),
             }
         }
         col.copies.push(finish_copy(first, b, true, origin));

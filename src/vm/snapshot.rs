@@ -558,6 +558,18 @@ mod tests {
     }
 
     #[test]
+    fn a_store_is_makeable_under_a_writable_directory_and_not_under_a_file() {
+        let d = scratch("makeable");
+        assert_eq!(why_cannot_make(&d.join("snapshots/deeper")), None);
+        std::fs::write(d.join("file"), b"").unwrap();
+        let why = why_cannot_make(&d.join("file")).unwrap();
+        assert!(why.contains("is not a directory"), "{why}");
+        let why = why_cannot_make(&d.join("file/snapshots")).unwrap();
+        assert!(why.contains("file/snapshots"), "{why}");
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
     fn a_record_is_read_bounded_and_through_no_link() {
         let root = scratch("load");
         assert_eq!(load(&root.join("none")).unwrap(), None);
