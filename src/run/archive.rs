@@ -58,10 +58,7 @@ pub fn create_empty_dir(dir: &Path, what: &str, or: &str) -> Result<()> {
 /// Writes the report (the guest's gates with the host's provenance, or a partial one after a
 /// rig failure), prints the summary and the directory, and returns the exit code.
 pub fn finish(mut obs: Observed, result: Result<Report>, sign_key: Option<&Path>) -> i32 {
-    let result = match (result, signals::interrupted()) {
-        (Err(e), Some(sig)) => Err(e.context(format!("interrupted by {sig}"))),
-        (r, _) => r,
-    };
+    let result = result.map_err(signals::naming_interrupt);
     obs.vm.finished_at = clock::now_rfc3339();
     // An oops is recorded whether or not the run failed: a kernel that oopsed and kept going
     // may still have let every gate pass.

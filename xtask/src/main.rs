@@ -305,6 +305,7 @@ fn main() {
     let code = match run_cli(cli) {
         Ok(code) => code,
         Err(e) => {
+            let e = signals::naming_interrupt(e);
             eprint!("{}", sharedos_rig::escape::error_chain(&e));
             run::RIG_FAILURE_EXIT
         }

@@ -30,3 +30,40 @@ pub fn interrupted() -> Option<Signal> {
         n => Signal::try_from(n).ok(),
     }
 }
+
+/// `e` as the run reports it: named after the signal when one arrived. The cleanup a signal
+/// starts (QEMU ended under an SSH call, say) breaks whatever was waiting, and that break is
+/// otherwise all the message would say.
+pub fn naming_interrupt(e: anyhow::Error) -> anyhow::Error {
+    named_after(e, interrupted())
+}
+
+fn named_after(e: anyhow::Error, sig: Option<Signal>) -> anyhow::Error {
+    match sig {
+        Some(sig) if !e.chain().any(|c| c.to_string().contains("interrupted by")) => {
+            e.context(format!("interrupted by {sig}"))
+        }
+        _ => e,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_error_after_a_signal_is_named_after_it_once() {
+        let broken = || anyhow::anyhow!("[Session(-43)] Failed waiting for channel success");
+        let e = named_after(broken(), Some(Signal::SIGINT));
+        assert_eq!(e.to_string(), "interrupted by SIGINT");
+        assert_eq!(e.root_cause().to_string(), broken().to_string());
+        // Already named: not named twice.
+        let e = named_after(
+            anyhow::anyhow!("interrupted by SIGINT while `x` ran in the guest"),
+            Some(Signal::SIGINT),
+        );
+        assert_eq!(e.chain().count(), 1);
+        // No signal: the error as it was.
+        assert_eq!(named_after(broken(), None).chain().count(), 1);
+    }
+}
