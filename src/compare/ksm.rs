@@ -123,6 +123,14 @@ impl Merging {
         Ok(m)
     }
 
+    /// The host's own `run`, as saved before the rig turned KSM on.
+    pub fn host_run(&self) -> &str {
+        self.saved
+            .iter()
+            .find(|(name, _)| *name == "run")
+            .map_or("", |(_, v)| v.as_str())
+    }
+
     /// Waits up to `bound` for ksmd to have been over all mergeable memory twice since `from`.
     pub fn wait_merged(&self, from: &Counters, bound: Duration) -> Result<Counters> {
         let want = from.full_scans.saturating_add(2);
@@ -194,6 +202,7 @@ mod tests {
     fn the_host_s_settings_come_back_on_restore_and_on_drop() {
         let d = fake("restore");
         let m = Merging::start(&d).unwrap();
+        assert_eq!(m.host_run(), "0");
         assert_eq!(value(&d, "run"), "1");
         assert_eq!(value(&d, "pages_to_scan"), FAST_PAGES);
         m.restore().unwrap();

@@ -126,8 +126,10 @@ fn compare(opts: &CompareOptions) -> Result<i32> {
     let out = create_out(opts)?;
     let n = opts.copies;
 
-    let (shared_os, mut rig_failed, mut accel) = match opts.lies.first() {
-        Some(_) => (
+    let (shared_os, mut rig_failed, mut accel) = if opts.lies.is_empty() {
+        shared_os_column(opts, &out)
+    } else {
+        (
             SharedOs {
                 report: "shared-os".into(),
                 problems: vec![
@@ -137,8 +139,7 @@ fn compare(opts: &CompareOptions) -> Result<i32> {
             },
             false,
             String::new(),
-        ),
-        None => shared_os_column(opts, &out),
+        )
     };
 
     progress().note(&format!(
@@ -594,14 +595,13 @@ fn ksm_reading(want: ksm::Want, pids: &[u32], copies: u32) -> Reading {
     let result = (|| -> Result<(Vec<Mem>, Vec<String>)> {
         let before = ksm::counters(dir)?;
         let mut notes = Vec::new();
-        let run = std::fs::read_to_string(dir.join("run")).unwrap_or_default();
-        if run.trim() != "0" {
+        let merging = ksm::Merging::start(dir)?;
+        if merging.host_run() != "0" {
             notes.push(format!(
                 "the host's KSM run was {} before, so the first reading was not with KSM off",
-                run.trim()
+                merging.host_run()
             ));
         }
-        let merging = ksm::Merging::start(dir)?;
         let after = merging.wait_merged(&before, bound)?;
         let mems = host_mems(pids)?;
         merging.restore()?;
