@@ -64,6 +64,17 @@ const SAVED: [&str; 3] = ["pages_to_scan", "sleep_millisecs", "run"];
 
 /// Pages ksmd looks at per batch while the rig waits: a 1 GiB guest is 262144 pages.
 const FAST_PAGES: &str = "4096";
+/// ksmd's pause between batches while the rig waits: none.
+const FAST_SLEEP_MS: &str = "0";
+
+/// What the KSM reading did before it read the copies, as the report says it.
+pub fn how() -> String {
+    format!(
+        "the host's KSM turned on at full pace (pages_to_scan {FAST_PAGES}, sleep_millisecs \
+         {FAST_SLEEP_MS}), read once ksmd had been over all mergeable memory twice; the host's \
+         settings put back after"
+    )
+}
 
 /// KSM turned on by the rig; the host's settings come back when it is dropped.
 #[derive(Debug)]
@@ -118,7 +129,7 @@ impl Merging {
             saved,
         };
         write_value(dir, "pages_to_scan", FAST_PAGES)?;
-        write_value(dir, "sleep_millisecs", "0")?;
+        write_value(dir, "sleep_millisecs", FAST_SLEEP_MS)?;
         write_value(dir, "run", "1")?;
         Ok(m)
     }
@@ -196,6 +207,17 @@ mod tests {
 
     fn value(d: &Path, f: &str) -> String {
         std::fs::read_to_string(d.join(f)).unwrap().trim().into()
+    }
+
+    #[test]
+    fn the_reading_says_the_pace_it_set_in_one_plain_sentence() {
+        let h = how();
+        assert!(h.contains(&format!("pages_to_scan {FAST_PAGES},")), "{h}");
+        assert!(
+            h.contains(&format!("sleep_millisecs {FAST_SLEEP_MS})")),
+            "{h}"
+        );
+        assert!(!h.contains("  "), "{h}");
     }
 
     #[test]

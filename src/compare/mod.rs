@@ -587,7 +587,7 @@ fn ksm_reading(want: ksm::Want, pids: &[u32], copies: u32) -> Reading {
     if let Some(why) = why_not {
         return Reading::not_run(why);
     }
-    let how = "the host's KSM turned on at full pace (pages_to_scan 4096, sleep_millisecs 0),                read once ksmd had been over all mergeable memory twice; the host's settings put                back after";
+    let how = ksm::how();
     // ksmd goes over every copy's RAM twice; 30 s a copy is far more than it takes under TCG.
     let bound = Duration::from_secs(60 + 30 * u64::from(copies));
     progress().note("host KSM: merging the copies' pages, then reading each QEMU again");
@@ -617,7 +617,7 @@ fn ksm_reading(want: ksm::Want, pids: &[u32], copies: u32) -> Reading {
         Ok((per_copy, notes)) => Reading {
             status: Status::Pass,
             reason: "every copy read with KSM merging".into(),
-            how: how.into(),
+            how,
             per_copy,
             took_ms: ms(t.elapsed()),
             notes,
@@ -630,9 +630,19 @@ fn ksm_reading(want: ksm::Want, pids: &[u32], copies: u32) -> Reading {
 /// handed back all it will: longer than the guest's 2-s delay before it reports free pages.
 const SETTLED: Duration = Duration::from_secs(4);
 
+/// What the reading of memory given back did before it read the copies, as the report says it.
+fn reclaim_how() -> String {
+    format!(
+        "in each copy's guest: drop_caches 3, then the virtio_balloon driver loaded, which reports \
+         free pages to QEMU (free-page-reporting); read once every QEMU's RSS had held still for \
+         {} s",
+        SETTLED.as_secs()
+    )
+}
+
 /// Every copy read again after its guest dropped its caches and reported its free pages.
 fn reclaim_reading(up: &[Up], b: run::Bounds) -> Reading {
-    let how = "in each copy's guest: drop_caches 3, then the virtio_balloon driver loaded, which                reports free pages to QEMU (free-page-reporting); read once every QEMU's RSS had                held still for 4 s";
+    let how = reclaim_how();
     progress()
         .note("each copy's guest gives back what it does not use, then each QEMU is read again");
     let t = Instant::now();
@@ -683,7 +693,7 @@ fn reclaim_reading(up: &[Up], b: run::Bounds) -> Reading {
         Ok(per_copy) => Reading {
             status: Status::Pass,
             reason: "every copy read after its guest gave memory back".into(),
-            how: how.into(),
+            how,
             per_copy,
             took_ms: ms(t.elapsed()),
             notes: Vec::new(),
@@ -759,6 +769,16 @@ mod tests {
         );
         assert!(check_copies(0, 1024, 24 << 20).is_err());
         assert!(check_copies(MAX_COPIES + 1, 64, u64::MAX).is_err());
+    }
+
+    #[test]
+    fn the_reclaim_reading_says_its_wait_in_one_plain_sentence() {
+        let h = reclaim_how();
+        assert!(
+            h.ends_with(&format!("held still for {} s", SETTLED.as_secs())),
+            "{h}"
+        );
+        assert!(!h.contains("  "), "{h}");
     }
 
     #[test]
