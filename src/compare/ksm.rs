@@ -15,8 +15,8 @@ use std::time::Duration;
 /// Where the host's kernel exposes KSM.
 pub const SYSFS: &str = "/sys/kernel/mm/ksm";
 
-/// What the comparison does with the host's KSM.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What the comparison does with the host's KSM (`--ksm`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Want {
     /// Measure with KSM merging where this host lets the rig control it; NOT_RUN elsewhere.
     Auto,

@@ -256,8 +256,8 @@ const FORK_DIR: &str = "vm-each-fork";
 /// The second saved guest's, made only for `--lie wrong-save`.
 const OTHER_FORK_DIR: &str = "vm-each-fork-other";
 
-/// A fault put into the VM-each column on purpose, to show that its checks catch it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A fault put into the VM-each column on purpose, to show that its checks catch it (`--lie`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Lie {
     /// The last copy resumed from another guest's save.
     WrongSave,

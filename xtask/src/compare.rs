@@ -11,11 +11,10 @@ pub struct CompareArgs {
     /// Copies of the desktop in each column: N CRIU copies in one guest, N VMs at once.
     #[arg(long, default_value_t = 4, value_name = "N")]
     pub copies: u32,
-    /// The host's KSM for one more reading of the VM copies: `auto` where this host lets the rig
-    /// turn it on (root), NOT_RUN with the reason elsewhere; `on` refuses to start where it
-    /// cannot; `off` leaves it alone. The host's settings are put back after.
-    #[arg(long, value_enum, default_value_t = Ksm::Auto)]
-    pub ksm: Ksm,
+    /// The host's KSM for one more reading of the VM copies (turning it on takes root). The
+    /// host's settings are put back after.
+    #[arg(long, value_enum, default_value_t = ksm::Want::Auto)]
+    pub ksm: ksm::Want,
     /// The same resources on both sides: each CRIU copy restored into a cgroup of its own with
     /// these limits (the density gate's `--cgroup`), and each VM given that memory and that many
     /// CPUs (rounded up) in place of --memory and --cpus. The shared-OS guest keeps --memory and
@@ -31,34 +30,11 @@ pub struct CompareArgs {
     /// copy's state app before its go. Repeatable. The shared-OS column is not run, and
     /// the verdict is FAIL. For the rig's own tests.
     #[arg(long, value_enum, hide = true)]
-    pub lie: Vec<LieArg>,
+    pub lie: Vec<compare::Lie>,
     /// How the guests boot (each VM gets --memory and --cpus), the gate binary, --out (the
     /// comparison's directory); the arguments after `--` are not taken (the columns set them).
     #[command(flatten)]
     pub vm: VmArgs,
-}
-
-#[derive(Clone, Copy, clap::ValueEnum)]
-pub enum Ksm {
-    Auto,
-    On,
-    Off,
-}
-
-impl From<Ksm> for ksm::Want {
-    fn from(k: Ksm) -> Self {
-        match k {
-            Ksm::Auto => ksm::Want::Auto,
-            Ksm::On => ksm::Want::On,
-            Ksm::Off => ksm::Want::Off,
-        }
-    }
-}
-
-#[derive(Clone, Copy, clap::ValueEnum)]
-pub enum LieArg {
-    WrongSave,
-    RestartedApp,
 }
 
 pub fn vm_compare(a: CompareArgs) -> Result<i32> {
@@ -78,21 +54,14 @@ pub fn vm_compare(a: CompareArgs) -> Result<i32> {
         .cgroup
         .map_or(a.vm.boot.memory, |l| compare::vm_resources(&l).0);
     compare::check_copies_here(a.copies, vm_memory)?;
-    ksm::check(a.ksm.into(), std::path::Path::new(ksm::SYSFS))?;
+    ksm::check(a.ksm, std::path::Path::new(ksm::SYSFS))?;
     let base = vm_options(a.vm)?;
     Ok(compare::vm_compare(&CompareOptions {
         base,
         copies: a.copies,
-        ksm: a.ksm.into(),
+        ksm: a.ksm,
         cgroup: a.cgroup,
         workload: a.workload,
-        lies: a
-            .lie
-            .iter()
-            .map(|l| match l {
-                LieArg::WrongSave => compare::Lie::WrongSave,
-                LieArg::RestartedApp => compare::Lie::RestartedApp,
-            })
-            .collect(),
+        lies: a.lie,
     }))
 }
