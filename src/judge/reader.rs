@@ -512,14 +512,15 @@ fn same_file(rel: &str, seen: &FileStat, now: &FileStat) -> Result<(), String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::os::unix::fs::symlink;
 
-    struct Scratch(PathBuf);
+    /// A scratch directory removed when the test ends, pass or fail.
+    pub(crate) struct Scratch(pub(crate) PathBuf);
 
     impl Scratch {
-        fn new(name: &str) -> Scratch {
+        pub(crate) fn new(name: &str) -> Scratch {
             let p = std::env::temp_dir().join(format!("reader-{name}-{}", std::process::id()));
             let _ = std::fs::remove_dir_all(&p);
             std::fs::create_dir_all(&p).unwrap();

@@ -351,29 +351,16 @@ impl<'a> Frames<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::judge::reader::tests::Scratch;
     use hostile_gate::honest;
     use serde_json::json;
     use std::path::Path;
 
     /// A scratch directory holding the honest PNGs, removed at the end.
-    struct Scratch(std::path::PathBuf);
-
-    impl Scratch {
-        fn new(name: &str) -> Scratch {
-            let p = std::env::temp_dir().join(format!(
-                "sharedos-rig-recheck-{}-{name}",
-                std::process::id()
-            ));
-            let _ = std::fs::remove_dir_all(&p);
-            honest::write_pngs(&p).unwrap();
-            Scratch(p)
-        }
-    }
-
-    impl Drop for Scratch {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
+    fn honest_dir(name: &str) -> Scratch {
+        let s = Scratch::new(&format!("recheck-{name}"));
+        honest::write_pngs(&s.0).unwrap();
+        s
     }
 
     /// The ten gates, PASS but the review, with the honest checks (no vm: the PNGs are in the
@@ -408,7 +395,7 @@ mod tests {
 
     #[test]
     fn an_honest_report_agrees_with_the_host() {
-        let s = Scratch::new("honest");
+        let s = honest_dir("honest");
         assert_eq!(problems(&honest_report(), &at(&s.0)), Vec::<String>::new());
     }
 
@@ -431,7 +418,7 @@ mod tests {
 
     #[test]
     fn a_vm_fork_copys_claims_are_judged_again() {
-        let s = Scratch::new("fork");
+        let s = honest_dir("fork");
         assert_eq!(
             problems(&fork_copy_report(), &at(&s.0)),
             Vec::<String>::new()
@@ -458,7 +445,7 @@ mod tests {
 
     #[test]
     fn forged_values_are_caught_by_the_comparison_the_guest_claims_it_ran() {
-        let s = Scratch::new("forged");
+        let s = honest_dir("forged");
         let cases: [(GateName, &str, &str, serde_json::Value, &str); 5] = [
             (
                 GateName::RestoreLiveProcess,
@@ -513,7 +500,7 @@ mod tests {
 
     #[test]
     fn framebuffer_claims_are_held_against_the_pixels_of_the_pngs() {
-        let s = Scratch::new("pixels");
+        let s = honest_dir("pixels");
         // Copy a's screen is not the dump's, though the check claims the dump-time hash.
         let mut other = honest::frame();
         other.rgb[5] ^= 0x10;
@@ -524,7 +511,7 @@ mod tests {
             "restore_x_state.same_framebuffer passed, but the host's own comparison fails: the pixels of png/restored-a.png hash to",
         );
 
-        let s = Scratch::new("pixels-2");
+        let s = honest_dir("pixels-2");
         for (field, value, says) in [
             (
                 "seen_png",
@@ -547,7 +534,7 @@ mod tests {
 
     #[test]
     fn a_pass_without_a_rechecked_check_is_named() {
-        let s = Scratch::new("missing");
+        let s = honest_dir("missing");
         let mut r = honest_report();
         let g = r.gate_mut(GateName::Isolation).unwrap();
         g.checks.retain(|c| c.name != "b_same_framebuffer");
@@ -569,7 +556,7 @@ mod tests {
 
     #[test]
     fn copies_held_against_different_dumps_are_named() {
-        let s = Scratch::new("dumps");
+        let s = honest_dir("dumps");
         let mut r = honest_report();
         let other = "fedcba9876543210fedcba9876543210";
         let c = check_mut(&mut r, GateName::Reset, "same_token");
@@ -617,7 +604,7 @@ mod tests {
 
     #[test]
     fn the_editor_checks_of_a_desktop_run_are_judged_again() {
-        let s = Scratch::new("desktop");
+        let s = honest_dir("desktop");
         assert_eq!(problems(&desktop_report(), &at(&s.0)), Vec::<String>::new());
         // Copy b's editor claimed to pass while it holds what was typed into copy a.
         let mut r = desktop_report();
@@ -659,7 +646,7 @@ mod tests {
 
     #[test]
     fn a_vm_run_report_has_the_guest_pngs_under_guest() {
-        let s = Scratch::new("vm");
+        let s = honest_dir("vm");
         let mut r = honest_report();
         r.vm = Some(Default::default());
         one_problem(&r, &s.0, "png/live-first.png:");

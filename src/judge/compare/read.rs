@@ -316,35 +316,17 @@ fn vm_each(files: &ReportDir, said: &VmEach, how: &How) -> (VmEach, Vec<(String,
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::judge::reader::tests::Scratch;
     use crate::judge::review::tests::fresh_report;
     use sharedos_report::model::density::Mem;
     use sharedos_report::report::{
         GateName, GuestStart, Report, SnapshotRef, Status, Verdict, VmProvenance,
     };
     use std::os::unix::fs::symlink;
-    use std::path::PathBuf;
 
     /// The fork's state hash every copy of the fixture resumed from.
     pub(crate) const STATE: &str =
         "abababababababababababababababababababababababababababababababab";
-
-    pub(crate) struct Scratch(pub PathBuf);
-
-    impl Scratch {
-        pub(crate) fn new(name: &str) -> Scratch {
-            let p =
-                std::env::temp_dir().join(format!("compare-read-{name}-{}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&p);
-            std::fs::create_dir_all(&p).unwrap();
-            Scratch(p)
-        }
-    }
-
-    impl Drop for Scratch {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
 
     fn vm_report() -> Report {
         let mut r = fresh_report();
@@ -497,7 +479,7 @@ pub(crate) mod tests {
 
     /// A comparison of two copies as vm-compare leaves it, every column holding.
     pub(crate) fn fixture(name: &str) -> Scratch {
-        let sc = Scratch::new(name);
+        let sc = Scratch::new(&format!("compare-{name}"));
         let d = &sc.0;
         shared_os_report(&d.join("shared-os"));
         for c in ["copy-1", "copy-2", "reset"] {
@@ -660,7 +642,7 @@ pub(crate) mod tests {
     #[test]
     fn a_linked_compare_json_or_copy_is_refused() {
         let f = fixture("links");
-        let elsewhere = Scratch::new("links-elsewhere");
+        let elsewhere = Scratch::new("compare-links-elsewhere");
         std::fs::rename(f.0.join(COMPARE_FILE), elsewhere.0.join(COMPARE_FILE)).unwrap();
         symlink(elsewhere.0.join(COMPARE_FILE), f.0.join(COMPARE_FILE)).unwrap();
         assert!(
