@@ -256,11 +256,31 @@ impl Sandbox {
 
 impl Drop for Sandbox {
     fn drop(&mut self) {
-        // A failed test shares nothing, and must not panic again here.
-        if !std::thread::panicking() {
+        // A failed test shares nothing, and must not panic again here; its reports (the gates'
+        // evidence, the guests' logs) are kept for whoever reads the failure.
+        if std::thread::panicking() {
+            keep_reports(&self.dir);
+        } else {
             seed::publish_snapshots(self, "cache");
         }
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Moves a failed test's `reports/` out of its sandbox, to `$TMPDIR/sharedos-test-kept/`, and
+/// says where. The last kept of a sandbox's name replaces the one before.
+fn keep_reports(sandbox: &Path) {
+    let reports = sandbox.join("reports");
+    let (Some(name), true) = (sandbox.file_name(), reports.is_dir()) else {
+        return;
+    };
+    let kept = std::env::temp_dir().join("sharedos-test-kept").join(name);
+    let _ = std::fs::remove_dir_all(&kept);
+    let moved = std::fs::create_dir_all(&kept)
+        .and_then(|()| std::fs::rename(&reports, kept.join("reports")));
+    match moved {
+        Ok(()) => eprintln!("the failed test's reports are kept in {}", kept.display()),
+        Err(e) => eprintln!("the failed test's reports could not be kept: {e}"),
     }
 }
 
