@@ -223,8 +223,44 @@ fn wait_ready(ctx: &Ctx, g: &mut GateBuilder, pid: i32) -> bool {
         for e in tree::log_evidence(&ctx.cfg.spec(), pid) {
             g.evidence(e);
         }
+        g.evidence(windows_evidence(ctx, pid));
     }
     ok
+}
+
+/// What X showed when the tree was given up on: each viewable top level, its class and title,
+/// and whether a window manager manages it (a client with `WM_STATE` below it). A program that
+/// runs with its window missing or unmanaged is told apart by this alone.
+fn windows_evidence(ctx: &Ctx, pid: i32) -> sharedos_report::report::Evidence {
+    let note = match ctx.x(pid, "X top levels", |c| c.toplevels()) {
+        Ok(tops) if tops.is_empty() => "no viewable top-level window".to_string(),
+        Ok(tops) => tops
+            .iter()
+            .map(|t| {
+                format!(
+                    "0x{:x} class {:?} title {:?} {}x{}+{}+{}: {}",
+                    t.window.id,
+                    t.class,
+                    t.window.title,
+                    t.window.width,
+                    t.window.height,
+                    t.window.x,
+                    t.window.y,
+                    match t.client {
+                        Some(c) => format!("managed, client 0x{c:x}"),
+                        None => "no client with WM_STATE (not managed)".to_string(),
+                    }
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n"),
+        Err(e) => format!("X did not answer: {e:#}"),
+    };
+    sharedos_report::report::Evidence {
+        step: "the X top levels when the wait ended".into(),
+        note,
+        ..Default::default()
+    }
 }
 
 /// With `--cow-root`: the file every copy must find as the original left it. The app's token is
