@@ -189,9 +189,20 @@ pub struct Program {
     pub argv: Vec<String>,
     /// Set for this program only, beside the tree's environment.
     pub env: Vec<(String, String)>,
-    /// A path in the tree PID 1 waits for (bounded) before starting it: a socket the program
-    /// needs at once.
-    pub after: Option<&'static str>,
+    /// What PID 1 waits for (each bounded) before starting it.
+    pub after: Vec<After>,
+}
+
+/// A condition PID 1 waits for before it starts a program.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum After {
+    /// A path in the tree: a socket the program needs at once.
+    Path(&'static str),
+    /// A window manager announced on the display (`_NET_SUPPORTING_WM_CHECK`). A client that
+    /// maps its window while the manager is still starting can be left unmapped for good: the
+    /// map request, redirected to the manager, is lost (seen with mousepad and openbox, about
+    /// one launch in nine under TCG).
+    WindowManager,
 }
 
 impl Program {
@@ -200,7 +211,7 @@ impl Program {
             name,
             argv,
             env: Vec::new(),
-            after: None,
+            after: Vec::new(),
         }
     }
 
@@ -374,7 +385,7 @@ pub fn workload(spec: &TreeSpec) -> Workload {
             clients.push(Program::new("dbus", dbus_argv()));
             clients.push(Program::new("openbox", vec!["openbox".into()]));
             let mut editor = Program::new("mousepad", vec!["mousepad".into()]);
-            editor.after = Some(BUS_SOCKET);
+            editor.after = vec![After::Path(BUS_SOCKET), After::WindowManager];
             clients.push(editor);
         }
         Kind::Browser | Kind::BrowserNosandbox => {
@@ -786,6 +797,45 @@ fn start(p: &Program) -> Result<u32> {
     Ok(child.id())
 }
 
+/// Waits (bounded, as for the X socket) for `after` before `program` starts; the X server is
+/// reached at `x_socket`.
+fn wait_for(
+    after: After,
+    x_socket: &str,
+    program: &str,
+) -> Result<(), sharedos_report::wait::WaitError> {
+    let bound = Duration::from_secs(300);
+    match after {
+        After::Path(path) => {
+            sharedos_report::wait::until(&format!("{path} before {program}"), bound, || {
+                Path::new(path).exists().then_some(())
+            })
+        }
+        After::WindowManager => {
+            let mut x = None;
+            sharedos_report::wait::until(
+                &format!("a window manager before {program}"),
+                bound,
+                || {
+                    if x.is_none() {
+                        x = crate::x11::XConn::connect(Path::new(x_socket)).ok();
+                    }
+                    let name = x.as_ref()?.window_manager_name();
+                    match name {
+                        Ok(Some(n)) if !n.is_empty() => Some(()),
+                        Ok(_) => None,
+                        // A broken connection is made again at the next look.
+                        Err(_) => {
+                            x = None;
+                            None
+                        }
+                    }
+                },
+            )
+        }
+    }
+}
+
 /// `tree-init`: PID 1 of the tree, already inside its own root. Starts the workload, then
 /// reaps, for ever; what it does goes to `log`, a line at a time (PID 1's stdout is its log).
 pub fn init_main(spec: &TreeSpec, log: &mut dyn FnMut(&str)) -> Result<()> {
@@ -817,11 +867,8 @@ pub fn init_main(spec: &TreeSpec, log: &mut dyn FnMut(&str)) -> Result<()> {
         log(&e.to_string());
     }
     for p in &w.clients {
-        if let Some(path) = p.after {
-            let what = format!("{path} before {}", p.name);
-            if let Err(e) = sharedos_report::wait::until(&what, Duration::from_secs(300), || {
-                Path::new(path).exists().then_some(())
-            }) {
+        for after in &p.after {
+            if let Err(e) = wait_for(*after, &socket, p.name) {
                 log(&e.to_string());
             }
         }
@@ -868,6 +915,20 @@ mod tests {
             ["xvfb", "stateapp", "dbus", "openbox", "mousepad"]
         );
         assert_eq!(names(Kind::Browser), ["xvfb", "stateapp", "firefox"]);
+        // The editor maps its window only once the manager is up to take its map request.
+        let desktop = workload(&TreeSpec {
+            workload: Kind::Desktop,
+            ..spec()
+        });
+        let editor = desktop
+            .clients
+            .iter()
+            .find(|p| p.name == "mousepad")
+            .unwrap();
+        assert_eq!(
+            editor.after,
+            [After::Path(BUS_SOCKET), After::WindowManager]
+        );
         assert!(!init_argv(&spec()).contains(&"--workload".to_string()));
         let desktop = TreeSpec {
             workload: Kind::Desktop,
