@@ -9,6 +9,7 @@ mod bench;
 mod compare;
 mod migrate;
 mod peers;
+mod test;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
@@ -218,6 +219,10 @@ enum Command {
     /// review is outstanding, 2 when the rig failed for a cell (an image that would not build
     /// included: its cell is NOT_RUN and the others still run).
     VmMatrix(MatrixArgs),
+    /// The whole test suite (README's test command and .ci/run's): every test, ignored ones
+    /// included, one at a time through cargo-nextest, then each test's wall time, slowest first,
+    /// and the total; JUnit XML goes to target/nextest/ci/junit.xml. Exits as the suite did.
+    Test(test::TestArgs),
     /// Benchmark of the cached image no-op alone.
     BenchImage {
         #[command(flatten)]
@@ -356,6 +361,7 @@ fn run_cli(cli: Cli) -> Result<i32> {
             ))
         }
         Command::VmMatrix(a) => vm_matrix(a),
+        Command::Test(a) => test::run(a, &workspace()),
         Command::BenchImage { opts, iterations } => {
             let opts = with_builder(opts, AccelChoice::Auto);
             print!("{}", bench::bench_image(&opts, iterations.max(1))?);
