@@ -224,6 +224,30 @@ pub fn lock(root: &Path) -> Result<nix::fcntl::Flock<std::fs::File>> {
         .map_err(|(_, e)| anyhow::anyhow!("locking {}: {e}", path.display()))
 }
 
+/// Takes the cache lock of the existing `root` without waiting: None when another process holds
+/// it.
+pub fn try_lock(root: &Path) -> Result<Option<nix::fcntl::Flock<std::fs::File>>> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = root.join(LOCK_FILE);
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
+        .open(&path)
+        .with_context(|| {
+            format!(
+                "opening the cache lock {} (no link followed)",
+                path.display()
+            )
+        })?;
+    match nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+        Ok(l) => Ok(Some(l)),
+        Err((_, nix::errno::Errno::EWOULDBLOCK)) => Ok(None),
+        Err((_, e)) => Err(anyhow::anyhow!("locking {}: {e}", path.display())),
+    }
+}
+
 /// Deletes an entry found bad, holding the cache lock. Under the lock the entry is checked
 /// again: one that another process has meanwhile replaced with a good entry is left alone.
 /// Returns whether it was deleted.
