@@ -1,11 +1,13 @@
 //! Thin front end for the project's tasks, following the cargo-xtask convention:
-//! `cargo xtask image`, `cargo xtask vm-run`, `cargo xtask vm-exec`, `cargo xtask bench`. Everything real lives in the
+//! `cargo xtask image`, `cargo xtask vm-run`, `cargo xtask vm-exec`, `cargo xtask bench`,
+//! `cargo xtask cache`. Everything real lives in the
 //! sharedos-rig library; each subcommand that needs more than a call has its own module.
 
 // A front end prints its results and its one error line itself (ARCHITECTURE.md).
 #![allow(clippy::disallowed_macros)]
 
 mod bench;
+mod cache;
 mod compare;
 mod migrate;
 mod peers;
@@ -218,6 +220,12 @@ enum Command {
     /// review is outstanding, 2 when the rig failed for a cell (an image that would not build
     /// included: its cell is NOT_RUN and the others still run).
     VmMatrix(MatrixArgs),
+    /// The image cache: `list` its items with size, age and whether anything current needs
+    /// them; `prune` what nothing current refers to (never what a running rig holds).
+    Cache {
+        #[command(subcommand)]
+        command: cache::CacheCommand,
+    },
     /// Benchmark of the cached image no-op alone.
     BenchImage {
         #[command(flatten)]
@@ -356,6 +364,7 @@ fn run_cli(cli: Cli) -> Result<i32> {
             ))
         }
         Command::VmMatrix(a) => vm_matrix(a),
+        Command::Cache { command } => cache::cache(command),
         Command::BenchImage { opts, iterations } => {
             let opts = with_builder(opts, AccelChoice::Auto);
             print!("{}", bench::bench_image(&opts, iterations.max(1))?);
