@@ -707,7 +707,7 @@ pub fn prune(listing: &Listing, verdicts: &[Verdict], dry_run: bool) -> Result<V
     };
     for (i, v) in stale(|w| matches!(w, What::Snapshot(_))) {
         let outcome = if v.status == Status::InUse {
-            Outcome::Skipped(format!("held by PID {}", pids(&i.held_by)))
+            Outcome::Skipped("left alone".into())
         } else if dry_run {
             Outcome::WouldRemove
         } else {
@@ -726,9 +726,7 @@ pub fn prune(listing: &Listing, verdicts: &[Verdict], dry_run: bool) -> Result<V
     }
     for (i, v) in stale(|w| matches!(w, What::Making { .. })) {
         let outcome = match &i.what {
-            _ if v.status == Status::InUse => {
-                Outcome::Skipped(format!("held by PID {}", pids(&i.held_by)))
-            }
+            _ if v.status == Status::InUse => Outcome::Skipped("left alone".into()),
             What::Making { pid, .. } if snapshot::pid_runs(*pid) => {
                 Outcome::Skipped(format!("PID {pid} runs again"))
             }
@@ -747,9 +745,7 @@ pub fn prune(listing: &Listing, verdicts: &[Verdict], dry_run: bool) -> Result<V
         for (i, v) in entries {
             let needed = matches!(&i.what, What::Entry(Ok(m)) if skipped_media.contains(&snapshot::Media::of(m)));
             let outcome = match &lock {
-                _ if v.status == Status::InUse => {
-                    Outcome::Skipped(format!("held by PID {}", pids(&i.held_by)))
-                }
+                _ if v.status == Status::InUse => Outcome::Skipped("left alone".into()),
                 _ if needed => Outcome::Skipped("a snapshot left in use is made from it".into()),
                 _ if dry_run => Outcome::WouldRemove,
                 Err(e) => Outcome::Skipped(format!("the cache lock could not be taken: {e:#}")),
@@ -763,7 +759,7 @@ pub fn prune(listing: &Listing, verdicts: &[Verdict], dry_run: bool) -> Result<V
     }
     for (i, v) in stale(|w| matches!(w, What::Accel(_))) {
         let outcome = if v.status == Status::InUse {
-            Outcome::Skipped(format!("held by PID {}", pids(&i.held_by)))
+            Outcome::Skipped("left alone".into())
         } else if dry_run {
             Outcome::WouldRemove
         } else {
