@@ -215,7 +215,7 @@ fn prune_removes_the_stale_keeps_the_current_and_leaves_what_a_run_holds() {
     );
 
     // A run holds this stale snapshot as a resumed session does.
-    let hold = snapshot::hold(&held).unwrap();
+    let hold = snapshot::hold(&held).unwrap().unwrap();
 
     let o = xtask(&[&["cache", "list"][..], &at[..]].concat());
     let (out, err) = text(&o);

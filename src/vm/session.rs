@@ -652,7 +652,7 @@ fn try_resume(
                             snapshot::discard(&dir);
                             format!("the snapshot was {bad}")
                         }
-                        Ok(()) => return resumed(None, &dir, &r, reason, Some(held), sink),
+                        Ok(()) => return resumed(None, &dir, &r, reason, held, sink),
                     },
                 },
             }
@@ -739,7 +739,7 @@ fn make(
             dir: dir.clone(),
             state_bytes: r.state_bytes,
         });
-        let held = snapshot::hold(&dir).ok();
+        let held = snapshot::hold(&dir).ok().flatten();
         // The image's snapshots that no run can use any more go now, each unless a running
         // rig holds it: a changed key must not leave the old one behind for good.
         for swept in snapshot::remove_stale(spot, version, &dir) {

@@ -286,16 +286,29 @@ fn open_in_use(dir: &Path) -> std::io::Result<std::fs::File> {
 
 /// Holds the snapshot in `dir` as in use (a shared lock, without waiting) for as long as the
 /// hold lives: a run takes it before it checks the snapshot and keeps it for its whole session.
-/// Fails when the snapshot is gone or another process is removing it.
-pub fn hold(dir: &Path) -> Result<Hold> {
-    let f = open_in_use(dir)
-        .with_context(|| format!("opening {} (no link followed)", dir.join(IN_USE).display()))?;
-    nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockSharedNonblock).map_err(|(_, e)| {
-        anyhow::anyhow!(
-            "{} is locked by another process that is removing it ({e})",
-            dir.display()
-        )
-    })
+/// Fails when the snapshot is gone or another process is removing it. None: a snapshot made
+/// before snapshots had the lock file, in a store this user cannot write, cannot be marked;
+/// it is used unmarked (this user cannot remove it either).
+pub fn hold(dir: &Path) -> Result<Option<Hold>> {
+    let f = match open_in_use(dir) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && dir.join(RECORD).is_file() => {
+            return Ok(None)
+        }
+        Err(e) => {
+            return Err(e).with_context(|| {
+                format!("opening {} (no link followed)", dir.join(IN_USE).display())
+            })
+        }
+    };
+    nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockSharedNonblock)
+        .map(Some)
+        .map_err(|(_, e)| {
+            anyhow::anyhow!(
+                "{} is locked by another process that is removing it ({e})",
+                dir.display()
+            )
+        })
 }
 
 /// What [`remove_unless_in_use`] did.
@@ -814,9 +827,9 @@ mod tests {
         let r = made(&making);
         let dir = root.join("bookworm-0123456789abcdef");
         install(&making, &dir, &r).unwrap();
-        let held = hold(&dir).unwrap();
+        let held = hold(&dir).unwrap().unwrap();
         // A second run holds it too: holds are shared.
-        let held2 = hold(&dir).unwrap();
+        let held2 = hold(&dir).unwrap().unwrap();
         assert_eq!(remove_unless_in_use(&dir).unwrap(), Removal::InUse);
         assert!(dir.join(RECORD).is_file());
         drop(held);
@@ -908,7 +921,7 @@ mod tests {
             },
             "trixie",
         );
-        let held = hold(&held_stale).unwrap();
+        let held = hold(&held_stale).unwrap().unwrap();
         let swept = remove_stale(&spot, &key().qemu_version, &now);
         let removed: Vec<&Path> = swept
             .iter()
