@@ -2,6 +2,7 @@
 //! binary over SSH and archives, renders, reviews and verifies the reports it brings back.
 
 pub mod builder_vm;
+pub mod cache_inventory;
 pub mod cmd;
 pub mod compare;
 pub mod escape;

@@ -157,6 +157,45 @@ fn snapshots_are_made_once_resumed_after_and_never_used_when_bad() {
         assert_eq!(the_snapshot(&sb), snap);
     }
 
+    // A changed key leaves no old snapshot behind: once a run makes its new one, the image's
+    // snapshot of another QEMU goes too (a copy of this one, its record naming QEMU 0.1).
+    let snap = the_snapshot(&sb);
+    let name = snap.file_name().unwrap().to_string_lossy().into_owned();
+    let old = snap.with_file_name(format!(
+        "{}-ffffffffffffffff",
+        name.rsplit_once('-').unwrap().0
+    ));
+    let to_old_qemu = |d: &Path| {
+        let p = d.join("snapshot.json");
+        let s = std::fs::read_to_string(&p).unwrap();
+        std::fs::write(
+            &p,
+            s.replace("QEMU emulator version ", "QEMU emulator version 0.1 not "),
+        )
+        .unwrap();
+    };
+    let st = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(&snap)
+        .arg(&old)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    to_old_qemu(&old);
+    to_old_qemu(&snap);
+    let st = std::process::Command::new("chown")
+        .arg("-R")
+        .arg(format!("{}:{}", sb.uid, sb.gid))
+        .arg(&old)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let out = exec_ok(&sb, "echo still-works");
+    let err = stderr(&out);
+    assert!(err.contains("stale snapshot removed"), "{err}");
+    assert!(!old.exists(), "{err}");
+    assert_eq!(the_snapshot(&sb), snap);
+
     // A resume that never answers (its guest left stopped) is given up in seconds, and the
     // run boots cold instead, keeping the snapshot, which was not at fault.
     let snap = the_snapshot(&sb);

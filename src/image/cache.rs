@@ -224,6 +224,30 @@ pub fn lock(root: &Path) -> Result<nix::fcntl::Flock<std::fs::File>> {
         .map_err(|(_, e)| anyhow::anyhow!("locking {}: {e}", path.display()))
 }
 
+/// Takes the cache lock of the existing `root` without waiting: None when another process holds
+/// it.
+pub fn try_lock(root: &Path) -> Result<Option<nix::fcntl::Flock<std::fs::File>>> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = root.join(LOCK_FILE);
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
+        .open(&path)
+        .with_context(|| {
+            format!(
+                "opening the cache lock {} (no link followed)",
+                path.display()
+            )
+        })?;
+    match nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+        Ok(l) => Ok(Some(l)),
+        Err((_, nix::errno::Errno::EWOULDBLOCK)) => Ok(None),
+        Err((_, e)) => Err(anyhow::anyhow!("locking {}: {e}", path.display())),
+    }
+}
+
 /// Deletes an entry found bad, holding the cache lock. Under the lock the entry is checked
 /// again: one that another process has meanwhile replaced with a good entry is left alone.
 /// Returns whether it was deleted.
@@ -240,6 +264,56 @@ pub fn remove_bad_entry(dir: &Path, want: &Want) -> Result<bool> {
             Ok(true)
         }
     }
+}
+
+/// A manifest is a few hundred KiB at most (its package list); anything past this is not one.
+const MANIFEST_MAX: u64 = 8 << 20;
+
+/// The manifest of the entry in `dir`, read bounded and through no link (the entry itself, a
+/// link where an entry should be, is refused too). Its files are not hashed: this says what the
+/// entry claims to be, as a listing of the cache needs, not whether it can be trusted.
+pub fn read_manifest(dir: &Path) -> Result<Manifest> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let m = std::fs::symlink_metadata(dir).with_context(|| format!("reading {}", dir.display()))?;
+    if !m.is_dir() {
+        anyhow::bail!(
+            "{} is not a directory (a link is not followed)",
+            dir.display()
+        );
+    }
+    let path = dir.join(MANIFEST_FILE);
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
+        .open(&path)
+        .with_context(|| format!("opening {} (no link followed)", path.display()))?;
+    if !f.metadata()?.is_file() {
+        anyhow::bail!("{} is not a regular file", path.display());
+    }
+    let mut bytes = Vec::new();
+    f.take(MANIFEST_MAX + 1)
+        .read_to_end(&mut bytes)
+        .with_context(|| format!("reading {}", path.display()))?;
+    if bytes.len() as u64 > MANIFEST_MAX {
+        anyhow::bail!("{} is larger than {MANIFEST_MAX} bytes", path.display());
+    }
+    serde_json::from_slice(&bytes).with_context(|| format!("parsing {}", path.display()))
+}
+
+/// The entries directly under the cache `root` whose manifest reads ([`read_manifest`]), with
+/// it; links are not followed.
+pub fn entry_manifests(root: &Path) -> Vec<(PathBuf, Manifest)> {
+    let Ok(rd) = std::fs::read_dir(root) else {
+        return Vec::new();
+    };
+    let mut out: Vec<(PathBuf, Manifest)> = rd
+        .flatten()
+        .filter(|e| e.path().join(MANIFEST_FILE).exists())
+        .filter_map(|e| read_manifest(&e.path()).ok().map(|m| (e.path(), m)))
+        .collect();
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
 }
 
 fn write_stamps(dir: &Path, stamps: &BTreeMap<String, FileStat>) -> Result<()> {

@@ -28,7 +28,7 @@ pub struct InputFile {
     pub sha256: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Manifest {
     pub manifest_version: u32,
     pub image_name: String,

@@ -138,6 +138,12 @@ fn load_inputs(images_dir: &Path, name: &str) -> Result<Inputs> {
     })
 }
 
+/// The name of the cache entry the current definition of image `name` under `images_dir` gives
+/// (the key a build or a cache lookup uses), from its inputs; builds and checks nothing.
+pub fn current_entry_key(images_dir: &Path, name: &str) -> Result<String> {
+    Ok(load_inputs(images_dir, name)?.key)
+}
+
 /// The cache root the image's entry is (or will be) in: `--cache-dir`, or the default root.
 pub fn root_of(opts: &BuildOptions) -> Result<PathBuf> {
     match &opts.cache_dir {

@@ -31,6 +31,19 @@ pub enum Event {
     Stage { name: &'static str, took: Duration },
     /// A snapshot of this image and these settings was saved, for this and later runs.
     SnapshotMade { dir: PathBuf, state_bytes: u64 },
+    /// Once a snapshot was made: another of the image's snapshots, which no run here can use
+    /// any more (`why`), was removed, freeing `bytes`.
+    SnapshotRemoved {
+        dir: PathBuf,
+        why: String,
+        bytes: u64,
+    },
+    /// A stale snapshot was left: a running rig holds it, or removing it failed (`left`).
+    SnapshotLeft {
+        dir: PathBuf,
+        why: String,
+        left: String,
+    },
     /// The guest's init said it is ready and announced its host key.
     Ready { host_key: String },
     /// One SSH session, pinned to that host key and logged in; `after` counts from QEMU's
@@ -80,6 +93,14 @@ impl Event {
                 dir.display(),
                 state_bytes >> 20
             ),
+            Event::SnapshotRemoved { dir, why, bytes } => format!(
+                "stale snapshot removed: {} ({} MiB; {why})",
+                dir.display(),
+                bytes >> 20
+            ),
+            Event::SnapshotLeft { dir, why, left } => {
+                format!("stale snapshot left: {} ({why}; {left})", dir.display())
+            }
             Event::Ready { host_key } => format!("guest ready; host key {host_key}; connecting"),
             Event::LoggedIn { after } => format!(
                 "logged in over SSH {:.1} s after QEMU's start",

@@ -285,6 +285,9 @@ pub struct Session {
     serial_log: PathBuf,
     /// The snapshot this guest was resumed from; None after a cold boot.
     resumed_from: Option<Record>,
+    /// The image's snapshot this session resumed, held as in use until the session ends, so
+    /// that no other rig removes it meanwhile.
+    _snapshot_hold: Option<snapshot::Hold>,
 }
 
 /// A guest up and logged in, and how it came up.
@@ -293,6 +296,7 @@ struct Opened {
     guest: Guest,
     start: GuestStart,
     resumed_from: Option<Record>,
+    hold: Option<snapshot::Hold>,
 }
 
 /// A saved guest that sessions resume copies of (`Session::save_fork`): a snapshot directory
@@ -340,6 +344,7 @@ impl Session {
             memory_mib: spec.memory_mib,
             serial_log: spec.serial_log(),
             resumed_from: opened.resumed_from,
+            _snapshot_hold: opened.hold,
         }
     }
 
@@ -494,6 +499,7 @@ fn cold(
             ..GuestStart::default()
         },
         resumed_from: None,
+        hold: None,
     })
 }
 
@@ -601,10 +607,14 @@ fn try_resume(
     };
     // A resume that fails is told apart from one that was interrupted, which must end the run.
     let resumed =
-        |made: Option<&str>, dir: &Path, r: &Record, reason: String, sink: Sink| match resume(
-            spec, media, run_dir, dir, r, reason, sink,
-        ) {
+        |made: Option<&str>,
+         dir: &Path,
+         r: &Record,
+         reason: String,
+         hold: Option<snapshot::Hold>,
+         sink: Sink| match resume(spec, media, run_dir, dir, r, reason, sink) {
             Ok(mut o) => {
+                o.hold = hold;
                 if let Some(why) = made {
                     o.start.reason = format!("{why}: made one, then resumed it");
                 }
@@ -632,18 +642,24 @@ fn try_resume(
                     snapshot::discard(&dir);
                     format!("the snapshot could not be read ({e:#})")
                 }
-                Ok(Some(r)) => match snapshot::check(&dir, &r, &key) {
-                    Err(bad) => {
-                        snapshot::discard(&dir);
-                        format!("the snapshot was {bad}")
-                    }
-                    Ok(()) => return resumed(None, &dir, &r, reason, sink),
+                // Held before its check, so that no other rig removes it between the check and
+                // the end of this session.
+                Ok(Some(r)) => match snapshot::hold(&dir) {
+                    Err(e) => format!("the snapshot could not be held ({e:#})"),
+                    Ok(held) => match snapshot::check(&dir, &r, &key) {
+                        Err(bad) => {
+                            drop(held);
+                            snapshot::discard(&dir);
+                            format!("the snapshot was {bad}")
+                        }
+                        Ok(()) => return resumed(None, &dir, &r, reason, held, sink),
+                    },
                 },
             }
         }
     };
     match make(spec, media, spot, &version, sandbox, run_dir, sink)? {
-        Ok((dir, r)) => resumed(Some(&why), &dir, &r, r.accel_reason.clone(), sink),
+        Ok((dir, r, held)) => resumed(Some(&why), &dir, &r, r.accel_reason.clone(), held, sink),
         Err(e) => Ok(Err(format!(
             "{why}, and saving one failed, so this run booted cold: {e:#}"
         ))),
@@ -662,7 +678,7 @@ fn make(
     sandbox: bool,
     run_dir: &Path,
     sink: Sink,
-) -> Result<Result<(PathBuf, Record)>> {
+) -> Result<Result<(PathBuf, Record, Option<snapshot::Hold>)>> {
     let making = match snapshot::making_dir(&spot.root, &short_id()) {
         Ok(d) => d,
         Err(e) => return Ok(Err(e)),
@@ -723,7 +739,29 @@ fn make(
             dir: dir.clone(),
             state_bytes: r.state_bytes,
         });
-        Ok((dir, r))
+        let held = snapshot::hold(&dir).ok().flatten();
+        // The image's snapshots that no run can use any more go now, each unless a running
+        // rig holds it: a changed key must not leave the old one behind for good.
+        for swept in snapshot::remove_stale(spot, version, &dir) {
+            sink(&match swept.outcome {
+                Ok(snapshot::Removal::Removed(bytes)) => Event::SnapshotRemoved {
+                    dir: swept.dir,
+                    why: swept.why,
+                    bytes,
+                },
+                Ok(snapshot::Removal::InUse) => Event::SnapshotLeft {
+                    dir: swept.dir,
+                    why: swept.why,
+                    left: "a running rig holds it".into(),
+                },
+                Err(e) => Event::SnapshotLeft {
+                    dir: swept.dir,
+                    why: swept.why,
+                    left: format!("removing it failed: {e}"),
+                },
+            });
+        }
+        Ok((dir, r, held))
     })();
     up.started.qemu.stop();
     if saved.is_err() {
@@ -885,6 +923,7 @@ fn resume(
         guest,
         start,
         resumed_from: Some(r.clone()),
+        hold: None,
     })
 }
 

@@ -1,11 +1,13 @@
 //! Thin front end for the project's tasks, following the cargo-xtask convention:
-//! `cargo xtask image`, `cargo xtask vm-run`, `cargo xtask vm-exec`, `cargo xtask bench`. Everything real lives in the
+//! `cargo xtask image`, `cargo xtask vm-run`, `cargo xtask vm-exec`, `cargo xtask bench`,
+//! `cargo xtask cache`. Everything real lives in the
 //! sharedos-rig library; each subcommand that needs more than a call has its own module.
 
 // A front end prints its results and its one error line itself (ARCHITECTURE.md).
 #![allow(clippy::disallowed_macros)]
 
 mod bench;
+mod cache;
 mod compare;
 mod migrate;
 mod peers;
@@ -223,6 +225,12 @@ enum Command {
     /// included, one at a time through cargo-nextest, then each test's wall time, slowest first,
     /// and the total; JUnit XML goes to target/nextest/ci/junit.xml. Exits as the suite did.
     Test(test::TestArgs),
+    /// The image cache: `list` its items with size, age and whether anything current needs
+    /// them; `prune` what nothing current refers to (never what a running rig holds).
+    Cache {
+        #[command(subcommand)]
+        command: cache::CacheCommand,
+    },
     /// Benchmark of the cached image no-op alone.
     BenchImage {
         #[command(flatten)]
@@ -362,6 +370,7 @@ fn run_cli(cli: Cli) -> Result<i32> {
         }
         Command::VmMatrix(a) => vm_matrix(a),
         Command::Test(a) => test::run(a, &workspace()),
+        Command::Cache { command } => cache::cache(command),
         Command::BenchImage { opts, iterations } => {
             let opts = with_builder(opts, AccelChoice::Auto);
             print!("{}", bench::bench_image(&opts, iterations.max(1))?);
