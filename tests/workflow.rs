@@ -81,7 +81,10 @@ const KNOWN: &[Known] = &[
     },
     Known {
         command: "cargo test --workspace --lib --bins",
-        evidence: &[(".ci/run", "cargo test --workspace --locked -- --include-ignored")],
+        evidence: &[
+            (".ci/run", "\ncargo xtask test\n"),
+            ("xtask/src/test.rs", "\"--run-ignored\","),
+        ],
     },
     // vm-run of one image as an unprivileged user with --image, --accel auto, --out and no
     // --mode (the builder chooses): tests/vm_matrix.rs runs exactly that for its stale image,
@@ -238,7 +241,7 @@ fn every_workflow_command_is_one_the_project_runs_itself() {
     }
     // The files it names are the ones .ci/run runs: the whole test suite, ignored tests included.
     let ci = read(".ci/run");
-    assert!(ci.contains("cargo test --workspace --locked -- --include-ignored"));
+    assert!(ci.contains("\ncargo xtask test\n"));
 }
 
 #[test]

@@ -36,8 +36,9 @@ fn ensure_root(sb: &Sandbox) -> PathBuf {
 }
 
 /// Copies `image`'s entry into the sandbox's `cache`, building it into the seed first (in
-/// `mode`) when the seed does not hold the one this tree's definition gives.
-pub fn seed(sb: &Sandbox, cache: &str, image: &str, mode: &str) {
+/// `mode`) when the seed does not hold the one this tree's definition gives. Returns the entry's
+/// directory in the sandbox.
+pub fn seed(sb: &Sandbox, cache: &str, image: &str, mode: &str) -> PathBuf {
     let seed = ensure_root(sb);
     let out = sb.run_as_user(
         &sb.xtask,
@@ -62,7 +63,8 @@ pub fn seed(sb: &Sandbox, cache: &str, image: &str, mode: &str) {
     let rel = entry
         .strip_prefix(&seed)
         .unwrap_or_else(|_| panic!("{} is not in the seed cache", entry.display()));
-    copy_entry(sb, &entry, &sb.dir.join(cache).join(rel));
+    let copied = sb.dir.join(cache).join(rel);
+    copy_entry(sb, &entry, &copied);
     eprintln!("seeded {image} from {}", entry.display());
     // Its snapshots too: the rig checks each against its record (QEMU, image, QEMU line, file
     // hashes) before it resumes one, exactly as a user's.
@@ -74,6 +76,7 @@ pub fn seed(sb: &Sandbox, cache: &str, image: &str, mode: &str) {
             eprintln!("seeded the snapshot {}", snap.display());
         }
     }
+    copied
 }
 
 /// The snapshots of `image` in a store: `<image>-<16 hex>` (and not those of an image whose

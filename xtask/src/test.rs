@@ -9,14 +9,34 @@ use sharedos_rig::cmd::Cmd;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-/// The nextest profile `.config/nextest.toml` defines for the full suite.
-pub const PROFILE: &str = "ci";
+/// Which tests: each tier is a nextest profile of `.config/nextest.toml`, whose default filter
+/// picks its tests.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tier {
+    /// Every test but the extended tier's: `.ci/run`'s, within 40 minutes on 2 cores.
+    Ci,
+    /// What `.ci/run` leaves to the hosted workflow (on a schedule and on dispatch): the
+    /// guest-mode build of trixie under TCG (about 18 minutes here).
+    Extended,
+}
+
+impl Tier {
+    pub fn profile(self) -> &'static str {
+        match self {
+            Tier::Ci => "ci",
+            Tier::Extended => "extended",
+        }
+    }
+}
 
 /// The JUnit file is ours, but a cap keeps a damaged one from eating the machine.
 const MAX_JUNIT_BYTES: u64 = 64 << 20;
 
 #[derive(clap::Args)]
 pub struct TestArgs {
+    /// ci: every test .ci/run runs; extended: the slow tier the hosted workflow runs.
+    #[arg(long, value_enum, default_value = "ci")]
+    pub tier: Tier,
     /// Only the tests that need neither root nor a VM (no ignored tests): minutes less, for a
     /// quick look before the full run. The fast loop proper is `cargo test --workspace --lib --bins`.
     #[arg(long)]
@@ -35,7 +55,7 @@ pub fn nextest_cmd(cargo: &str, a: &TestArgs) -> Cmd {
         "--workspace",
         "--locked",
         "--profile",
-        PROFILE,
+        a.tier.profile(),
         "--run-ignored",
         if a.no_ignored { "default" } else { "all" },
     ]
@@ -57,7 +77,7 @@ pub fn run(a: TestArgs, workspace: &Path) -> Result<i32> {
              fix: run `sudo .ci/install-host --tests`, or `cargo install --locked cargo-nextest`"
         );
     }
-    let junit = junit_path(workspace);
+    let junit = junit_path(workspace, a.tier);
     // A report of an earlier run must not be taken for this one's.
     match std::fs::remove_file(&junit) {
         Ok(()) => {}
@@ -87,8 +107,8 @@ pub fn run(a: TestArgs, workspace: &Path) -> Result<i32> {
     Ok(code)
 }
 
-/// Where nextest's `ci` profile writes its JUnit: `<target>/nextest/ci/junit.xml`.
-pub fn junit_path(workspace: &Path) -> PathBuf {
+/// Where nextest's profile writes its JUnit: `<target>/nextest/<profile>/junit.xml`.
+pub fn junit_path(workspace: &Path, tier: Tier) -> PathBuf {
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| workspace.join("target"));
@@ -97,7 +117,10 @@ pub fn junit_path(workspace: &Path) -> PathBuf {
     } else {
         workspace.join(target)
     };
-    target.join("nextest").join(PROFILE).join("junit.xml")
+    target
+        .join("nextest")
+        .join(tier.profile())
+        .join("junit.xml")
 }
 
 fn read_bounded(path: &Path) -> Result<String> {
@@ -275,6 +298,7 @@ mod tests {
     #[test]
     fn the_suite_runs_every_test_through_the_ci_profile() {
         let a = TestArgs {
+            tier: Tier::Ci,
             no_ignored: false,
             nextest_args: vec!["-E".into(), "binary(vm_run)".into()],
         };
@@ -282,5 +306,33 @@ mod tests {
             nextest_cmd("cargo", &a).display(),
             "cargo nextest run --workspace --locked --profile ci --run-ignored all -E 'binary(vm_run)'"
         );
+    }
+
+    #[test]
+    fn each_tier_has_its_profile_and_junit() {
+        let a = TestArgs {
+            tier: Tier::Extended,
+            no_ignored: false,
+            nextest_args: vec![],
+        };
+        assert!(nextest_cmd("cargo", &a)
+            .display()
+            .contains("--profile extended --run-ignored all"));
+        let config = include_str!("../../.config/nextest.toml");
+        // One tier's filter is the other's complement: every test is in exactly one.
+        let filters: Vec<&str> = config
+            .lines()
+            .filter_map(|l| l.strip_prefix("default-filter = "))
+            .collect();
+        assert_eq!(filters.len(), 2, "{filters:?}");
+        assert_eq!(
+            filters[0],
+            format!("\"not ({})\"", filters[1].trim_matches('"')),
+            "the ci tier's filter must be `not (` the extended tier's `)`"
+        );
+        for t in [Tier::Ci, Tier::Extended] {
+            assert!(config.contains(&format!("[profile.{}]", t.profile())), "{t:?}");
+            assert!(junit_path(Path::new("/w"), t).ends_with(format!("{}/junit.xml", t.profile())));
+        }
     }
 }
