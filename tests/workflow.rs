@@ -57,6 +57,25 @@ const KNOWN: &[Known] = &[
             (".ci/install-host", "[ \"$allow_userns\" = 1 ] && \"$ci/allow-userns\""),
         ],
     },
+    // The extended tier's job: root installs what the tests need (cargo-nextest included) and
+    // runs the suite's other tier, as .ci/run does for the ci tier. The runner's PATH and HOME
+    // carry its cargo; KVM opened as in the vm-run jobs.
+    Known {
+        command: "sudo env \"PATH=$PATH\" \"HOME=$HOME\" .ci/install-host --tests --open-kvm",
+        evidence: &[
+            (".ci/run", "\n.ci/install-host --tests\n"),
+            (".ci/install-host", "[ \"$tests\" = 1 ] && install_nextest"),
+            (".ci/install-host", "[ \"$open_kvm\" = 1 ] && \"$ci/open-kvm\""),
+        ],
+    },
+    Known {
+        command: "sudo env \"PATH=$PATH\" \"HOME=$HOME\" CI=true cargo xtask test --tier extended",
+        evidence: &[
+            (".ci/run", "\ncargo xtask test\n"),
+            ("xtask/src/test.rs", "Tier::Extended => \"extended\","),
+            (".config/nextest.toml", "[profile.extended]"),
+        ],
+    },
     // The accelerator steps, run below on constructed reports with the workflow's own lines.
     Known {
         command: ".ci/accel summary \"reports/${{ matrix.image }}\" >> \"$GITHUB_STEP_SUMMARY\"",
@@ -245,13 +264,16 @@ fn every_workflow_command_is_one_the_project_runs_itself() {
 }
 
 #[test]
-fn only_package_installation_uses_sudo() {
+fn only_installation_and_the_extended_tier_use_sudo() {
     for c in run_blocks(&read(WORKFLOW)).into_iter().flatten() {
         if c.contains("sudo") {
+            // The extended tier's suite runs as root, as .ci/run runs the ci tier.
             assert!(
                 c == "sudo .ci/install-host"
-                    || c == "sudo .ci/install-host --open-kvm --allow-userns",
-                "sudo for something other than the install step: {c}"
+                    || c == "sudo .ci/install-host --open-kvm --allow-userns"
+                    || c == "sudo env \"PATH=$PATH\" \"HOME=$HOME\" .ci/install-host --tests --open-kvm"
+                    || c == "sudo env \"PATH=$PATH\" \"HOME=$HOME\" CI=true cargo xtask test --tier extended",
+                "sudo for something other than the install step or the extended tier: {c}"
             );
         }
     }
@@ -315,6 +337,9 @@ fn the_workflow_has_its_triggers_cache_summary_and_artifact() {
         "\n  push:\n",
         "\n  pull_request:\n",
         "\n  workflow_dispatch:\n",
+        "\n  schedule:\n",
+        "if: github.event_name == 'schedule' || github.event_name == 'workflow_dispatch'",
+        "run: sudo env \"PATH=$PATH\" \"HOME=$HOME\" CI=true cargo xtask test --tier extended",
         "runs-on: ubuntu-latest",
         "SHAREDOS_RIG_CACHE: ${{ github.workspace }}/.rig-cache",
         "uses: actions/cache@v5",
