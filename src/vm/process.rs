@@ -80,6 +80,13 @@ impl QemuProcess {
         }
     }
 
+    /// Waits up to `wait` from now (not from its spawn, as [`Self::wait_exit`]) for QEMU to
+    /// exit: for a QEMU told to quit after it ran for a while, such as one that saved its guest.
+    pub fn wait_exit_from_now(&mut self, wait: Duration) -> Result<Option<String>> {
+        let limit = self.started.elapsed().saturating_add(wait);
+        Ok(self.wait_exit(limit)?.map(|(how, _)| how))
+    }
+
     /// None while running, else how it ended.
     pub fn exited(&mut self) -> Option<String> {
         let child = self.child.as_mut()?;

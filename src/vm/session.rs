@@ -785,8 +785,10 @@ fn save_and_quit(
     let max = memory_mib.saturating_add(256).saturating_mul(1 << 20);
     let state = snapshot::save(&mut qmp, &run_dir.join("migrate.sock"), into, max, b.boot)?;
     let _ = qmp.execute("quit", None);
-    if qemu.wait_exit(b.ssh)?.is_none() {
-        bail!("QEMU did not quit after saving the guest");
+    // The bound runs from the quit: a guest saved after minutes of work is long past any
+    // bound counted from QEMU's spawn, and would fail here whenever QEMU took a moment to exit.
+    if qemu.wait_exit_from_now(b.ssh)?.is_none() {
+        bail!("QEMU did not quit within {:?} after saving the guest", b.ssh);
     }
     Ok(state)
 }
