@@ -51,11 +51,32 @@ pub struct Key {
     /// placeholders: the machine, CPU model, accelerator, memory, CPUs, kernel command line,
     /// devices and sandbox. The guest's init is in the image's sha256.
     pub argv: Vec<String>,
+    /// A layer's: the sha256 of the gate binary it holds, on top of the snapshot of the same key
+    /// without it (its base). None for a snapshot of a ready guest as it booted; left out of
+    /// the record then, so that a base's key and directory are what they were before layers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gate_sha256: Option<String>,
 }
 
 impl Key {
     pub fn sha256(&self) -> String {
         digest::sha256_hex(serde_json::to_string(self).unwrap_or_default().as_bytes())
+    }
+
+    /// The key of the layer over this snapshot that holds the gate binary of sha256 `gate`.
+    pub fn layer(&self, gate: &str) -> Key {
+        Key {
+            gate_sha256: Some(gate.to_string()),
+            ..self.clone()
+        }
+    }
+
+    /// The key of the snapshot a layer of this key is made over (itself for a base).
+    pub fn base(&self) -> Key {
+        Key {
+            gate_sha256: None,
+            ..self.clone()
+        }
     }
 
     /// The first field that differs from `want`, in words.
@@ -84,8 +105,29 @@ impl Key {
                 want.argv.get(at).map(String::as_str).unwrap_or("")
             ));
         }
+        if self.gate_sha256 != want.gate_sha256 {
+            let says = |g: &Option<String>| match g {
+                Some(sha) => format!("the gate binary of sha256 {sha}"),
+                None => "no gate binary".to_string(),
+            };
+            return Some(format!(
+                "it holds {}, and this run wants {}",
+                says(&self.gate_sha256),
+                says(&want.gate_sha256)
+            ));
+        }
         None
     }
+}
+
+/// A layer's record of the snapshot it was made over: its disk is that snapshot's disk, so a
+/// layer is used only while its base is still the one it was made over.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct BaseRef {
+    /// The base's directory name in the same store.
+    pub dir: String,
+    pub state_sha256: String,
+    pub disk_sha256: String,
 }
 
 /// `snapshot.json`.
@@ -105,6 +147,9 @@ pub struct Record {
     pub state_bytes: u64,
     pub disk_sha256: String,
     pub key_sha256: String,
+    /// A layer's base; None for a base.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base: Option<BaseRef>,
 }
 
 /// Where an image's snapshots are kept, and the image's identity.
@@ -136,6 +181,7 @@ impl Spot {
             kernel_sha256: self.kernel_sha256.clone(),
             initrd_sha256: self.initrd_sha256.clone(),
             argv,
+            gate_sha256: None,
         }
     }
 
@@ -230,6 +276,80 @@ pub fn check(dir: &Path, r: &Record, want: &Key) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Whether the base a layer in `dir` names (`base`) is still the snapshot it was made over: a
+/// plain name beside it in the same store, its record's state and disk the ones the layer
+/// recorded, its disk hashing as recorded (the layer's disk reads through it). Its state is
+/// not hashed: a layer's resume loads its own.
+pub fn check_base(dir: &Path, base: &BaseRef) -> Result<(), String> {
+    if image_of_dir(&base.dir).is_none() {
+        return Err(format!(
+            "damaged: its base {:?} is not a snapshot's name",
+            crate::escape::line(&base.dir)
+        ));
+    }
+    let Some(root) = dir.parent() else {
+        return Err("damaged: it is in no store".into());
+    };
+    let at = root.join(&base.dir);
+    let r = match load(&at) {
+        Ok(Some(r)) => r,
+        Ok(None) => return Err(format!("stale: its base {} is gone", base.dir)),
+        Err(e) => return Err(format!("stale: its base cannot be read ({e:#})")),
+    };
+    if (&r.state_sha256, &r.disk_sha256) != (&base.state_sha256, &base.disk_sha256) {
+        return Err(format!(
+            "stale: its base {} was made again since",
+            base.dir
+        ));
+    }
+    match digest::sha256_file(&at.join(DISK)) {
+        Ok((got, _)) if got == base.disk_sha256 => Ok(()),
+        Ok((got, _)) => Err(format!(
+            "damaged: its base's {DISK} has sha256 {got}, recorded {}",
+            base.disk_sha256
+        )),
+        Err(e) => Err(format!("damaged: its base's {DISK}: {e:#}")),
+    }
+}
+
+/// Whether a snapshot of key `other` is a layer of the same base as the layer of key `made`,
+/// holding another gate binary: the layer just made replaces it.
+pub fn replaced_layer(other: &Key, made: &Key) -> bool {
+    other.gate_sha256.is_some()
+        && other.gate_sha256 != made.gate_sha256
+        && other.base() == made.base()
+}
+
+/// Once the layer of key `made_key` is made (in `made`): removes the other layers of its base
+/// and settings, which hold another gate binary, each unless a running rig holds it.
+pub fn remove_replaced_layers(spot: &Spot, made: &Path, made_key: &Key) -> Vec<Swept> {
+    let mine = spot.dir_name_prefix();
+    let Ok(rd) = std::fs::read_dir(&spot.root) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for e in rd.flatten() {
+        let dir = e.path();
+        let name = e.file_name().to_string_lossy().into_owned();
+        if dir == made || image_of_dir(&name) != Some(mine.as_str()) {
+            continue;
+        }
+        let Ok(Some(r)) = load(&dir) else {
+            continue;
+        };
+        if !replaced_layer(&r.key, made_key) {
+            continue;
+        }
+        let why = format!(
+            "a layer of the same snapshot with another gate binary ({})",
+            r.key.gate_sha256.as_deref().unwrap_or("")
+        );
+        let outcome = remove_unless_in_use(&dir).map_err(|e| format!("{e:#}"));
+        out.push(Swept { dir, why, outcome });
+    }
+    out
 }
 
 /// Why no snapshot can be made under `root`, or None: the store, or the nearest directory above
@@ -658,6 +778,7 @@ pub fn record(
         state_bytes: state.1,
         disk_sha256,
         key_sha256,
+        base: None,
     }
 }
 
