@@ -832,6 +832,7 @@ mod tests {
             kernel_sha256: "b".repeat(64),
             initrd_sha256: "c".repeat(64),
             argv: vec!["qemu-system-x86_64".into()],
+            gate_sha256: None,
         }
     }
 

@@ -371,10 +371,59 @@ mod tests {
     }
 
     #[test]
-    fn prep_checks_the_binary_then_sets_the_clock() {
+    fn prep_sets_the_clock_then_hashes_the_binary_or_says_missing() {
         assert_eq!(
             prep_command("1764547200"),
-            "sha256sum /usr/local/bin/sharedos-gate && date -u -s @1764547200 >/dev/null"
+            "date -u -s @1764547200 >/dev/null && { sha256sum /usr/local/bin/sharedos-gate 2>/dev/null || echo missing; }"
         );
+    }
+
+    fn resumed(gate: Option<&str>) -> GuestStart {
+        GuestStart {
+            how: "resumed".into(),
+            snapshot: Some(sharedos_report::report::SnapshotRef {
+                state_sha256: "s".repeat(64),
+                gate_sha256: gate.map(String::from),
+                ..Default::default()
+            }),
+            ..GuestStart::default()
+        }
+    }
+
+    #[test]
+    fn only_a_guest_resumed_from_the_layer_of_this_binary_is_expected_to_hold_it() {
+        let host = "a".repeat(64);
+        assert!(expect_in_guest(Some(&resumed(Some(&host))), &host));
+        // A layer of another binary, the plain snapshot, a cold boot, no start at all.
+        assert!(!expect_in_guest(
+            Some(&resumed(Some(&"b".repeat(64)))),
+            &host
+        ));
+        assert!(!expect_in_guest(Some(&resumed(None)), &host));
+        assert!(!expect_in_guest(Some(&GuestStart::default()), &host));
+        assert!(!expect_in_guest(None, &host));
+        assert!(!expect_in_guest(Some(&resumed(Some(""))), ""));
+    }
+
+    #[test]
+    fn the_skip_decision_uses_only_a_binary_whose_sha_is_the_hosts() {
+        let host = "a".repeat(64);
+        let same = format!("{host}  /usr/local/bin/sharedos-gate\n");
+        let other = format!("{}  /usr/local/bin/sharedos-gate\n", "b".repeat(64));
+        // Held by the layer and the same: not copied again.
+        assert_eq!(next(false, &same, &host), Next::Use);
+        // Expected but another, or missing: copied in, then checked again.
+        assert_eq!(next(false, &other, &host), Next::Copy);
+        assert_eq!(next(false, "missing\n", &host), Next::Copy);
+        assert_eq!(next(false, "", &host), Next::Copy);
+        // Copied, and what arrived is another (corrupted) or missing: refused.
+        assert_eq!(next(true, &same, &host), Next::Use);
+        assert_eq!(next(true, &other, &host), Next::Refuse);
+        assert_eq!(next(true, "missing\n", &host), Next::Refuse);
+        // A prefix of the hash, or the hash later in the output, is not the hash.
+        assert_eq!(next(true, &host[..63], &host), Next::Refuse);
+        assert_eq!(next(true, &format!("x {host}"), &host), Next::Refuse);
+        let e = format!("{:#}", corrupted(&host, &other));
+        assert!(e.contains("fix:") && e.contains(&host), "{e}");
     }
 }

@@ -760,14 +760,28 @@ fn with_layer(
         why: why.clone(),
     });
     let since = Instant::now();
-    match make_layer(spec, media, spot, run_dir, (&base_dir, &base_r), &key, layer, sink) {
+    match make_layer(
+        spec,
+        media,
+        spot,
+        run_dir,
+        (&base_dir, &base_r),
+        &key,
+        layer,
+        sink,
+    ) {
         Ok((dir, r, held)) => {
             sink(&Event::Stage {
                 name: "layer_make",
                 took: since.elapsed(),
             });
             holds.extend(held);
-            Ok((dir, r, holds, Some(format!("{why}: made it, then resumed it"))))
+            Ok((
+                dir,
+                r,
+                holds,
+                Some(format!("{why}: made it, then resumed it")),
+            ))
         }
         Err(e) if signals::interrupted().is_some() => Err(e),
         Err(e) => Ok((
@@ -1501,5 +1515,21 @@ mod tests {
     fn tcg_bounds_are_wider() {
         let (k, t) = (bounds(Accel::Kvm), bounds(Accel::Tcg));
         assert!(t.boot > k.boot && t.ssh > k.ssh);
+    }
+
+    #[test]
+    fn a_layer_s_file_is_checked_by_its_whole_sha256() {
+        assert_eq!(
+            sha256_command("/usr/local/bin/sharedos-gate"),
+            "sha256sum /usr/local/bin/sharedos-gate"
+        );
+        let sha = "c".repeat(64);
+        assert!(sha256_matches(&format!("{sha}  /x\n"), &sha));
+        assert!(!sha256_matches(&format!("{}  /x\n", "d".repeat(64)), &sha));
+        assert!(!sha256_matches(
+            "sha256sum: /x: No such file or directory",
+            &sha
+        ));
+        assert!(!sha256_matches("", ""));
     }
 }

@@ -331,7 +331,10 @@ mod tests {
             "the ci tier's filter must be `not (` the extended tier's `)`"
         );
         for t in [Tier::Ci, Tier::Extended] {
-            assert!(config.contains(&format!("[profile.{}]", t.profile())), "{t:?}");
+            assert!(
+                config.contains(&format!("[profile.{}]", t.profile())),
+                "{t:?}"
+            );
             assert!(junit_path(Path::new("/w"), t).ends_with(format!("{}/junit.xml", t.profile())));
         }
     }
