@@ -647,12 +647,12 @@ fn try_resume(
         match resume(spec, media, run_dir, &dir, &r, reason, None, sink) {
             Ok(mut o) => {
                 o.hold = holds;
-                if let Some(why) = made {
-                    o.start.reason = format!("{why}: made one, then resumed it");
-                }
-                if let Some(note) = note {
-                    o.start.reason = format!("{}; {note}", o.start.reason);
-                }
+                o.start.reason = match (made, note) {
+                    (Some(why), Some(note)) => format!("{why}: made one, then resumed it; {note}"),
+                    (Some(why), None) => format!("{why}: made one, then resumed it"),
+                    (None, Some(note)) => note,
+                    (None, None) => o.start.reason,
+                };
                 Ok(Ok(o))
             }
             Err(e) if signals::interrupted().is_some() => Err(e),
@@ -728,14 +728,16 @@ fn with_layer(
     let key = base_r.key.layer(&layer.sha256);
     let dir = spot.dir(&key);
     let why = match snapshot::load(&dir) {
-        Ok(None) => "there was no layer holding this gate binary".to_string(),
+        Ok(None) => "there was no snapshot layer holding this gate binary".to_string(),
         Err(e) => {
             snapshot::discard(&dir);
-            format!("its layer could not be read ({e:#})")
+            format!("the snapshot layer holding this gate binary could not be read ({e:#})")
         }
         // Held before its check, as a base is.
         Ok(Some(r)) => match snapshot::hold(&dir) {
-            Err(e) => format!("its layer could not be held ({e:#})"),
+            Err(e) => {
+                format!("the snapshot layer holding this gate binary could not be held ({e:#})")
+            }
             Ok(held) => {
                 let checked = snapshot::check(&dir, &r, &key).and_then(|()| match &r.base {
                     Some(b) if b.dir == base_name => snapshot::check_base(&dir, b),
@@ -749,7 +751,7 @@ fn with_layer(
                     Err(bad) => {
                         drop(held);
                         snapshot::discard(&dir);
-                        format!("its layer was {bad}")
+                        format!("the snapshot layer holding this gate binary was {bad}")
                     }
                 }
             }
@@ -780,7 +782,7 @@ fn with_layer(
                 dir,
                 r,
                 holds,
-                Some(format!("{why}: made it, then resumed it")),
+                Some(format!("{why}: made it over the snapshot, then resumed it")),
             ))
         }
         Err(e) if signals::interrupted().is_some() => Err(e),
