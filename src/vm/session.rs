@@ -835,7 +835,7 @@ fn make_layer(
             run_dir,
             base_dir,
             base_r,
-            String::new(),
+            base_r.accel_reason.clone(),
             Some(&making),
             &mut quiet,
         )
