@@ -887,6 +887,12 @@ fn make_layer(
         });
         let dir = spot.dir(key);
         snapshot::install(&making, &dir, &r)?;
+        // Another rig that made the same layer meanwhile won the rename: its record is the one
+        // whose files are there.
+        let r = match snapshot::load(&dir) {
+            Ok(Some(there)) if there.key == r.key => there,
+            _ => r,
+        };
         Ok::<_, anyhow::Error>((dir, r))
     })();
     let (dir, r) = match made {
