@@ -207,6 +207,7 @@ pub fn spec(accel: AccelChoice, logs: &Path) -> SessionSpec {
         keep: false,
         start: Start::Cold,
         snapshot: None,
+        layer: None,
     }
 }
 

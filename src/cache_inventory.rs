@@ -220,6 +220,57 @@ pub fn classify(listing: &Listing, facts: &Facts) -> Vec<Verdict> {
             out[n] = Some(v);
         }
     }
+    // A layer reads its disk through its base's: a layer whose base is gone is stale, and a
+    // stale base a layer in use was made over stays.
+    let base_of = |r: &snapshot::Record| {
+        r.base
+            .as_ref()
+            .map(|b| format!("{}/{}", snapshot::DIR, b.dir))
+    };
+    for (n, item) in listing.items.iter().enumerate() {
+        let What::Snapshot(Ok(r)) = &item.what else {
+            continue;
+        };
+        let Some(base) = base_of(r) else {
+            continue;
+        };
+        let gate = r.key.gate_sha256.as_deref().unwrap_or("?");
+        let layer = format!(
+            "a layer holding the gate binary {} over {base}",
+            gate.get(..16).unwrap_or(gate)
+        );
+        if listing.items.iter().any(|i| i.name == base) {
+            if let Some(v) = out[n].as_mut() {
+                v.why = format!("{layer}; {}", v.why);
+            }
+        } else {
+            out[n] = Some(held(item, format!("{layer}, which is gone")));
+        }
+    }
+    for (n, item) in listing.items.iter().enumerate() {
+        if !matches!(&item.what, What::Snapshot(Ok(r)) if r.base.is_none())
+            || out[n].as_ref().map(|v| v.status) != Some(Status::Stale)
+        {
+            continue;
+        }
+        let layers: Vec<&str> = listing
+            .items
+            .iter()
+            .zip(&out)
+            .filter(|(i, v)| {
+                matches!(&i.what, What::Snapshot(Ok(r)) if base_of(r).as_deref() == Some(item.name.as_str()))
+                    && v.as_ref().is_some_and(|v| v.status == Status::InUse)
+            })
+            .map(|(i, _)| i.name.as_str())
+            .collect();
+        if !layers.is_empty() {
+            let why = out[n].as_ref().map(|v| v.why.clone()).unwrap_or_default();
+            out[n] = Some(verdict(
+                Status::InUse,
+                format!("{why}; but {} in use is made over it", layers.join(", ")),
+            ));
+        }
+    }
     // An entry a staying snapshot needs stays: its disk backs that snapshot's overlay.
     for (n, item) in listing.items.iter().enumerate() {
         let What::Entry(Ok(m)) = &item.what else {
@@ -832,6 +883,7 @@ mod tests {
             kernel_sha256: "b".repeat(64),
             initrd_sha256: "c".repeat(64),
             argv: vec!["qemu-system-x86_64".into()],
+            gate_sha256: None,
         }
     }
 
@@ -886,6 +938,70 @@ mod tests {
             .zip(classify(l, f))
             .map(|(i, v)| (i.name.clone(), v.status))
             .collect()
+    }
+
+    #[test]
+    fn a_layer_over_a_gone_base_is_stale_and_a_stale_base_under_a_layer_in_use_stays() {
+        let layer_of = |k: snapshot::Key, base: &str| {
+            let mut r = record(k.layer(&"9".repeat(64)));
+            r.base = Some(snapshot::BaseRef {
+                dir: base.into(),
+                state_sha256: "d".repeat(64),
+                disk_sha256: "e".repeat(64),
+            });
+            What::Snapshot(Ok(Box::new(r)))
+        };
+        let old = "QEMU emulator version 6.0";
+        let mut held_layer = it(
+            "snapshots/bookworm-2222222222222222",
+            layer_of(key(old, 'a'), "bookworm-1111111111111111"),
+        );
+        held_layer.held_by = vec![4242];
+        let l = Listing {
+            root: "/c".into(),
+            items: vec![
+                it("bookworm-current", What::Entry(Ok(Box::new(manifest('a'))))),
+                it(
+                    "snapshots/bookworm-0000000000000000",
+                    What::Snapshot(Ok(Box::new(record(key(QEMU, 'a'))))),
+                ),
+                it(
+                    "snapshots/bookworm-3333333333333333",
+                    layer_of(key(QEMU, 'a'), "bookworm-0000000000000000"),
+                ),
+                it(
+                    "snapshots/bookworm-4444444444444444",
+                    layer_of(key(QEMU, 'a'), "bookworm-5555555555555555"),
+                ),
+                // Made by another QEMU: stale, but its layer is in use.
+                it(
+                    "snapshots/bookworm-1111111111111111",
+                    What::Snapshot(Ok(Box::new(record(key(old, 'a'))))),
+                ),
+                held_layer,
+            ],
+        };
+        let v = classify(&l, &facts());
+        let st: Vec<Status> = v.iter().map(|v| v.status).collect();
+        assert_eq!(
+            st,
+            [
+                Status::Current,
+                Status::Current,
+                Status::Current,
+                Status::Stale,
+                Status::InUse,
+                Status::InUse
+            ],
+            "{v:?}"
+        );
+        assert!(
+            v[2].why.starts_with("a layer holding the gate binary 9999"),
+            "{}",
+            v[2].why
+        );
+        assert!(v[3].why.contains("which is gone"), "{}", v[3].why);
+        assert!(v[4].why.contains("in use is made over it"), "{}", v[4].why);
     }
 
     #[test]

@@ -150,9 +150,15 @@ fn full_run_archives_an_identified_report_that_verify_agrees_with(sb: &Sandbox, 
     assert_eq!(vm.image_builder_mode, "fakechroot");
     assert_eq!(vm.gate_binary_sha256.len(), 64);
     assert!(vm.guest_mem_used_mib.unwrap_or(0) > 0);
-    let phases: Vec<&str> = vm.phases.iter().map(|p| p.name.as_str()).collect();
-    // This run resumed the snapshot its sandbox's first run made (seeded or made here): its
-    // boot is the resume's four stages.
+    // This run resumed the snapshot its sandbox's first run made (seeded or made here), through
+    // the layer that holds this gate binary (made here first unless the seed had it: then the
+    // phase layer_make comes first): its boot is the resume's four stages.
+    let phases: Vec<&str> = vm
+        .phases
+        .iter()
+        .map(|p| p.name.as_str())
+        .filter(|p| *p != "layer_make")
+        .collect();
     assert_eq!(
         phases,
         [
@@ -292,6 +298,28 @@ fn density_of_three_copies_is_measured_and_verified(sb: &Sandbox, gate: &Path) {
             .collect::<String>()
     };
     assert_eq!(out.status.code(), Some(3), "{stderr}\ngates:\n{}", gates());
+    // The second run with one gate binary resumed the layer the first one left, which holds
+    // it: the binary was not copied again, and was still checked against the host's sha256.
+    let vm = r.vm.as_ref().expect("vm provenance");
+    let snap = vm.start.as_ref().and_then(|s| s.snapshot.as_ref());
+    assert_eq!(
+        snap.and_then(|s| s.gate_sha256.as_deref()),
+        Some(vm.gate_binary_sha256.as_str()),
+        "{stderr}"
+    );
+    assert!(snap.is_some_and(|s| s.base_state_sha256.is_some()));
+    assert!(
+        !vm.phases.iter().any(|p| p.name == "layer_make"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!(
+            "gate binary not copied again: the guest was resumed from the snapshot layer that holds it; sha256 checked in the guest: {}",
+            vm.gate_binary_sha256
+        )),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("gate binary copied in"), "{stderr}");
     assert_eq!(r.options.copies, Some(Copies::Count(3)));
     let names: Vec<GateName> = r.gates.iter().map(|g| g.name).collect();
     assert_eq!(names, GateName::sequence(true));
@@ -394,7 +422,8 @@ fn app_tokens(r: &sharedos_report::report::Report) -> std::collections::BTreeSet
 }
 
 /// The next run (the fidelity options) must find the damage before QEMU loads the state, make
-/// the snapshot again, and say why in its report.
+/// the snapshot again, and say why in its report. The snapshot these runs resume is the layer
+/// that holds their gate binary (its key_sha256 names its directory).
 fn damage_the_snapshots_state(sb: &Sandbox) {
     let r = read_report(&sb.dir.join("reports/run"));
     let key = r.vm.unwrap().start.unwrap().snapshot.unwrap().key_sha256;
@@ -424,19 +453,29 @@ fn fidelity_options_all_at_once(sb: &Sandbox, gate: &Path) {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_ne!(out.status.code(), Some(2), "the rig failed:\n{stderr}");
     let r = read_report(&out_dir);
-    // The snapshot's state was damaged just before this run.
+    // The state of the layer holding the gate binary was damaged just before this run: it
+    // was refused and made again over the snapshot, which passed its checks.
     let start = r.vm.as_ref().unwrap().start.clone().unwrap();
     assert_eq!(start.how, "resumed");
     assert!(
-        start
-            .reason
-            .starts_with("the snapshot was damaged: state has sha256"),
+        start.reason.starts_with(
+            "the snapshot layer holding this gate binary was damaged: state has sha256"
+        ),
         "{start:?}"
     );
     assert!(
-        start.reason.ends_with("made one, then resumed it"),
+        start
+            .reason
+            .ends_with("made it over the snapshot, then resumed it"),
         "{start:?}"
     );
+    assert!(r
+        .vm
+        .as_ref()
+        .unwrap()
+        .phases
+        .iter()
+        .any(|p| p.name == "layer_make"));
     let summary: String = r
         .gates
         .iter()

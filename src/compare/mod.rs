@@ -452,7 +452,7 @@ fn make_fork(
     let session = run::boot::open(base, entry, obs)?;
     let accel = session.accel();
     let idle = host_mem(session.qemu_pid()).ok();
-    gates::copy(session.guest(), base, obs)?;
+    gates::copy(session.guest(), Some(session.start()), base, obs)?;
     let b = run::bounds(accel);
     let mut args = fork::diagnose_args(b.gates);
     args.extend(workload_args(workload));

@@ -2,14 +2,16 @@
 //! The session ends QEMU on every path: a failure drops it, and a signal ends it through the
 //! watchdog even under `--keep-vm`; only a run that reached its end keeps it.
 
-use super::{Observed, VmRunOptions};
+use super::{Observed, VmRunOptions, GUEST_GATE};
 use crate::image::ImageEntry;
 use crate::vm::accel_cache::Spot;
 use crate::vm::qemu::Network;
 use crate::vm::session::short_id;
+use crate::vm::session::Layer;
 use crate::vm::snapshot;
 use crate::vm::{GuestMedia, Session, SessionSpec, Start};
-use anyhow::Result;
+use anyhow::{Context, Result};
+use sharedos_report::digest;
 use std::path::Path;
 use std::time::Instant;
 
@@ -31,6 +33,7 @@ pub fn spec(opts: &VmRunOptions, name: &str, logs: &Path) -> SessionSpec {
             Start::Resume
         },
         snapshot: None,
+        layer: None,
     }
 }
 
@@ -41,6 +44,7 @@ pub fn open(opts: &VmRunOptions, entry: &ImageEntry, obs: &mut Observed) -> Resu
     let spec = SessionSpec {
         accel_cache: Spot::of_image(entry),
         snapshot: snapshot::Spot::of_image(entry),
+        layer: gate_layer(opts)?,
         ..spec(opts, &short_id(), &obs.report_dir)
     };
     let session = Session::open(&spec, &GuestMedia::of(entry), &mut obs.vm_sink());
@@ -48,6 +52,26 @@ pub fn open(opts: &VmRunOptions, entry: &ImageEntry, obs: &mut Observed) -> Resu
         obs.phase("boot_to_ssh", t);
     }
     session
+}
+
+/// The layer a resumed run with a gate binary resumes: the one over the image's snapshot that
+/// holds this binary (by its sha256) at [`GUEST_GATE`]. None when booting cold or without one.
+pub fn gate_layer(opts: &VmRunOptions) -> Result<Option<Layer>> {
+    if opts.cold || opts.gate_binary.as_os_str().is_empty() {
+        return Ok(None);
+    }
+    let (sha256, _) = digest::sha256_file(&opts.gate_binary).with_context(|| {
+        format!(
+            "hashing the gate binary {}\nfix: build it again (`cargo xtask vm-run` builds it) or give a readable one with --gate-binary",
+            opts.gate_binary.display()
+        )
+    })?;
+    Ok(Some(Layer {
+        file: opts.gate_binary.clone(),
+        sha256,
+        guest_path: GUEST_GATE.into(),
+        mode: 0o755,
+    }))
 }
 
 /// Why this run's guest could not be resumed from a snapshot, told before anything boots, or

@@ -6,10 +6,11 @@ use super::{
 };
 use crate::cmd::{self, Cmd};
 use crate::escape::{self, line as one_line};
+use crate::vm::session;
 use crate::vm::ssh::Guest;
 use anyhow::{bail, Context, Result};
 use sharedos_report::digest;
-use sharedos_report::report::REPORT_FILE;
+use sharedos_report::report::{GuestStart, REPORT_FILE};
 use sharedos_report::text::shell_words;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -103,43 +104,121 @@ pub fn check_args(gate: &std::path::Path, args: &[String]) -> Result<()> {
     Err(said.context(head))
 }
 
-/// One round trip (each costs a second or so under TCG): check the binary that arrived, and
-/// stamp the guest clock from the host so the report's timestamps are true (the guest has only
-/// the emulated RTC).
+/// One round trip (each costs a second or so under TCG): stamp the guest clock from the host so
+/// the report's timestamps are true (the guest has only the emulated RTC), and hash the gate
+/// binary there (`missing` when there is none). After a copy it checks what arrived; in a guest
+/// resumed from the layer that holds the binary it is the only look at it before use.
 pub fn prep_command(epoch_seconds: &str) -> String {
-    format!("sha256sum {GUEST_GATE} && date -u -s @{epoch_seconds} >/dev/null")
+    format!(
+        "date -u -s @{epoch_seconds} >/dev/null && {{ {} 2>/dev/null || echo missing; }}",
+        session::sha256_command(GUEST_GATE)
+    )
 }
 
-/// Copies the gate binary in and checks its sha256 there; sets the guest clock.
-pub fn copy(guest: &Guest, opts: &VmRunOptions, obs: &mut Observed) -> Result<()> {
+/// Whether the guest should hold the gate binary of sha256 `host_sha256` already: it was
+/// resumed from the snapshot layer made with that binary. Only then is the copy left for after
+/// the check; any other guest gets the binary before the one round trip that checks it.
+pub fn expect_in_guest(start: Option<&GuestStart>, host_sha256: &str) -> bool {
+    start
+        .and_then(|s| s.snapshot.as_ref())
+        .and_then(|snap| snap.gate_sha256.as_deref())
+        .is_some_and(|sha| !host_sha256.is_empty() && sha == host_sha256)
+}
+
+/// What the copy does once the guest's sha256 of the binary is known.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    /// The binary in the guest is the host's: use it.
+    Use,
+    /// It was not copied yet, and the guest's is missing or another: copy it in, check again.
+    Copy,
+    /// It was copied, and what arrived is another: refuse it.
+    Refuse,
+}
+
+/// The skip decision: `copied` whether this run sent the binary before the check, `printed`
+/// what the guest's hash printed, `host_sha256` the host's.
+pub fn next(copied: bool, printed: &str, host_sha256: &str) -> Next {
+    match (session::sha256_matches(printed, host_sha256), copied) {
+        (true, _) => Next::Use,
+        (false, false) => Next::Copy,
+        (false, true) => Next::Refuse,
+    }
+}
+
+/// The gate binary in the guest, checked against the host's sha256, and the guest clock set.
+/// A guest resumed from the layer that holds this binary is not sent it again: the prep's
+/// check finds it (and a guest whose binary differs gets it copied in and checked again).
+pub fn copy(
+    guest: &Guest,
+    start: Option<&GuestStart>,
+    opts: &VmRunOptions,
+    obs: &mut Observed,
+) -> Result<()> {
     let t = Instant::now();
     let (gate_sha, _) = digest::sha256_file(&opts.gate_binary)
         .with_context(|| format!("hashing {}", opts.gate_binary.display()))?;
     obs.vm.gate_binary_sha256 = gate_sha.clone();
     guest.set_timeout(Duration::from_secs(60 * 4));
-    guest
-        .upload(&opts.gate_binary, GUEST_GATE, 0o755)
-        .context("copying the gate binary into the guest")?;
+    let held = expect_in_guest(start, &gate_sha);
+    if !held {
+        upload_gate(guest, opts)?;
+    }
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default()
         .as_secs();
     let prep = guest.exec(&prep_command(&now.to_string()))?;
-    let in_guest = prep.output.split_whitespace().next().unwrap_or("");
-    if in_guest != gate_sha {
-        bail!(
-            "the gate binary arrived corrupted: sha256 on the host {gate_sha}, in the guest {:?}",
-            one_line(&sharedos_report::text::tail(&prep.output, 3, 500))
-        );
-    }
     if prep.status != 0 {
         bail!(
-            "setting the guest clock failed: {}",
+            "setting the guest clock failed: {}\nfix: run again; with --cold if it recurs",
             one_line(&sharedos_report::text::tail(&prep.output, 3, 500))
         );
     }
+    let (copied, why) = match next(!held, &prep.output, &gate_sha) {
+        Next::Use if held => (
+            false,
+            "the guest was resumed from the snapshot layer that holds it".to_string(),
+        ),
+        Next::Use => (true, "the guest had none".to_string()),
+        Next::Refuse => return Err(corrupted(&gate_sha, &prep.output)),
+        Next::Copy => {
+            // The layer's binary is not this one after all: copied in, checked again.
+            upload_gate(guest, opts)?;
+            let check = guest.exec(&session::sha256_command(GUEST_GATE))?;
+            if next(true, &check.output, &gate_sha) != Next::Use {
+                return Err(corrupted(&gate_sha, &check.output));
+            }
+            (
+                true,
+                format!(
+                    "the one in the snapshot layer hashed {:?}, not this one",
+                    one_line(&sharedos_report::text::tail(&prep.output, 1, 200))
+                ),
+            )
+        }
+    };
+    obs.send(Event::GateBinary {
+        sha256: gate_sha,
+        copied,
+        why,
+    });
     obs.phase("copy", t);
     Ok(())
+}
+
+fn upload_gate(guest: &Guest, opts: &VmRunOptions) -> Result<()> {
+    guest
+        .upload(&opts.gate_binary, GUEST_GATE, 0o755)
+        .context("copying the gate binary into the guest")
+}
+
+fn corrupted(host: &str, printed: &str) -> anyhow::Error {
+    anyhow::anyhow!(
+        "the gate binary in the guest is not the host's: sha256 on the host {host}, in the guest {:?}\n\
+         fix: run again; if it recurs, run with --cold (a damaged snapshot layer is made again when its files no longer hash as recorded)",
+        one_line(&sharedos_report::text::tail(printed, 3, 500))
+    )
 }
 
 /// Sends `files` in, each to its guest path, and checks each one's sha256 there.
@@ -292,10 +371,59 @@ mod tests {
     }
 
     #[test]
-    fn prep_checks_the_binary_then_sets_the_clock() {
+    fn prep_sets_the_clock_then_hashes_the_binary_or_says_missing() {
         assert_eq!(
             prep_command("1764547200"),
-            "sha256sum /usr/local/bin/sharedos-gate && date -u -s @1764547200 >/dev/null"
+            "date -u -s @1764547200 >/dev/null && { sha256sum /usr/local/bin/sharedos-gate 2>/dev/null || echo missing; }"
         );
+    }
+
+    fn resumed(gate: Option<&str>) -> GuestStart {
+        GuestStart {
+            how: "resumed".into(),
+            snapshot: Some(sharedos_report::report::SnapshotRef {
+                state_sha256: "s".repeat(64),
+                gate_sha256: gate.map(String::from),
+                ..Default::default()
+            }),
+            ..GuestStart::default()
+        }
+    }
+
+    #[test]
+    fn only_a_guest_resumed_from_the_layer_of_this_binary_is_expected_to_hold_it() {
+        let host = "a".repeat(64);
+        assert!(expect_in_guest(Some(&resumed(Some(&host))), &host));
+        // A layer of another binary, the plain snapshot, a cold boot, no start at all.
+        assert!(!expect_in_guest(
+            Some(&resumed(Some(&"b".repeat(64)))),
+            &host
+        ));
+        assert!(!expect_in_guest(Some(&resumed(None)), &host));
+        assert!(!expect_in_guest(Some(&GuestStart::default()), &host));
+        assert!(!expect_in_guest(None, &host));
+        assert!(!expect_in_guest(Some(&resumed(Some(""))), ""));
+    }
+
+    #[test]
+    fn the_skip_decision_uses_only_a_binary_whose_sha_is_the_hosts() {
+        let host = "a".repeat(64);
+        let same = format!("{host}  /usr/local/bin/sharedos-gate\n");
+        let other = format!("{}  /usr/local/bin/sharedos-gate\n", "b".repeat(64));
+        // Held by the layer and the same: not copied again.
+        assert_eq!(next(false, &same, &host), Next::Use);
+        // Expected but another, or missing: copied in, then checked again.
+        assert_eq!(next(false, &other, &host), Next::Copy);
+        assert_eq!(next(false, "missing\n", &host), Next::Copy);
+        assert_eq!(next(false, "", &host), Next::Copy);
+        // Copied, and what arrived is another (corrupted) or missing: refused.
+        assert_eq!(next(true, &same, &host), Next::Use);
+        assert_eq!(next(true, &other, &host), Next::Refuse);
+        assert_eq!(next(true, "missing\n", &host), Next::Refuse);
+        // A prefix of the hash, or the hash later in the output, is not the hash.
+        assert_eq!(next(true, &host[..63], &host), Next::Refuse);
+        assert_eq!(next(true, &format!("x {host}"), &host), Next::Refuse);
+        let e = format!("{:#}", corrupted(&host, &other));
+        assert!(e.contains("fix:") && e.contains(&host), "{e}");
     }
 }

@@ -142,7 +142,7 @@ fn run_phases(opts: &VmRunOptions, obs: &mut Observed) -> Result<Report> {
     let entry = image_phase(opts, obs)?;
     let session = boot::open(opts, &entry, obs)?;
     let guest = session.guest();
-    gates::copy(guest, opts, obs)?;
+    gates::copy(guest, Some(session.start()), opts, obs)?;
     gates::send_files(guest, &opts.upload, obs)?;
     let b = bounds(session.accel());
     let gates_bound = Bounds {
@@ -201,7 +201,7 @@ fn exec_in_guest(
     let entry = image_phase(opts, &mut obs)?;
     let session: Session = boot::open(opts, &entry, &mut obs)?;
     if !opts.gate_binary.as_os_str().is_empty() {
-        gates::copy(session.guest(), opts, &mut obs)?;
+        gates::copy(session.guest(), Some(session.start()), opts, &mut obs)?;
     }
     let code = session.guest().exec_lines(
         &command.join(" "),

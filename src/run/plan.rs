@@ -75,6 +75,21 @@ fn write_boot(s: &mut String, opts: &VmRunOptions, report_dir: &Path) -> std::fm
             writeln!(s, "[resume {}]\n    {}", accel.as_str(), cmd.display())?;
         }
         writeln!(s, "[resume ssh] over the snapshot's key: the clock, host entropy and a CRNG reseed, this run's key, a nonce echoed; then one session with this run's key")?;
+        if !opts.gate_binary.as_os_str().is_empty() {
+            writeln!(
+                s,
+                "[snapshot layer] the layer over that snapshot keyed also by the gate binary's sha256 is resumed instead, the same way; when there is none, or it fails its checks (its base's disk included), it is made first: the snapshot resumed onto the layer's own overlay, the binary copied in and checked, then saved over QMP; layers of the same snapshot with another binary go unless a running rig holds them\n    {}\n    {}   (stdin: {})\n    {}",
+                qemu::overlay_on_cmd(
+                    Path::new("../<snapshot>/disk.qcow2"),
+                    "qcow2",
+                    Path::new("<layer being made>/disk.qcow2")
+                )
+                .display(),
+                ssh::upload_command(GUEST_GATE, 0o755),
+                opts.gate_binary.display(),
+                session::sha256_command(GUEST_GATE)
+            )?;
+        }
     }
     writeln!(s, "[ssh] one session to 127.0.0.1:<free port>, host key pinned from SHAREDOS-HOSTKEY on the console")
 }
@@ -82,6 +97,11 @@ fn write_boot(s: &mut String, opts: &VmRunOptions, report_dir: &Path) -> std::fm
 /// What vm-run does over the session, the guest's own plan, and where the report goes.
 fn write_run(s: &mut String, opts: &VmRunOptions, report_dir: &Path) -> std::fmt::Result {
     let b = bounds(qemu::Accel::Tcg);
+    writeln!(
+        s,
+        "    (the copy below is left out for a guest resumed from the layer that holds this binary; the prep then checks it, and a binary of another sha256 is copied in and checked again with `{}`)",
+        session::sha256_command(GUEST_GATE)
+    )?;
     writeln!(
         s,
         "    {}   (stdin: {})",

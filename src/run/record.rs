@@ -23,6 +23,13 @@ pub enum Event {
     Gates { command: String },
     /// One of the guest's `gate N/M ...` progress lines.
     Gate { line: String },
+    /// The gate binary in the guest is the host's (its sha256 checked there): copied in, or
+    /// already there (`why`) and not copied again.
+    GateBinary {
+        sha256: String,
+        copied: bool,
+        why: String,
+    },
 }
 
 impl Event {
@@ -36,6 +43,20 @@ impl Event {
             Event::Gates { command } => Some(format!("gates: {command}")),
             // The guest's words: one line, escaped, however the guest wrote them.
             Event::Gate { line } => Some(format!("  {}", one_line(line))),
+            Event::GateBinary {
+                sha256,
+                copied: true,
+                why,
+            } => Some(format!(
+                "gate binary copied in ({why}), sha256 checked in the guest: {sha256}"
+            )),
+            Event::GateBinary {
+                sha256,
+                copied: false,
+                why,
+            } => Some(format!(
+                "gate binary not copied again: {why}; sha256 checked in the guest: {sha256}"
+            )),
         }
     }
 }

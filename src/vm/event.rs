@@ -29,6 +29,9 @@ pub enum Event {
     /// A stage of a resume took `took`: where a resume's time goes (the state into QEMU, the
     /// guest's first answer, its setup, the login with the run's own key).
     Stage { name: &'static str, took: Duration },
+    /// No layer over the snapshot `base` holds the session's file (`why`): one is being made
+    /// (the base resumed, the file put in and checked, the guest saved).
+    LayerMaking { base: PathBuf, why: String },
     /// A snapshot of this image and these settings was saved, for this and later runs.
     SnapshotMade { dir: PathBuf, state_bytes: u64 },
     /// Once a snapshot was made: another of the image's snapshots, which no run here can use
@@ -77,6 +80,13 @@ impl Event {
                 format!("port {port} was taken; retrying with another (attempt {attempt})")
             }
             Event::GuestStart(s) => match &s.snapshot {
+                Some(snap) if snap.gate_sha256.is_some() => format!(
+                    "resumed snapshot layer {} (gate binary {}) made at {} ({})",
+                    &snap.state_sha256[..snap.state_sha256.len().min(12)],
+                    snap.gate_sha256.as_deref().unwrap_or(""),
+                    snap.made_at,
+                    s.reason
+                ),
                 Some(snap) => format!(
                     "resumed snapshot {} made at {} ({})",
                     &snap.state_sha256[..snap.state_sha256.len().min(12)],
@@ -88,6 +98,10 @@ impl Event {
             Event::Stage { name, took } => {
                 format!("{name}: {:.2} s", took.as_secs_f64())
             }
+            Event::LayerMaking { base, why } => format!(
+                "{why}: making it over snapshot {}: resume, copy the gate binary in, check its sha256, save ...",
+                base.display()
+            ),
             Event::SnapshotMade { dir, state_bytes } => format!(
                 "snapshot saved: {} ({} MiB of machine state)",
                 dir.display(),

@@ -53,6 +53,34 @@ pub struct SessionSpec {
     pub start: Start,
     /// Where the image's snapshots are kept; None: every start is cold.
     pub snapshot: Option<snapshot::Spot>,
+    /// A resume's file to find in the guest: the layer over the image's snapshot that holds
+    /// it is resumed instead, made first when there is none. None: the plain snapshot.
+    pub layer: Option<Layer>,
+}
+
+/// A file a snapshot layer holds in the guest (the gate binary): what decides the layer is its
+/// sha256, which its key carries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layer {
+    /// The file on the host.
+    pub file: PathBuf,
+    /// Its sha256, as the host hashed it.
+    pub sha256: String,
+    /// Where it goes in the guest (absolute).
+    pub guest_path: String,
+    /// Its mode there.
+    pub mode: u32,
+}
+
+/// The guest's command that hashes `guest_path`: its first word is the sha256, or the command
+/// fails when the file is missing.
+pub fn sha256_command(guest_path: &str) -> String {
+    format!("sha256sum {guest_path}")
+}
+
+/// Whether the first word of what [`sha256_command`] printed in the guest is `want`.
+pub fn sha256_matches(printed: &str, want: &str) -> bool {
+    !want.is_empty() && printed.split_whitespace().next() == Some(want)
 }
 
 impl SessionSpec {
@@ -285,9 +313,9 @@ pub struct Session {
     serial_log: PathBuf,
     /// The snapshot this guest was resumed from; None after a cold boot.
     resumed_from: Option<Record>,
-    /// The image's snapshot this session resumed, held as in use until the session ends, so
-    /// that no other rig removes it meanwhile.
-    _snapshot_hold: Option<snapshot::Hold>,
+    /// The image's snapshot this session resumed (a layer and its base), held as in use until
+    /// the session ends, so that no other rig removes it meanwhile.
+    _snapshot_hold: Vec<snapshot::Hold>,
 }
 
 /// A guest up and logged in, and how it came up.
@@ -296,7 +324,7 @@ struct Opened {
     guest: Guest,
     start: GuestStart,
     resumed_from: Option<Record>,
-    hold: Option<snapshot::Hold>,
+    hold: Vec<snapshot::Hold>,
 }
 
 /// A saved guest that sessions resume copies of (`Session::save_fork`): a snapshot directory
@@ -366,6 +394,7 @@ impl Session {
             &fork.dir,
             &fork.record,
             fork.record.accel_reason.clone(),
+            None,
             sink,
         )?;
         opened.start.reason = "a copy of a VM fork this run saved with the tree up".into();
@@ -499,7 +528,7 @@ fn cold(
             ..GuestStart::default()
         },
         resumed_from: None,
-        hold: None,
+        hold: Vec::new(),
     })
 }
 
@@ -606,18 +635,24 @@ fn try_resume(
         return Ok(Err("this image has no snapshot store".into()));
     };
     // A resume that fails is told apart from one that was interrupted, which must end the run.
-    let resumed =
-        |made: Option<&str>,
-         dir: &Path,
-         r: &Record,
-         reason: String,
-         hold: Option<snapshot::Hold>,
-         sink: Sink| match resume(spec, media, run_dir, dir, r, reason, sink) {
+    // With a layer asked for, the base found or made is resumed through its layer instead.
+    let resumed = |made: Option<&str>,
+                   dir: &Path,
+                   r: &Record,
+                   reason: String,
+                   hold: Option<snapshot::Hold>,
+                   sink: Sink| {
+        let base = (dir.to_path_buf(), r.clone(), hold);
+        let (dir, r, holds, note) = with_layer(spec, media, spot, run_dir, base, sink)?;
+        match resume(spec, media, run_dir, &dir, &r, reason, None, sink) {
             Ok(mut o) => {
-                o.hold = hold;
-                if let Some(why) = made {
-                    o.start.reason = format!("{why}: made one, then resumed it");
-                }
+                o.hold = holds;
+                o.start.reason = match (made, note) {
+                    (Some(why), Some(note)) => format!("{why}: made one, then resumed it; {note}"),
+                    (Some(why), None) => format!("{why}: made one, then resumed it"),
+                    (None, Some(note)) => note,
+                    (None, None) => o.start.reason,
+                };
                 Ok(Ok(o))
             }
             Err(e) if signals::interrupted().is_some() => Err(e),
@@ -628,7 +663,8 @@ fn try_resume(
                 };
                 Ok(Err(format!("{failed}, so this run booted cold: {e:#}")))
             }
-        };
+        }
+    };
     let version = super::qemu_version()?;
     let sandbox = super::sandbox_available();
     let why = match accel::settled(spec.accel, spec.accel_cache.as_ref()) {
@@ -663,6 +699,242 @@ fn try_resume(
         Err(e) => Ok(Err(format!(
             "{why}, and saving one failed, so this run booted cold: {e:#}"
         ))),
+    }
+}
+
+/// The snapshot a resume of the base `base` (its directory, record and hold) resumes: with no
+/// layer asked for, the base; else the layer over it that holds the spec's file, checked as a
+/// snapshot is (its key with the file's sha256, its files, its base still the one it was made
+/// over), and made first when there is none or it fails a check. A layer that cannot be made
+/// leaves the base, with why (the note). The outer error is an interrupt.
+#[allow(clippy::type_complexity)]
+fn with_layer(
+    spec: &SessionSpec,
+    media: &GuestMedia,
+    spot: &snapshot::Spot,
+    run_dir: &Path,
+    base: (PathBuf, Record, Option<snapshot::Hold>),
+    sink: Sink,
+) -> Result<(PathBuf, Record, Vec<snapshot::Hold>, Option<String>)> {
+    let (base_dir, base_r, base_hold) = base;
+    let mut holds: Vec<snapshot::Hold> = base_hold.into_iter().collect();
+    let Some(layer) = &spec.layer else {
+        return Ok((base_dir, base_r, holds, None));
+    };
+    let base_name = base_dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let key = base_r.key.layer(&layer.sha256);
+    let dir = spot.dir(&key);
+    let why = match snapshot::load(&dir) {
+        Ok(None) => "there was no snapshot layer holding this gate binary".to_string(),
+        Err(e) => {
+            snapshot::discard(&dir);
+            format!("the snapshot layer holding this gate binary could not be read ({e:#})")
+        }
+        // Held before its check, as a base is.
+        Ok(Some(r)) => match snapshot::hold(&dir) {
+            Err(e) => {
+                format!("the snapshot layer holding this gate binary could not be held ({e:#})")
+            }
+            Ok(held) => {
+                let checked = snapshot::check(&dir, &r, &key).and_then(|()| match &r.base {
+                    Some(b) if b.dir == base_name => snapshot::check_base(&dir, b),
+                    _ => Err("damaged: it names no base, or another".to_string()),
+                });
+                match checked {
+                    Ok(()) => {
+                        holds.extend(held);
+                        return Ok((dir, r, holds, None));
+                    }
+                    Err(bad) => {
+                        drop(held);
+                        snapshot::discard(&dir);
+                        format!("the snapshot layer holding this gate binary was {bad}")
+                    }
+                }
+            }
+        },
+    };
+    sink(&Event::LayerMaking {
+        base: base_dir.clone(),
+        why: why.clone(),
+    });
+    let since = Instant::now();
+    match make_layer(
+        spec,
+        media,
+        spot,
+        run_dir,
+        (&base_dir, &base_r),
+        &key,
+        layer,
+        sink,
+    ) {
+        Ok((dir, r, held)) => {
+            sink(&Event::Stage {
+                name: "layer_make",
+                took: since.elapsed(),
+            });
+            holds.extend(held);
+            Ok((
+                dir,
+                r,
+                holds,
+                Some(format!("{why}: made it over the snapshot, then resumed it")),
+            ))
+        }
+        Err(e) if signals::interrupted().is_some() => Err(e),
+        Err(e) => Ok((
+            base_dir,
+            base_r,
+            holds,
+            Some(format!(
+                "{why}, and making it failed, so the plain snapshot was resumed: {e:#}"
+            )),
+        )),
+    }
+}
+
+/// Makes the layer of key `key` over the base snapshot `base`: the base resumed with the
+/// layer's overlay in a fresh directory of the store (backed by the base's disk through a
+/// relative name), the file put in and its sha256 checked in the guest, then the guest saved
+/// over QMP and QEMU quit, as a snapshot is made; installed under `key`, held, and the layers
+/// of the same base with another file removed unless a running rig holds them.
+#[allow(clippy::too_many_arguments)]
+fn make_layer(
+    spec: &SessionSpec,
+    media: &GuestMedia,
+    spot: &snapshot::Spot,
+    run_dir: &Path,
+    base: (&Path, &Record),
+    key: &snapshot::Key,
+    layer: &Layer,
+    sink: Sink,
+) -> Result<(PathBuf, Record, Option<snapshot::Hold>)> {
+    let (base_dir, base_r) = base;
+    let making = snapshot::making_dir(&spot.root, &short_id())?;
+    let made = (|| {
+        // The layer's console goes on from its base's, and stays with it.
+        let lspec = SessionSpec {
+            logs: making.clone(),
+            keep: false,
+            layer: None,
+            ..spec.clone()
+        };
+        // Only the resume of the layer that follows is this run's boot.
+        let mut quiet = |e: &Event| {
+            if !matches!(e, Event::Stage { .. } | Event::LoggedIn { .. }) {
+                sink(e)
+            }
+        };
+        let o = resume(
+            &lspec,
+            media,
+            run_dir,
+            base_dir,
+            base_r,
+            base_r.accel_reason.clone(),
+            Some(&making),
+            &mut quiet,
+        )
+        .context("resuming the base snapshot")?;
+        let Opened { mut up, guest, .. } = o;
+        let b = bounds(up.started.accel);
+        guest.set_timeout(Duration::from_secs(60 * 4));
+        guest
+            .upload(&layer.file, &layer.guest_path, layer.mode)
+            .with_context(|| format!("copying {} into the guest", layer.file.display()))?;
+        guest.set_timeout(b.ssh);
+        let out = guest.exec(&sha256_command(&layer.guest_path))?;
+        if out.status != 0 || !sha256_matches(&out.output, &layer.sha256) {
+            bail!(
+                "{} arrived corrupted: sha256 on the host {}, in the guest {:?}",
+                layer.guest_path,
+                layer.sha256,
+                crate::escape::line(&sharedos_report::text::tail(&out.output, 3, 300))
+            );
+        }
+        // The saved guest accepts the key this resume put in.
+        std::fs::copy(key_path(run_dir), making.join(snapshot::KEY))
+            .context("keeping the key the saved guest accepts")?;
+        drop(guest);
+        let state = save_and_quit(
+            &mut up.started.qemu,
+            up.started.accel,
+            run_dir,
+            &making,
+            spec.memory_mib,
+        )?;
+        let (disk_sha256, _) = sharedos_report::digest::sha256_file(&making.join(snapshot::DISK))?;
+        let mut r = snapshot::record(
+            key.clone(),
+            up.started.accel,
+            &base_r.accel_reason,
+            &base_r.append,
+            &base_r.host_key,
+            state,
+            disk_sha256,
+        );
+        r.base = Some(snapshot::BaseRef {
+            dir: base_dir
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            state_sha256: base_r.state_sha256.clone(),
+            disk_sha256: base_r.disk_sha256.clone(),
+        });
+        let dir = spot.dir(key);
+        snapshot::install(&making, &dir, &r)?;
+        // Another rig that made the same layer meanwhile won the rename: its record is the one
+        // whose files are there.
+        let r = match snapshot::load(&dir) {
+            Ok(Some(there)) if there.key == r.key => there,
+            _ => r,
+        };
+        Ok::<_, anyhow::Error>((dir, r))
+    })();
+    let (dir, r) = match made {
+        Ok(m) => m,
+        Err(e) => {
+            snapshot::discard(&making);
+            return Err(e.context(format!(
+                "making the gate binary's layer over {}\nfix: nothing to do for this run (it goes on from the plain snapshot); if it recurs, `cargo xtask cache prune` or remove {}",
+                base_dir.display(),
+                spot.root.display()
+            )));
+        }
+    };
+    sink(&Event::SnapshotMade {
+        dir: dir.clone(),
+        state_bytes: r.state_bytes,
+    });
+    let held = snapshot::hold(&dir).ok().flatten();
+    for swept in snapshot::remove_replaced_layers(spot, &dir, key) {
+        sink(&swept_event(swept));
+    }
+    Ok((dir, r, held))
+}
+
+/// What a removal of a snapshot another one replaced did, as an event.
+fn swept_event(swept: snapshot::Swept) -> Event {
+    match swept.outcome {
+        Ok(snapshot::Removal::Removed(bytes)) => Event::SnapshotRemoved {
+            dir: swept.dir,
+            why: swept.why,
+            bytes,
+        },
+        Ok(snapshot::Removal::InUse) => Event::SnapshotLeft {
+            dir: swept.dir,
+            why: swept.why,
+            left: "a running rig holds it".into(),
+        },
+        Err(e) => Event::SnapshotLeft {
+            dir: swept.dir,
+            why: swept.why,
+            left: format!("removing it failed: {e}"),
+        },
     }
 }
 
@@ -743,23 +1015,7 @@ fn make(
         // The image's snapshots that no run can use any more go now, each unless a running
         // rig holds it: a changed key must not leave the old one behind for good.
         for swept in snapshot::remove_stale(spot, version, &dir) {
-            sink(&match swept.outcome {
-                Ok(snapshot::Removal::Removed(bytes)) => Event::SnapshotRemoved {
-                    dir: swept.dir,
-                    why: swept.why,
-                    bytes,
-                },
-                Ok(snapshot::Removal::InUse) => Event::SnapshotLeft {
-                    dir: swept.dir,
-                    why: swept.why,
-                    left: "a running rig holds it".into(),
-                },
-                Err(e) => Event::SnapshotLeft {
-                    dir: swept.dir,
-                    why: swept.why,
-                    left: format!("removing it failed: {e}"),
-                },
-            });
+            sink(&swept_event(swept));
         }
         Ok((dir, r, held))
     })();
@@ -796,7 +1052,9 @@ fn save_and_quit(
 /// Resumes the snapshot in `dir`, already checked: a new overlay on its disk and a new QEMU
 /// fed its state; then, logged in with the snapshot's key, the guest's clock is set, this
 /// run's own key replaces the snapshot's, and the guest echoes this run's nonce; then the
-/// session logs in again with its own key.
+/// session logs in again with its own key. `into`: a layer being made there, whose overlay
+/// (its disk) is made in it, naming the snapshot's disk relatively, instead of the run's.
+#[allow(clippy::too_many_arguments)]
 fn resume(
     spec: &SessionSpec,
     media: &GuestMedia,
@@ -804,22 +1062,26 @@ fn resume(
     dir: &Path,
     r: &Record,
     reason: String,
+    into: Option<&Path>,
     sink: Sink,
 ) -> Result<Opened> {
     let public = new_key(run_dir)?;
-    let overlay = run_dir.join("overlay.qcow2");
-    cmd::capture(&qemu::overlay_on_cmd(
-        &dir.join(snapshot::DISK),
-        "qcow2",
-        &overlay,
-    ))
-    .context("making the run's overlay on the snapshot's disk")?;
+    let (overlay, backing) = match (into, dir.file_name()) {
+        (Some(making), Some(name)) => (
+            making.join(snapshot::DISK),
+            Path::new("..").join(name).join(snapshot::DISK),
+        ),
+        _ => (run_dir.join("overlay.qcow2"), dir.join(snapshot::DISK)),
+    };
+    cmd::capture(&qemu::overlay_on_cmd(&backing, "qcow2", &overlay))
+        .context("making the run's overlay on the snapshot's disk")?;
     let accel = match r.accel.as_str() {
         "kvm" => Accel::Kvm,
         _ => Accel::Tcg,
     };
     let incoming = run_dir.join("incoming.sock");
     let inst = Instance {
+        overlay,
         port: free_port()?,
         incoming: Some(incoming.clone()),
         stopped: std::env::var_os(TEST_RESUME_STOPPED).is_some(),
@@ -906,13 +1168,18 @@ fn resume(
     });
     let start = GuestStart {
         how: "resumed".into(),
-        reason: "the snapshot for this image and these settings passed its checks".into(),
+        reason: match &r.key.gate_sha256 {
+            None => "the snapshot for this image and these settings passed its checks".into(),
+            Some(_) => "the layer holding this gate binary over the snapshot for this image and these settings passed its checks".into(),
+        },
         snapshot: Some(SnapshotRef {
             state_sha256: r.state_sha256.clone(),
             disk_sha256: r.disk_sha256.clone(),
             key_sha256: r.key_sha256.clone(),
             made_at: r.made_at.clone(),
             boot_host_key: r.host_key.clone(),
+            gate_sha256: r.key.gate_sha256.clone(),
+            base_state_sha256: r.base.as_ref().map(|b| b.state_sha256.clone()),
         }),
         client_key: public_key_text(&public),
         nonce: Some(nonce),
@@ -925,7 +1192,7 @@ fn resume(
         guest,
         start,
         resumed_from: Some(r.clone()),
-        hold: None,
+        hold: Vec::new(),
     })
 }
 
@@ -1142,6 +1409,7 @@ mod tests {
             keep: false,
             start: Start::Cold,
             snapshot: None,
+            layer: None,
         }
     }
 
@@ -1257,5 +1525,21 @@ mod tests {
     fn tcg_bounds_are_wider() {
         let (k, t) = (bounds(Accel::Kvm), bounds(Accel::Tcg));
         assert!(t.boot > k.boot && t.ssh > k.ssh);
+    }
+
+    #[test]
+    fn a_layer_s_file_is_checked_by_its_whole_sha256() {
+        assert_eq!(
+            sha256_command("/usr/local/bin/sharedos-gate"),
+            "sha256sum /usr/local/bin/sharedos-gate"
+        );
+        let sha = "c".repeat(64);
+        assert!(sha256_matches(&format!("{sha}  /x\n"), &sha));
+        assert!(!sha256_matches(&format!("{}  /x\n", "d".repeat(64)), &sha));
+        assert!(!sha256_matches(
+            "sha256sum: /x: No such file or directory",
+            &sha
+        ));
+        assert!(!sha256_matches("", ""));
     }
 }

@@ -51,11 +51,32 @@ pub struct Key {
     /// placeholders: the machine, CPU model, accelerator, memory, CPUs, kernel command line,
     /// devices and sandbox. The guest's init is in the image's sha256.
     pub argv: Vec<String>,
+    /// A layer's: the sha256 of the gate binary it holds, on top of the snapshot of the same key
+    /// without it (its base). None for a snapshot of a ready guest as it booted; left out of
+    /// the record then, so that a base's key and directory are what they were before layers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gate_sha256: Option<String>,
 }
 
 impl Key {
     pub fn sha256(&self) -> String {
         digest::sha256_hex(serde_json::to_string(self).unwrap_or_default().as_bytes())
+    }
+
+    /// The key of the layer over this snapshot that holds the gate binary of sha256 `gate`.
+    pub fn layer(&self, gate: &str) -> Key {
+        Key {
+            gate_sha256: Some(gate.to_string()),
+            ..self.clone()
+        }
+    }
+
+    /// The key of the snapshot a layer of this key is made over (itself for a base).
+    pub fn base(&self) -> Key {
+        Key {
+            gate_sha256: None,
+            ..self.clone()
+        }
     }
 
     /// The first field that differs from `want`, in words.
@@ -84,8 +105,29 @@ impl Key {
                 want.argv.get(at).map(String::as_str).unwrap_or("")
             ));
         }
+        if self.gate_sha256 != want.gate_sha256 {
+            let says = |g: &Option<String>| match g {
+                Some(sha) => format!("the gate binary of sha256 {sha}"),
+                None => "no gate binary".to_string(),
+            };
+            return Some(format!(
+                "it holds {}, and this run wants {}",
+                says(&self.gate_sha256),
+                says(&want.gate_sha256)
+            ));
+        }
         None
     }
+}
+
+/// A layer's record of the snapshot it was made over: its disk is that snapshot's disk, so a
+/// layer is used only while its base is still the one it was made over.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct BaseRef {
+    /// The base's directory name in the same store.
+    pub dir: String,
+    pub state_sha256: String,
+    pub disk_sha256: String,
 }
 
 /// `snapshot.json`.
@@ -105,6 +147,9 @@ pub struct Record {
     pub state_bytes: u64,
     pub disk_sha256: String,
     pub key_sha256: String,
+    /// A layer's base; None for a base.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base: Option<BaseRef>,
 }
 
 /// Where an image's snapshots are kept, and the image's identity.
@@ -136,6 +181,7 @@ impl Spot {
             kernel_sha256: self.kernel_sha256.clone(),
             initrd_sha256: self.initrd_sha256.clone(),
             argv,
+            gate_sha256: None,
         }
     }
 
@@ -230,6 +276,77 @@ pub fn check(dir: &Path, r: &Record, want: &Key) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Whether the base a layer in `dir` names (`base`) is still the snapshot it was made over: a
+/// plain name beside it in the same store, its record's state and disk the ones the layer
+/// recorded, its disk hashing as recorded (the layer's disk reads through it). Its state is
+/// not hashed: a layer's resume loads its own.
+pub fn check_base(dir: &Path, base: &BaseRef) -> Result<(), String> {
+    if base.dir.contains('/') || base.dir.starts_with('.') || image_of_dir(&base.dir).is_none() {
+        return Err(format!(
+            "damaged: its base {:?} is not a snapshot's name",
+            crate::escape::line(&base.dir)
+        ));
+    }
+    let Some(root) = dir.parent() else {
+        return Err("damaged: it is in no store".into());
+    };
+    let at = root.join(&base.dir);
+    let r = match load(&at) {
+        Ok(Some(r)) => r,
+        Ok(None) => return Err(format!("stale: its base {} is gone", base.dir)),
+        Err(e) => return Err(format!("stale: its base cannot be read ({e:#})")),
+    };
+    if (&r.state_sha256, &r.disk_sha256) != (&base.state_sha256, &base.disk_sha256) {
+        return Err(format!("stale: its base {} was made again since", base.dir));
+    }
+    match digest::sha256_file(&at.join(DISK)) {
+        Ok((got, _)) if got == base.disk_sha256 => Ok(()),
+        Ok((got, _)) => Err(format!(
+            "damaged: its base's {DISK} has sha256 {got}, recorded {}",
+            base.disk_sha256
+        )),
+        Err(e) => Err(format!("damaged: its base's {DISK}: {e:#}")),
+    }
+}
+
+/// Whether a snapshot of key `other` is a layer of the same base as the layer of key `made`,
+/// holding another gate binary: the layer just made replaces it.
+pub fn replaced_layer(other: &Key, made: &Key) -> bool {
+    other.gate_sha256.is_some()
+        && other.gate_sha256 != made.gate_sha256
+        && other.base() == made.base()
+}
+
+/// Once the layer of key `made_key` is made (in `made`): removes the other layers of its base
+/// and settings, which hold another gate binary, each unless a running rig holds it.
+pub fn remove_replaced_layers(spot: &Spot, made: &Path, made_key: &Key) -> Vec<Swept> {
+    let mine = spot.dir_name_prefix();
+    let Ok(rd) = std::fs::read_dir(&spot.root) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for e in rd.flatten() {
+        let dir = e.path();
+        let name = e.file_name().to_string_lossy().into_owned();
+        if dir == made || image_of_dir(&name) != Some(mine.as_str()) {
+            continue;
+        }
+        let Ok(Some(r)) = load(&dir) else {
+            continue;
+        };
+        if !replaced_layer(&r.key, made_key) {
+            continue;
+        }
+        let why = format!(
+            "a layer of the same snapshot with another gate binary ({})",
+            r.key.gate_sha256.as_deref().unwrap_or("")
+        );
+        let outcome = remove_unless_in_use(&dir).map_err(|e| format!("{e:#}"));
+        out.push(Swept { dir, why, outcome });
+    }
+    out
 }
 
 /// Why no snapshot can be made under `root`, or None: the store, or the nearest directory above
@@ -658,6 +775,7 @@ pub fn record(
         state_bytes: state.1,
         disk_sha256,
         key_sha256,
+        base: None,
     }
 }
 
@@ -672,6 +790,7 @@ mod tests {
             kernel_sha256: "b".repeat(64),
             initrd_sha256: "c".repeat(64),
             argv: vec!["qemu-system-x86_64".into(), "-m".into(), "1024".into()],
+            gate_sha256: None,
         }
     }
 
@@ -744,6 +863,133 @@ mod tests {
         let d = k.differs(&other_memory).unwrap();
         assert!(d.contains("argument 2") && d.contains("2048"), "{d}");
         assert_ne!(k.sha256(), other_memory.sha256());
+    }
+
+    #[test]
+    fn a_layer_s_key_is_its_base_s_with_the_gate_binary_s_sha256() {
+        let base = key();
+        let a = base.layer(&"1".repeat(64));
+        let b = base.layer(&"2".repeat(64));
+        // A base's record and key hash as they did before layers.
+        let json = serde_json::to_string(&base).unwrap();
+        assert!(!json.contains("gate_sha256"), "{json}");
+        let old: Key = serde_json::from_str(&json).unwrap();
+        assert_eq!(old, base);
+        // The gate binary decides the layer: another binary is another key and directory.
+        assert_ne!(a.sha256(), base.sha256());
+        assert_ne!(a.sha256(), b.sha256());
+        let d = a.differs(&b).unwrap();
+        assert!(
+            d.contains(&"1".repeat(64)) && d.contains(&"2".repeat(64)),
+            "{d}"
+        );
+        assert!(base.differs(&a).unwrap().contains("no gate binary"));
+        assert_eq!(a.base(), base);
+        assert_eq!(a.differs(&a), None);
+        // The layer it replaces: same base and settings, another binary; nothing else.
+        assert!(replaced_layer(&a, &b));
+        assert!(!replaced_layer(&a, &a));
+        assert!(!replaced_layer(&base, &b));
+        let other_memory = Key {
+            argv: vec!["qemu-system-x86_64".into(), "-m".into(), "2048".into()],
+            ..key()
+        }
+        .layer(&"1".repeat(64));
+        assert!(!replaced_layer(&other_memory, &b));
+    }
+
+    #[test]
+    fn a_layer_is_used_only_over_the_base_it_was_made_over() {
+        let root = scratch("layer-base");
+        let making = making_dir(&root, "t").unwrap();
+        let r = made(&making);
+        let base_dir = root.join("bookworm-0123456789abcdef");
+        install(&making, &base_dir, &r).unwrap();
+        let layer_dir = root.join("bookworm-fedcba9876543210");
+        std::fs::create_dir(&layer_dir).unwrap();
+        let base = BaseRef {
+            dir: "bookworm-0123456789abcdef".into(),
+            state_sha256: r.state_sha256.clone(),
+            disk_sha256: r.disk_sha256.clone(),
+        };
+        assert_eq!(check_base(&layer_dir, &base), Ok(()));
+        // Its base's disk written to: damaged.
+        std::fs::write(base_dir.join(DISK), b"overlay, written to").unwrap();
+        let e = check_base(&layer_dir, &base).unwrap_err();
+        assert!(e.starts_with("damaged") && e.contains(DISK), "{e}");
+        std::fs::write(base_dir.join(DISK), b"overlay").unwrap();
+        // Its base made again: stale.
+        let remade = BaseRef {
+            state_sha256: "0".repeat(64),
+            ..base.clone()
+        };
+        assert!(check_base(&layer_dir, &remade)
+            .unwrap_err()
+            .starts_with("stale"));
+        // A name that is no snapshot's (a path out of the store), or a base that is gone.
+        for dir in [
+            "../etc",
+            "bookworm-0123456789abcdef/../x",
+            "x/bookworm-0123456789abcdef",
+            "",
+        ] {
+            let b = BaseRef {
+                dir: dir.into(),
+                ..base.clone()
+            };
+            assert!(check_base(&layer_dir, &b).is_err(), "{dir}");
+        }
+        let gone = BaseRef {
+            dir: "bookworm-aaaaaaaaaaaaaaaa".into(),
+            ..base.clone()
+        };
+        assert!(check_base(&layer_dir, &gone).unwrap_err().contains("gone"));
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn a_new_layer_removes_the_layers_of_its_base_with_another_binary_unless_held() {
+        let root = scratch("layers");
+        let spot = Spot {
+            root: root.clone(),
+            image_name: "bookworm".into(),
+            image_sha256: key().image_sha256,
+            kernel_sha256: key().kernel_sha256,
+            initrd_sha256: key().initrd_sha256,
+        };
+        let put = |k: Key| {
+            let making = making_dir(&root, "t").unwrap();
+            let mut r = made(&making);
+            r.key = k.clone();
+            let dir = spot.dir(&k);
+            install(&making, &dir, &r).unwrap();
+            dir
+        };
+        let base = put(key());
+        let old = put(key().layer(&"1".repeat(64)));
+        let held_old = put(key().layer(&"2".repeat(64)));
+        let other_memory = put(Key {
+            argv: vec!["qemu-system-x86_64".into(), "-m".into(), "2048".into()],
+            ..key()
+        }
+        .layer(&"1".repeat(64)));
+        let new_key = key().layer(&"3".repeat(64));
+        let new = put(new_key.clone());
+        let held = hold(&held_old).unwrap().unwrap();
+        let swept = remove_replaced_layers(&spot, &new, &new_key);
+        assert_eq!(swept.len(), 2, "{swept:?}");
+        assert!(swept
+            .iter()
+            .any(|s| s.dir == old && matches!(s.outcome, Ok(Removal::Removed(_)))));
+        assert!(swept
+            .iter()
+            .any(|s| s.dir == held_old && s.outcome == Ok(Removal::InUse)));
+        assert!(!old.exists());
+        for kept in [&base, &held_old, &other_memory, &new] {
+            assert!(kept.join(RECORD).is_file(), "{}", kept.display());
+        }
+        drop(held);
+        std::fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]

@@ -326,6 +326,12 @@ pub struct SnapshotRef {
     pub made_at: String,
     /// The host key the saved boot's init made and announced: which boot this was.
     pub boot_host_key: String,
+    /// A layer's: the sha256 of the gate binary it holds (saved in the guest over its base).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gate_sha256: Option<String>,
+    /// A layer's: the state sha256 of the snapshot it was made over.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_state_sha256: Option<String>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]

@@ -398,6 +398,7 @@ pub(crate) mod tests {
                         key_sha256: String::new(),
                         made_at: String::new(),
                         boot_host_key: String::new(),
+                        ..SnapshotRef::default()
                     }),
                     client_key: String::new(),
                     nonce: None,
