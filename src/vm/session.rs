@@ -1044,7 +1044,10 @@ fn save_and_quit(
     // The bound runs from the quit: a guest saved after minutes of work is long past any
     // bound counted from QEMU's spawn, and would fail here whenever QEMU took a moment to exit.
     if qemu.wait_exit_from_now(b.ssh)?.is_none() {
-        bail!("QEMU did not quit within {:?} after saving the guest", b.ssh);
+        bail!(
+            "QEMU did not quit within {:?} after saving the guest",
+            b.ssh
+        );
     }
     Ok(state)
 }
