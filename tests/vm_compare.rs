@@ -239,7 +239,7 @@ fn refused_before_booting(sb: &Sandbox, args: &[String], out_dir: &Path) {
 /// `--cgroup`: each CRIU copy restored into a cgroup of those limits, each VM given the same
 /// memory and CPUs, as each side's own report records.
 #[test]
-#[ignore = "boots four VMs: minutes; run with --include-ignored"]
+#[ignore = "boots four VMs: minutes; run with --include-ignored; the extended tier's: cargo xtask test --tier extended"]
 fn vm_compare_as_root_measures_ksm_and_puts_the_host_s_settings_back() {
     let Some(sb) = Sandbox::new_or_skip("vmcompareksm") else {
         return;
@@ -384,7 +384,7 @@ fn vm_compare_lies_fail_named_checks() {
 /// The desktop workload in both columns: mousepad with a token typed into it, held in each VM
 /// copy as in each CRIU copy (`fork_editor_same_text`).
 #[test]
-#[ignore = "boots four VMs: minutes; run with --include-ignored"]
+#[ignore = "boots four VMs: minutes; run with --include-ignored; the extended tier's: cargo xtask test --tier extended"]
 fn vm_compare_desktop_workload_both_columns_checked() {
     let Some(sb) = Sandbox::new_or_skip("vmcomparedesktop") else {
         return;

@@ -194,7 +194,7 @@ fn desktop_on_bookworm_passes_every_gate() {
 }
 
 #[test]
-#[ignore = "builds an image and boots a VM: minutes; run with --include-ignored"]
+#[ignore = "builds an image and boots a VM: minutes; run with --include-ignored; the extended tier's: cargo xtask test --tier extended"]
 fn desktop_on_trixie_passes_every_gate() {
     desktop_passes_every_gate("trixie-desktop");
 }

@@ -15,8 +15,8 @@ use std::time::Instant;
 pub enum Tier {
     /// Every test but the extended tier's: `.ci/run`'s, within 40 minutes on 2 cores.
     Ci,
-    /// What `.ci/run` leaves to the hosted workflow (on a schedule and on dispatch): the
-    /// guest-mode build of trixie under TCG (about 18 minutes here).
+    /// What `.ci/run` leaves to the hosted workflow (on a schedule and on dispatch): second
+    /// runs of capabilities the ci tier already runs once (README, "Test tiers").
     Extended,
 }
 
