@@ -322,6 +322,19 @@ pub fn replaced_layer(other: &Key, made: &Key) -> bool {
 /// Once the layer of key `made_key` is made (in `made`): removes the other layers of its base
 /// and settings, which hold another gate binary, each unless a running rig holds it.
 pub fn remove_replaced_layers(spot: &Spot, made: &Path, made_key: &Key) -> Vec<Swept> {
+    sweep_siblings(spot, made, |r| {
+        replaced_layer(&r.key, made_key).then(|| {
+            format!(
+                "a layer of the same snapshot with another gate binary ({})",
+                r.key.gate_sha256.as_deref().unwrap_or("")
+            )
+        })
+    })
+}
+
+/// Every snapshot of `spot`'s image in its store but `made` for which `why` gives a reason,
+/// removed unless a run holds it. One that has no readable record is left to its own check.
+fn sweep_siblings(spot: &Spot, made: &Path, why: impl Fn(&Record) -> Option<String>) -> Vec<Swept> {
     let mine = spot.dir_name_prefix();
     let Ok(rd) = std::fs::read_dir(&spot.root) else {
         return Vec::new();
@@ -336,13 +349,9 @@ pub fn remove_replaced_layers(spot: &Spot, made: &Path, made_key: &Key) -> Vec<S
         let Ok(Some(r)) = load(&dir) else {
             continue;
         };
-        if !replaced_layer(&r.key, made_key) {
+        let Some(why) = why(&r) else {
             continue;
-        }
-        let why = format!(
-            "a layer of the same snapshot with another gate binary ({})",
-            r.key.gate_sha256.as_deref().unwrap_or("")
-        );
+        };
         let outcome = remove_unless_in_use(&dir).map_err(|e| format!("{e:#}"));
         out.push(Swept { dir, why, outcome });
     }
@@ -547,7 +556,6 @@ pub struct Swept {
 /// that no run can use any more ([`unusable`]), each unless a run holds it. Snapshots of other
 /// images, and of this image's builds still cached under other settings, stay.
 pub fn remove_stale(spot: &Spot, qemu_version: &str, made: &Path) -> Vec<Swept> {
-    let mine = spot.dir_name_prefix();
     let cached: Vec<Media> = spot
         .root
         .parent()
@@ -556,26 +564,7 @@ pub fn remove_stale(spot: &Spot, qemu_version: &str, made: &Path) -> Vec<Swept> 
         .iter()
         .map(|(_, m)| Media::of(m))
         .collect();
-    let Ok(rd) = std::fs::read_dir(&spot.root) else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    for e in rd.flatten() {
-        let dir = e.path();
-        let name = e.file_name().to_string_lossy().into_owned();
-        if dir == made || image_of_dir(&name) != Some(mine.as_str()) {
-            continue;
-        }
-        let Ok(Some(r)) = load(&dir) else {
-            continue;
-        };
-        let Some(why) = unusable(&r.key, qemu_version, &cached) else {
-            continue;
-        };
-        let outcome = remove_unless_in_use(&dir).map_err(|e| format!("{e:#}"));
-        out.push(Swept { dir, why, outcome });
-    }
-    out
+    sweep_siblings(spot, made, |r| unusable(&r.key, qemu_version, &cached))
 }
 
 /// A fresh directory (0700) to make a snapshot in, beside the store's snapshots so that the
