@@ -136,10 +136,6 @@ fn pids(p: &[u32]) -> String {
     p.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")
 }
 
-fn media_of_record(r: &snapshot::Record) -> snapshot::Media {
-    snapshot::Media::of_key(&r.key)
-}
-
 /// Decides every item of `listing` from `facts`, in the listing's order. Pure.
 ///
 /// - An image entry is current when it is the entry its image's current definition gives;
@@ -174,7 +170,7 @@ pub fn classify(listing: &Listing, facts: &Facts) -> Vec<Verdict> {
                 Err(e) => held(item, format!("damaged: {e}")),
                 Ok(r) => {
                     let made_by = crate::escape::line(&r.key.qemu_version);
-                    let entry = entry_of(&media_of_record(r));
+                    let entry = entry_of(&snapshot::Media::of_key(&r.key));
                     let needs = match entry {
                         Some((_, e)) => format!("needs image entry {}", e.name),
                         None => format!(
@@ -247,57 +243,22 @@ pub fn classify(listing: &Listing, facts: &Facts) -> Vec<Verdict> {
             out[n] = Some(held(item, format!("{layer}, which is gone")));
         }
     }
-    for (n, item) in listing.items.iter().enumerate() {
-        if !matches!(&item.what, What::Snapshot(Ok(r)) if r.base.is_none())
-            || out[n].as_ref().map(|v| v.status) != Some(Status::Stale)
-        {
-            continue;
-        }
-        let layers: Vec<&str> = listing
-            .items
-            .iter()
-            .zip(&out)
-            .filter(|(i, v)| {
-                matches!(&i.what, What::Snapshot(Ok(r)) if base_of(r).as_deref() == Some(item.name.as_str()))
-                    && v.as_ref().is_some_and(|v| v.status == Status::InUse)
-            })
-            .map(|(i, _)| i.name.as_str())
-            .collect();
-        if !layers.is_empty() {
-            let why = out[n].as_ref().map(|v| v.why.clone()).unwrap_or_default();
-            out[n] = Some(verdict(
-                Status::InUse,
-                format!("{why}; but {} in use is made over it", layers.join(", ")),
-            ));
-        }
-    }
-    // An entry a staying snapshot needs stays: its disk backs that snapshot's overlay.
-    for (n, item) in listing.items.iter().enumerate() {
-        let What::Entry(Ok(m)) = &item.what else {
-            continue;
-        };
-        if out[n].as_ref().map(|v| v.status) != Some(Status::Stale) {
-            continue;
-        }
-        let media = snapshot::Media::of(m);
-        let needed_by: Vec<&str> = listing
-            .items
-            .iter()
-            .zip(&out)
-            .filter(|(i, v)| {
-                matches!(&i.what, What::Snapshot(Ok(r)) if media_of_record(r) == media)
-                    && v.as_ref().is_some_and(|v| v.status == Status::InUse)
-            })
-            .map(|(i, _)| i.name.as_str())
-            .collect();
-        if !needed_by.is_empty() {
-            let why = out[n].as_ref().map(|v| v.why.clone()).unwrap_or_default();
-            out[n] = Some(verdict(
-                Status::InUse,
-                format!("{why}; but {} in use is made from it", needed_by.join(", ")),
-            ));
-        }
-    }
+    // A stale base a layer in use is made over stays; then a stale entry a staying snapshot
+    // needs stays, its disk backing that snapshot's overlay.
+    keep_for_snapshots_in_use(
+        listing,
+        &mut out,
+        |i| matches!(&i.what, What::Snapshot(Ok(r)) if r.base.is_none()),
+        |r, i| base_of(r).as_deref() == Some(i.name.as_str()),
+        "made over it",
+    );
+    keep_for_snapshots_in_use(
+        listing,
+        &mut out,
+        |i| matches!(&i.what, What::Entry(Ok(_))),
+        |r, i| matches!(&i.what, What::Entry(Ok(m)) if snapshot::Media::of_key(&r.key) == snapshot::Media::of(m)),
+        "made from it",
+    );
     let kernels: BTreeSet<&str> = listing
         .items
         .iter()
@@ -315,6 +276,39 @@ pub fn classify(listing: &Listing, facts: &Facts) -> Vec<Verdict> {
             None => other_verdict(item, facts, &kernels),
         })
         .collect()
+}
+
+/// Each stale item `candidate` picks becomes in use when a snapshot in use `needs` it, naming
+/// those snapshots (`how` they need it).
+fn keep_for_snapshots_in_use(
+    listing: &Listing,
+    out: &mut [Option<Verdict>],
+    candidate: impl Fn(&Item) -> bool,
+    needs: impl Fn(&snapshot::Record, &Item) -> bool,
+    how: &str,
+) {
+    for (n, item) in listing.items.iter().enumerate() {
+        if !candidate(item) || out[n].as_ref().map(|v| v.status) != Some(Status::Stale) {
+            continue;
+        }
+        let users: Vec<&str> = listing
+            .items
+            .iter()
+            .zip(out.iter())
+            .filter(|(i, v)| {
+                matches!(&i.what, What::Snapshot(Ok(r)) if needs(r, item))
+                    && v.as_ref().is_some_and(|v| v.status == Status::InUse)
+            })
+            .map(|(i, _)| i.name.as_str())
+            .collect();
+        if !users.is_empty() {
+            let why = out[n].as_ref().map(|v| v.why.clone()).unwrap_or_default();
+            out[n] = Some(verdict(
+                Status::InUse,
+                format!("{why}; but {} in use is {how}", users.join(", ")),
+            ));
+        }
+    }
 }
 
 fn entry_verdict(
@@ -771,7 +765,7 @@ pub fn prune(listing: &Listing, verdicts: &[Verdict], dry_run: bool) -> Result<V
         if let (Outcome::Skipped(_) | Outcome::Failed(_), What::Snapshot(Ok(r))) =
             (&outcome, &i.what)
         {
-            skipped_media.push(media_of_record(r));
+            skipped_media.push(snapshot::Media::of_key(&r.key));
         }
         done.push(record(i, v, outcome));
     }
