@@ -36,6 +36,8 @@ enum Cmd {
         userns: bool,
         #[arg(long, value_parser = parse_workload, default_value = "xterm")]
         workload: Workload,
+        #[arg(long)]
+        exe: PathBuf,
     },
     /// Internal: PID 1 of the tree.
     #[command(hide = true)]
@@ -46,6 +48,8 @@ enum Cmd {
         display: u32,
         #[arg(long, value_parser = parse_workload, default_value = "xterm")]
         workload: Workload,
+        #[arg(long)]
+        exe: PathBuf,
     },
     /// Runs the diagnostic once per lie of a lying criu and checks each lie is caught by the
     /// gate that looks at what it breaks (needs root and a criu whose `criu check` succeeds).
@@ -347,6 +351,7 @@ fn main() {
             cgroup,
             userns,
             workload,
+            exe,
         } => tree::spawn_main(&TreeSpec {
             marker,
             display,
@@ -354,6 +359,7 @@ fn main() {
             cgroup,
             userns,
             workload,
+            exe,
         })
         .map(|pid| {
             pid.into_iter().for_each(output::tree_pid);
@@ -363,6 +369,7 @@ fn main() {
             marker,
             display,
             workload,
+            exe,
         } => {
             let spec = TreeSpec {
                 marker,
@@ -371,6 +378,7 @@ fn main() {
                 cgroup: None,
                 userns: false,
                 workload,
+                exe,
             };
             tree::init_main(&spec, &mut output::tree_log).map(|()| 0)
         }

@@ -19,7 +19,8 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 pub const XTERM_TITLE: &str = "sharedos-spike";
-/// Our binary's path inside the tree.
+/// Our binary's path inside the tree when the tree's root does not show it (see [`exe_in_tree`]):
+/// a copy in the tree's own /tmp.
 pub const TREE_EXE: &str = "/tmp/sharedos-gate";
 pub const MARKER_ENV: &str = "SHAREDOS_MARKER";
 pub const SCREEN: &str = "640x480x24";
@@ -36,6 +37,28 @@ pub struct TreeSpec {
     pub userns: bool,
     /// What the tree runs beside Xvfb and the state app.
     pub workload: Kind,
+    /// This binary as the tree runs it (PID 1 and the state app): see [`exe_in_tree`].
+    pub exe: PathBuf,
+}
+
+/// Where the tree runs this binary (`exe`, as the outside sees it) from. CRIU dumps a tmpfs by
+/// tarring and gzipping its files, so a copy of this 5 MB binary in the tree's /tmp cost every
+/// dump 2 s and every restore 1 s under TCG. The binary itself serves when the tree's root (a
+/// bind of `/`, not of what is mounted below it) shows it at the same path: it is on the root
+/// filesystem, and anyone may execute it (root inside a user namespace is anyone). CRIU then
+/// records only its path, and checks at restore that the file is still the one it dumped.
+pub fn exe_in_tree(exe: &Path) -> PathBuf {
+    use std::os::unix::fs::MetadataExt;
+    let shown = exe.is_absolute()
+        && match (std::fs::metadata(exe), std::fs::metadata("/")) {
+            (Ok(e), Ok(r)) => e.is_file() && e.dev() == r.dev() && e.mode() & 0o001 != 0,
+            _ => false,
+        };
+    if shown {
+        exe.to_path_buf()
+    } else {
+        PathBuf::from(TREE_EXE)
+    }
 }
 
 /// The device nodes of the tree's /dev: name, major, minor.
@@ -75,6 +98,8 @@ fn spec_args(spec: &TreeSpec) -> Vec<String> {
         spec.marker.clone(),
         "--display".into(),
         format!(":{}", spec.display),
+        "--exe".into(),
+        spec.exe.display().to_string(),
     ];
     if !spec.workload.is_default() {
         v.extend(["--workload".into(), spec.workload.to_string()]);
@@ -130,9 +155,9 @@ pub fn unshare_equivalent_argv(exe: &Path, spec: &TreeSpec) -> Vec<String> {
     v
 }
 
-/// PID 1's re-exec from the tree's private /tmp.
+/// PID 1's re-exec, from inside the tree.
 pub fn init_argv(spec: &TreeSpec) -> Vec<String> {
-    let mut v = vec![TREE_EXE.to_string(), "tree-init".into()];
+    let mut v = vec![spec.exe.display().to_string(), "tree-init".into()];
     v.extend(spec_args(spec));
     v
 }
@@ -172,9 +197,9 @@ pub fn xterm_argv(marker: &str) -> Vec<String> {
     .collect()
 }
 
-pub fn stateapp_argv(marker: &str) -> Vec<String> {
+pub fn stateapp_argv(exe: &Path, marker: &str) -> Vec<String> {
     vec![
-        TREE_EXE.into(),
+        exe.display().to_string(),
         "stateapp".into(),
         "--marker".into(),
         marker.into(),
@@ -372,7 +397,10 @@ pub fn browser_argv() -> Vec<String> {
 }
 
 pub fn workload(spec: &TreeSpec) -> Workload {
-    let mut clients = vec![Program::new("stateapp", stateapp_argv(&spec.marker))];
+    let mut clients = vec![Program::new(
+        "stateapp",
+        stateapp_argv(&spec.exe, &spec.marker),
+    )];
     let mut files = Vec::new();
     match spec.workload {
         Kind::Xterm => clients.push(Program::new("xterm", xterm_argv(&spec.marker))),
@@ -722,9 +750,16 @@ fn setup_root_and_exec(spec: &TreeSpec) -> Result<std::convert::Infallible> {
     // A proc of the new pid namespace (we are its PID 1 now).
     mount_fs("proc", &root.join("proc"), nodev | MsFlags::MS_NODEV, "")?;
 
-    let exe_in_tree = root.join(TREE_EXE.trim_start_matches('/'));
-    std::fs::copy("/proc/self/exe", &exe_in_tree)
-        .with_context(|| format!("copying our binary to {}", exe_in_tree.display()))?;
+    let exe_in_tree = root.join(spec.exe.strip_prefix("/").unwrap_or(&spec.exe));
+    if spec.exe == Path::new(TREE_EXE) {
+        std::fs::copy("/proc/self/exe", &exe_in_tree)
+            .with_context(|| format!("copying our binary to {}", exe_in_tree.display()))?;
+    } else if !exe_in_tree.is_file() {
+        bail!(
+            "the tree's root does not show this binary at {} (give the gate binary a path on the root filesystem)",
+            spec.exe.display()
+        );
+    }
 
     nix::unistd::chdir(root).with_context(|| format!("chdir {}", root.display()))?;
     nix::unistd::pivot_root(".", ".").context("pivot_root")?;
@@ -896,6 +931,7 @@ mod tests {
             cgroup: None,
             userns: false,
             workload: Kind::Xterm,
+            exe: PathBuf::from("/usr/local/bin/sharedos-gate"),
         }
     }
 
@@ -982,13 +1018,41 @@ mod tests {
         assert!(a.last().unwrap().contains("echo spike-x"));
     }
 
+    /// The binary itself only where the tree's root shows it and anyone may run it; else the copy.
+    #[test]
+    fn the_tree_runs_the_binary_in_place_only_when_its_root_shows_it() {
+        use std::os::unix::fs::PermissionsExt;
+        let sh = std::fs::canonicalize("/bin/sh").unwrap();
+        assert_eq!(exe_in_tree(&sh), sh, "a program on the root filesystem");
+        assert_eq!(exe_in_tree(Path::new("bin/sh")), Path::new(TREE_EXE));
+        assert_eq!(
+            exe_in_tree(Path::new("/nonexistent/sharedos-gate")),
+            Path::new(TREE_EXE)
+        );
+        // /dev is mounted over the root filesystem: the tree's bind of / does not show it.
+        let below = Path::new("/dev/shm").join(format!("sharedos-exe-{}", std::process::id()));
+        std::fs::write(&below, b"x").unwrap();
+        std::fs::set_permissions(&below, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert_eq!(exe_in_tree(&below), Path::new(TREE_EXE));
+        std::fs::remove_file(&below).unwrap();
+        // Root inside a user namespace is anyone: a binary only its owner may run is copied.
+        let dir = std::env::temp_dir();
+        let private = std::fs::canonicalize(&dir)
+            .unwrap()
+            .join(format!("sharedos-exe-{}", std::process::id()));
+        std::fs::write(&private, b"x").unwrap();
+        std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();
+        assert_eq!(exe_in_tree(&private), Path::new(TREE_EXE));
+        std::fs::remove_file(&private).unwrap();
+    }
+
     #[test]
     fn spawn_and_unshare_lines() {
         let s = spec();
         let exe = Path::new("/usr/local/bin/sharedos-gate");
         assert_eq!(
             spawn_argv(exe, &s).join(" "),
-            "/usr/local/bin/sharedos-gate tree-spawn --marker spike-0123456789ab --display :170 --root /w/root"
+            "/usr/local/bin/sharedos-gate tree-spawn --marker spike-0123456789ab --display :170 --exe /usr/local/bin/sharedos-gate --root /w/root"
         );
         let u = unshare_equivalent_argv(exe, &s).join(" ");
         assert!(u.starts_with(
@@ -1005,7 +1069,7 @@ mod tests {
         assert!(env
             .iter()
             .any(|(k, v)| k == MARKER_ENV && v == "spike-0123456789ab"));
-        assert!(stateapp_argv("m1").contains(&"m1".to_string()));
+        assert!(stateapp_argv(Path::new("/g"), "m1").contains(&"m1".to_string()));
     }
 
     #[test]

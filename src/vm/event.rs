@@ -27,7 +27,7 @@ pub enum Event {
     /// How the guest came up: cold, or resumed from a snapshot, and why.
     GuestStart(Box<sharedos_report::report::GuestStart>),
     /// A stage of a resume took `took`: where a resume's time goes (the state into QEMU, the
-    /// guest's first answer, its setup, the login with the run's own key).
+    /// guest's first answer, its setup over that first session).
     Stage { name: &'static str, took: Duration },
     /// No layer over the snapshot `base` holds the session's file (`why`): one is being made
     /// (the base resumed, the file put in and checked, the guest saved).

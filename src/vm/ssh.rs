@@ -16,6 +16,9 @@ use std::time::{Duration, Instant};
 /// its timeout in whole seconds, so a look can come up to a second later than this.
 pub const POLL: Duration = Duration::from_millis(500);
 
+/// The bound of each blocking call on a session just opened, and of a short command as a whole.
+pub const SESSION_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// Fails naming the signal when one arrived while `command` ran.
 fn check_interrupt(command: &str) -> Result<()> {
     match signals::interrupted() {
@@ -106,8 +109,8 @@ impl Guest {
             .with_context(|| format!("TCP connect to {addr}"))?;
         let mut session = Session::new().context("creating an SSH session")?;
         session.set_tcp_stream(tcp);
-        session.set_timeout(millis(left.min(Duration::from_secs(60))));
-        let timeout = Duration::from_secs(60);
+        session.set_timeout(millis(left.min(SESSION_TIMEOUT)));
+        let timeout = SESSION_TIMEOUT;
         session.handshake().context("SSH handshake")?;
         let seen = session
             .host_key_hash(HashType::Sha256)

@@ -23,14 +23,13 @@ pub const TARGET_RESUMED_FIRST_COMMAND_X: f64 = 0.5;
 pub const TARGET_RESUMED_RUN_X: f64 = 6.0;
 
 /// The phases of a vm-run's report, in the order they run, then the run as a whole. A resumed
-/// run's boot_to_ssh is its four resume stages.
-const PHASES: [&str; 9] = [
+/// run's boot_to_ssh is its three resume stages.
+const PHASES: [&str; 8] = [
     "image",
     "boot_to_ssh",
     "resume_load",
     "resume_answer",
     "resume_setup",
-    "resume_login",
     "copy",
     "gates",
     "fetch",

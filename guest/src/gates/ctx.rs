@@ -98,6 +98,7 @@ impl Config {
                 .map(|_| fidelity::group_dir(&fidelity::tree_group(&self.marker, "tree"))),
             userns: self.options.userns,
             workload: self.options.workload,
+            exe: tree::exe_in_tree(&self.exe),
         }
     }
     /// The criu the run will use: `--criu`, else the first on PATH or in the sbin directories
