@@ -174,3 +174,88 @@ fn vm_run_refuses_bad_diagnose_arguments_before_building_or_booting() {
     assert!(common::processes_mentioning(scratch.to_str().unwrap()).is_empty());
     std::fs::remove_dir_all(&scratch).unwrap();
 }
+
+/// A workload on an image without its programs is refused on the host, in vm-run, vm-compare
+/// and vm-matrix alike: exit 2, the image to use named, nothing built, booted or archived. With
+/// no `--image` at all, vm-run takes the image that has the workload.
+#[test]
+fn a_workload_the_image_lacks_is_refused_before_anything_and_no_image_means_the_one_with_it() {
+    let scratch =
+        std::env::temp_dir().join(format!("sharedos-bad-workload-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&scratch);
+    std::fs::create_dir_all(&scratch).unwrap();
+    let images = Path::new(env!("CARGO_MANIFEST_DIR")).join("images");
+    let cache = scratch.join("cache");
+    let xtask = common::xtask_binary();
+    let common_args = |sub: &str| {
+        vec![
+            sub.to_string(),
+            "--images-dir".into(),
+            images.display().to_string(),
+            "--cache-dir".into(),
+            cache.display().to_string(),
+        ]
+    };
+    let run = |args: Vec<String>| {
+        Command::new(&xtask)
+            .args(&args)
+            // A gate binary build would run this cargo and fail naming it.
+            .env("CARGO", scratch.join("no-cargo-here"))
+            .current_dir(&scratch)
+            .output()
+            .unwrap()
+    };
+    let mut vm_run = common_args("vm-run");
+    vm_run.extend(["--image", "bookworm", "--", "--workload", "desktop"].map(String::from));
+    let mut compare = common_args("vm-compare");
+    compare.extend(["--image", "trixie", "--workload", "browser"].map(String::from));
+    let mut matrix = common_args("vm-matrix");
+    matrix.extend(["--images", "bookworm,bookworm+desktop"].map(String::from));
+    for (args, fix) in [
+        (
+            vm_run,
+            "fix: give --image bookworm-desktop (or trixie-desktop), or leave --image out",
+        ),
+        (
+            compare,
+            "fix: give --image bookworm-browser, or leave --image out",
+        ),
+        (matrix, "fix: write the row as bookworm-desktop+desktop"),
+    ] {
+        let out = run(args.clone());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("workload (its definition does not install"),
+            "{stderr}"
+        );
+        assert!(stderr.contains(fix), "{args:?}: {stderr}");
+        assert!(
+            !stderr.contains("no-cargo-here"),
+            "built something: {stderr}"
+        );
+        assert!(
+            out.stdout.is_empty(),
+            "{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        assert!(!cache.exists(), "{args:?}: touched the cache");
+        assert!(!scratch.join("reports").exists(), "{args:?}: archived");
+    }
+    // No --image: the plan is the desktop image's.
+    let mut plan = common_args("vm-run");
+    plan.extend(["--plan", "--", "--workload", "desktop"].map(String::from));
+    let out = run(plan);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr
+            .contains("image bookworm-desktop: it has the desktop workload (no --image was given)"),
+        "{stderr}"
+    );
+    assert!(stdout.contains("/bookworm-desktop-"), "{stdout}");
+    std::fs::remove_dir_all(&scratch).unwrap();
+}

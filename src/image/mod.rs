@@ -16,6 +16,7 @@ pub mod manifest;
 pub mod mode;
 #[cfg(test)]
 mod shipped_tests;
+pub mod workload;
 
 pub use cache::cache_root;
 pub use manifest::{Manifest, PackageVersion};
@@ -96,6 +97,19 @@ impl ImageEntry {
 pub fn require_image(opts: &BuildOptions) -> Result<()> {
     let images_dir = definition::find_images_dir(opts.images_dir.as_deref(), &opts.image);
     definition::require_image(&images_dir, &opts.image)
+}
+
+/// [`require_image`], and when `diagnose_args` name a workload, that the image holds it
+/// ([`workload::require`]): both before anything is built or booted.
+pub fn require_image_for(opts: &BuildOptions, diagnose_args: &[String]) -> Result<()> {
+    require_image(opts)?;
+    match workload::in_args(diagnose_args) {
+        Some(w) => {
+            let images_dir = definition::find_images_dir(opts.images_dir.as_deref(), &opts.image);
+            workload::require(&images_dir, &opts.image, w, workload::Named::Flag)
+        }
+        None => Ok(()),
+    }
 }
 
 struct Inputs {

@@ -64,7 +64,13 @@ pub fn resolve_images(opts: &MatrixOptions) -> Result<Vec<Row>> {
     let mut out: Vec<Row> = Vec::new();
     for label in &opts.images {
         let row = Row::parse(label)?;
-        definition::require_image(&opts.images_dir(&row.image), &row.image)?;
+        let dir = opts.images_dir(&row.image);
+        definition::require_image(&dir, &row.image)?;
+        // A workload variant on an image without its programs: refused before any row runs.
+        if let Some(w) = image::workload::in_args(&row.diagnose_args()) {
+            image::workload::require(&dir, &row.image, w, image::workload::Named::Row)
+                .with_context(|| format!("--images row {}", row.label()))?;
+        }
         if out.iter().any(|r| r.label() == row.label()) {
             bail!("--images names {} twice", row.label());
         }

@@ -107,8 +107,9 @@ pub fn vm_run(opts: &VmRunOptions) -> i32 {
 /// None when only the plan was asked for.
 fn start(opts: &VmRunOptions) -> Result<Option<Observed>> {
     signals::install().context("installing signal handlers")?;
-    // Before the report directory: a name that is not an image is bad input, not a run.
-    image::require_image(&opts.image)?;
+    // Before the report directory: a name that is not an image, or an image without the
+    // workload asked for, is bad input, not a run.
+    image::require_image_for(&opts.image, &opts.diagnose_args)?;
     if opts.plan {
         progress().result(plan::plan(opts)?.trim_end());
         return Ok(None);

@@ -55,6 +55,11 @@ pub fn vm_compare(a: CompareArgs) -> Result<i32> {
         .map_or(a.vm.boot.memory, |l| compare::vm_resources(&l).0);
     compare::check_copies_here(a.copies, vm_memory)?;
     ksm::check(a.ksm, std::path::Path::new(ksm::SYSFS))?;
+    // Both columns run the workload: an image without it is refused before anything boots.
+    if let Some(w) = &a.workload {
+        let args = ["--workload".to_string(), w.clone()];
+        sharedos_rig::image::require_image_for(&a.vm.boot.image, &args)?;
+    }
     let base = vm_options(a.vm)?;
     Ok(compare::vm_compare(&CompareOptions {
         base,

@@ -15,10 +15,12 @@ mod test;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
+use sharedos_report::report::Workload;
 use sharedos_report::signals;
 use sharedos_rig::builder_vm::BuilderVm;
 use sharedos_rig::gate_binary;
-use sharedos_rig::image::{self, BuildOptions};
+use sharedos_rig::image::{self, definition, BuildOptions};
+use sharedos_rig::progress::Progress;
 use sharedos_rig::run::{self, VmRunOptions};
 use sharedos_rig::vm::AccelChoice;
 use std::path::{Path, PathBuf};
@@ -296,8 +298,8 @@ fn boot_options(b: BootArgs) -> VmRunOptions {
 }
 
 fn vm_options(a: VmArgs) -> Result<VmRunOptions> {
-    // Before the gate binary's build: a typo must cost nothing.
-    image::require_image(&a.boot.image)?;
+    // Before the gate binary's build: a typo, or an image without the workload, costs nothing.
+    image::require_image_for(&a.boot.image, &a.diagnose_args)?;
     let gate_binary = match a.gate_binary {
         Some(p) => p,
         None if a.boot.image.plan => gate_binary::default_gate_binary(&workspace()),
@@ -314,8 +316,13 @@ fn vm_options(a: VmArgs) -> Result<VmRunOptions> {
 }
 
 fn main() {
-    let cli = Cli::parse();
-    let code = match run_cli(cli) {
+    let matches = <Cli as clap::CommandFactory>::command().get_matches();
+    let image_given = matches.subcommand().is_some_and(|(_, m)| given(m, "image"));
+    let cli = match <Cli as clap::FromArgMatches>::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
+    let code = match run_cli(cli, image_given) {
         Ok(code) => code,
         Err(e) => {
             let e = signals::naming_interrupt(e);
@@ -326,7 +333,29 @@ fn main() {
     std::process::exit(code);
 }
 
-fn run_cli(cli: Cli) -> Result<i32> {
+/// Whether the argument `id` was on the command line (not its default).
+fn given(m: &clap::ArgMatches, id: &str) -> bool {
+    m.ids().any(|i| i.as_str() == id)
+        && m.value_source(id) != Some(clap::parser::ValueSource::DefaultValue)
+}
+
+/// With no `--image`, the image that has the workload asked for: the default image unless the
+/// workload needs another, which is then named.
+fn choose_image(opts: &mut BuildOptions, workload: Option<Workload>) -> Result<()> {
+    let dir = definition::find_images_dir(opts.images_dir.as_deref(), &opts.image);
+    let chosen = image::workload::choose(&dir, workload)?;
+    if chosen != opts.image {
+        if let Some(w) = workload {
+            Progress::new("vm-run").note(&format!(
+                "image {chosen}: it has the {w} workload (no --image was given)"
+            ));
+        }
+        opts.image = chosen;
+    }
+    Ok(())
+}
+
+fn run_cli(cli: Cli, image_given: bool) -> Result<i32> {
     match cli.command {
         Command::Image(opts) => {
             // A guest-mode build waits on a VM for minutes: Ctrl-C must end it, and its VM.
@@ -336,9 +365,21 @@ fn run_cli(cli: Cli) -> Result<i32> {
             }
             Ok(0)
         }
-        Command::VmRun(a) => Ok(run::vm_run(&vm_options(a)?)),
+        Command::VmRun(mut a) => {
+            if !image_given {
+                let w = image::workload::in_args(&a.diagnose_args);
+                choose_image(&mut a.boot.image, w)?;
+            }
+            Ok(run::vm_run(&vm_options(a)?))
+        }
         Command::VmMigrate(a) => migrate::vm_migrate(a),
-        Command::VmCompare(a) => compare::vm_compare(a),
+        Command::VmCompare(mut a) => {
+            if !image_given {
+                let w = a.workload.as_deref().and_then(Workload::parse);
+                choose_image(&mut a.vm.boot.image, w)?;
+            }
+            compare::vm_compare(a)
+        }
         Command::VmExec {
             boot,
             timeout,

@@ -441,6 +441,21 @@ impl Workload {
     pub fn is_browser(self) -> bool {
         matches!(self, Workload::Browser | Workload::BrowserNosandbox)
     }
+
+    /// The workload's own programs, each with the Debian package that brings it: the guest's
+    /// prerequisites gate looks for the programs, the host for the packages in an image's
+    /// definition before anything boots.
+    pub fn programs(self) -> &'static [(&'static str, &'static str)] {
+        match self {
+            Workload::Xterm => &[],
+            Workload::Desktop => &[
+                ("openbox", "openbox"),
+                ("mousepad", "mousepad"),
+                ("dbus-daemon", "dbus-daemon"),
+            ],
+            Workload::Browser | Workload::BrowserNosandbox => &[("firefox-esr", "firefox-esr")],
+        }
+    }
 }
 
 impl fmt::Display for Workload {

@@ -23,20 +23,6 @@ pub const TREE_CHECKS: [&str; 8] = [
     "workload_programs_present",
 ];
 
-/// The programs a workload runs beyond Xvfb and xterm, each with the package that brings it
-/// (an image that adds them to a base: images/README.md).
-pub fn workload_programs(w: Workload) -> &'static [(&'static str, &'static str)] {
-    match w {
-        Workload::Xterm => &[],
-        Workload::Desktop => &[
-            ("openbox", "openbox"),
-            ("mousepad", "mousepad"),
-            ("dbus-daemon", "dbus-daemon"),
-        ],
-        Workload::Browser | Workload::BrowserNosandbox => &[("firefox-esr", "firefox-esr")],
-    }
-}
-
 /// Tools the CRIU gates run besides criu, each as the alternatives any one of which will do,
 /// with what needs it and the package that brings it.
 pub const CRIU_GATE_TOOLS: [(&[&str], &str, &str); 2] = [
@@ -252,7 +238,7 @@ fn check_x_tools(ctx: &mut Ctx, g: &mut GateBuilder, can_run: bool) {
 /// The workload's own programs are on PATH (only a workload other than xterm has any).
 fn check_workload_programs(ctx: &Ctx, g: &mut GateBuilder) {
     let w = ctx.cfg.options.workload;
-    let programs = workload_programs(w);
+    let programs = w.programs();
     if programs.is_empty() {
         return;
     }
