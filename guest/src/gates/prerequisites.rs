@@ -6,7 +6,7 @@ use super::{Config, Ctx, GateBuilder};
 use crate::criu::{self, NetworkLock};
 use serde_json::json;
 use sharedos_report::compare::check;
-use sharedos_report::report::{Gate, GateName, Workload};
+use sharedos_report::report::{Gate, GateName};
 use sharedos_report::which::{find_program, is_executable};
 use std::path::{Path, PathBuf};
 
