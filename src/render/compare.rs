@@ -992,6 +992,51 @@ mod tests {
         assert!(h.contains("\\u{1b}[2J"), "{h}");
     }
 
+    #[test]
+    fn every_control_format_and_separator_character_is_escaped_in_every_comparison_form() {
+        use crate::escape::tests::{every_hidden, raw_hidden};
+        let all: String = every_hidden().into_iter().collect();
+        let h = |s: &str| format!("{s}<{all}>");
+        let mut j = hostile();
+        let s = &mut j.summary;
+        for t in [
+            &mut s.image,
+            &mut s.accel,
+            &mut s.shared_os.resources,
+            &mut s.shared_os.report,
+            &mut s.vm_each.fork,
+            &mut s.vm_each.state_sha256,
+            &mut s.vm_each.resources,
+            &mut s.vm_each.memory_source,
+            &mut s.vm_each.ksm.how,
+            &mut s.vm_each.reclaim.reason,
+        ] {
+            *t = h(t);
+        }
+        s.workload = Some(h("workload"));
+        for c in &mut s.vm_each.copies {
+            c.label = h(&c.label);
+            c.report = h(&c.report);
+        }
+        s.vm_each.lie = Some(h("lie"));
+        s.vm_each.ksm.status = Status::Fail;
+        s.vm_each.ksm.notes = vec![h("note")];
+        s.problems = vec![h("problem")];
+        j.warnings = vec![h("warning")];
+        // Each form keeps only the line breaks it writes; HTML keeps a tab as well, which a
+        // page shows as a space outside a `<pre>` (and as itself inside one).
+        for (form, page, kept) in [
+            ("text", show_text(&j), &['\n'][..]),
+            ("md", md(&j), &['\n']),
+            ("html", html(&j), &['\n', '\t']),
+            ("diff", diff(&j, &j, "a", "b"), &['\n']),
+        ] {
+            // Shown, as its escape (Markdown escapes the backslash as well).
+            assert!(page.contains("u{61c}"), "{form}: {page}");
+            assert_eq!(raw_hidden(&page, kept), Vec::<char>::new(), "{form}");
+        }
+    }
+
     /// Every `<svg>...</svg>` of a page, parsed.
     fn svgs(h: &str) -> Vec<String> {
         let mut out = Vec::new();
