@@ -26,10 +26,13 @@ use std::path::Path;
 /// Far above any compare.json (64 copies: about 40 KiB); a larger one is not read.
 pub const MAX_COMPARE_BYTES: u64 = 1 << 20;
 
-/// What is shown as compare.json recorded it, judged by nothing.
-pub const HOST_RECORDED: &str = "the VM copies' resume times, their QEMUs' memory, the idle \
-     guest's memory and the fork's size and save time were measured by the host during the \
-     run and are in compare.json only: shown as recorded, not judged again";
+/// What the host's mark (`*`) says wherever a comparison is shown: what is shown as
+/// compare.json recorded it, judged by nothing.
+pub const HOST_RECORDED: &str = "the host's own figure, or one computed from it: the VM copies' \
+     resume times, their QEMUs' memory and its further readings, the idle guest's memory, the \
+     fork's size and save time, and the VMs' memory and CPUs were measured or chosen by the host \
+     during the run and are in compare.json only: shown as recorded, not judged again (the VMs' \
+     memory and CPUs are checked against each copy's report)";
 
 const FIX: &str = "fix: give the directory `cargo xtask vm-compare` wrote, as it wrote it";
 
@@ -111,15 +114,18 @@ pub fn read_dir(files: &ReportDir, ledger: Option<&Ledger>) -> Result<Judged> {
         }
     }
 
-    let (vm_each, copy_accels) = vm_each(files, &said.vm_each, &how);
-    for (label, a) in copy_accels {
-        if !a.is_empty() && a != accel {
+    let (mut vm_each, seen) = vm_each(files, &said.vm_each, &how);
+    for c in &seen {
+        if !c.accel.is_empty() && c.accel != accel {
             warnings.push(format!(
-                "VM-each {label}: its report ran under {a}, the comparison under {accel}: the \
-                 two columns' times do not compare"
+                "VM-each {}: its report ran under {}, the comparison under {accel}: the two \
+                 columns' times do not compare",
+                c.label, c.accel
             ));
         }
     }
+    warnings.extend(resource_warnings(&mut vm_each, &seen));
+    vm_each.problems.extend(unnamed_reports(files, &said));
 
     let mut s = Summary {
         format: said.format,
@@ -265,10 +271,74 @@ fn figure_warnings(said: &SharedOs, fresh: &SharedOs) -> Vec<String> {
     }
 }
 
+/// What a VM copy's own report says of the machine it ran on, for the checks of what
+/// compare.json says of every copy.
+struct Seen {
+    label: String,
+    accel: String,
+    memory_mib: u64,
+    cpus: u32,
+}
+
+/// Where compare.json's memory and CPUs for each VM are not those its copies' reports say,
+/// named by copy with both values. When every copy that reads back says the same, that is
+/// shown; when they differ among themselves, compare.json's stays (marked as the host's).
+fn resource_warnings(vm: &mut VmEach, seen: &[Seen]) -> Vec<String> {
+    let said = (vm.memory_mib, vm.cpus);
+    let warnings: Vec<String> = seen
+        .iter()
+        .filter(|c| (c.memory_mib, c.cpus) != said)
+        .map(|c| {
+            format!(
+                "VM-each {}: {COMPARE_FILE} says each VM had {} MiB and {} CPUs, its report says \
+                 {} MiB and {} CPUs",
+                c.label, said.0, said.1, c.memory_mib, c.cpus
+            )
+        })
+        .collect();
+    let reported: BTreeSet<(u64, u32)> = seen.iter().map(|c| (c.memory_mib, c.cpus)).collect();
+    if let (false, Some(&(m, c))) = (warnings.is_empty(), reported.first()) {
+        if reported.len() == 1 {
+            (vm.memory_mib, vm.cpus) = (m, c);
+        }
+    }
+    warnings
+}
+
+/// Every directory beneath the comparison that holds a report compare.json does not name: a
+/// copy left out of the count (one that failed, say) would otherwise go unseen.
+fn unnamed_reports(files: &ReportDir, said: &Summary) -> Vec<String> {
+    let named: BTreeSet<&str> = [said.shared_os.report.as_str(), said.vm_each.fork.as_str()]
+        .into_iter()
+        .chain(
+            said.vm_each
+                .copies
+                .iter()
+                .chain(&said.vm_each.reset)
+                .map(|c| c.report.as_str()),
+        )
+        .collect();
+    let entries = match files.entries("") {
+        Ok(e) => e,
+        Err(e) => return vec![format!("the comparison's directory does not list: {e}")],
+    };
+    entries
+        .into_iter()
+        .filter(|(name, kind)| matches!(kind, Kind::Dir) && !named.contains(name.as_str()))
+        .filter(|(name, _)| !matches!(files.kind(&format!("{name}/{REPORT_FILE}")), Ok(None)))
+        .map(|(name, _)| {
+            format!(
+                "the comparison's directory holds a report {COMPARE_FILE} does not name: {name}/ \
+                 (a copy left out of the count?)"
+            )
+        })
+        .collect()
+}
+
 /// The VM-each column: each copy and the reset judged again from its report, the host's
-/// figures as recorded; each copy's accelerator, by label.
-fn vm_each(files: &ReportDir, said: &VmEach, how: &How) -> (VmEach, Vec<(String, String)>) {
-    let mut accels = Vec::new();
+/// figures as recorded; what each copy's report says of its machine.
+fn vm_each(files: &ReportDir, said: &VmEach, how: &How) -> (VmEach, Vec<Seen>) {
+    let mut seen = Vec::new();
     let mut one = |c: &VmCopy| -> VmCopy {
         let (problems, o) = match files.open_beneath(&c.report) {
             Ok(d) => vm_copy_judged(d, how, said.origin()),
@@ -277,10 +347,13 @@ fn vm_each(files: &ReportDir, said: &VmEach, how: &How) -> (VmEach, Vec<(String,
                 None,
             ),
         };
-        if let Some(o) = &o {
-            if let Some(vm) = &o.report.vm {
-                accels.push((c.label.clone(), vm.accel.clone()));
-            }
+        if let Some(vm) = o.as_ref().and_then(|o| o.report.vm.as_ref()) {
+            seen.push(Seen {
+                label: c.label.clone(),
+                accel: vm.accel.clone(),
+                memory_mib: vm.memory_mib,
+                cpus: vm.cpus,
+            });
         }
         VmCopy {
             problems,
@@ -309,7 +382,7 @@ fn vm_each(files: &ReportDir, said: &VmEach, how: &How) -> (VmEach, Vec<(String,
             problems,
             ..said.clone()
         },
-        accels,
+        seen,
     )
 }
 
@@ -334,6 +407,8 @@ pub(crate) mod tests {
         r.vm = Some(VmProvenance {
             image_name: "bookworm".into(),
             accel: "tcg".into(),
+            memory_mib: 1024,
+            cpus: 2,
             ..Default::default()
         });
         r
@@ -563,6 +638,66 @@ pub(crate) mod tests {
         assert!(w.contains("do not show: VM-each copy-1: forged"), "{w}");
         // The host's own figures are kept as recorded.
         assert_eq!(j.summary.vm_each.copies[0].host_mem, Some(mem(390_000)));
+    }
+
+    #[test]
+    fn the_vms_memory_and_cpus_are_checked_against_each_copy_s_report() {
+        let f = fixture("resources");
+        // A VM made to cost what a CRIU copy is given.
+        let mut s = summary();
+        s.vm_each.memory_mib = 64;
+        s.vm_each.cpus = 1;
+        put(&f.0, &s);
+        let j = read(&f.0, None).unwrap();
+        let w = j.warnings.join("\n");
+        for c in ["copy-1", "copy-2", "reset"] {
+            assert!(
+                w.contains(&format!(
+                    "VM-each {c}: compare.json says each VM had 64 MiB and 1 CPUs, its report \
+                     says 1024 MiB and 2 CPUs"
+                )),
+                "{w}"
+            );
+        }
+        assert_eq!(
+            (j.summary.vm_each.memory_mib, j.summary.vm_each.cpus),
+            (1024, 2),
+            "the reports' figures are shown"
+        );
+        // Copies whose reports disagree among themselves: compare.json's figure stays, warned.
+        vm_copy_report(&f.0.join("copy-2"), STATE, |r| {
+            r.vm.as_mut().unwrap().memory_mib = 2048;
+        });
+        let j = read(&f.0, None).unwrap();
+        assert_eq!(j.summary.vm_each.memory_mib, 64);
+        assert!(
+            j.warnings
+                .iter()
+                .any(|w| w.contains("copy-2") && w.contains("its report says 2048 MiB")),
+            "{:?}",
+            j.warnings
+        );
+    }
+
+    #[test]
+    fn a_report_compare_json_does_not_name_fails_the_comparison() {
+        let f = fixture("unnamed");
+        vm_copy_report(&f.0.join("copy-3"), STATE, |r| {
+            r.gate_mut(GateName::Cleanup).unwrap().status = Status::Fail;
+        });
+        let j = read(&f.0, None).unwrap();
+        assert_eq!(j.summary.verdict, Verdict::Fail);
+        assert!(
+            j.summary.problems.iter().any(|p| p
+                == "VM-each: the comparison's directory holds a report compare.json does not \
+                    name: copy-3/ (a copy left out of the count?)"),
+            "{:?}",
+            j.summary.problems
+        );
+        // A directory without a report is no copy.
+        let f = fixture("unnamed-empty");
+        std::fs::create_dir(f.0.join("notes")).unwrap();
+        assert_eq!(read(&f.0, None).unwrap().summary.verdict, Verdict::Pass);
     }
 
     #[test]
