@@ -11,8 +11,8 @@
 //! compare.json recorded them, and said to be ([`HOST_RECORDED`]).
 
 use super::{
-    judge, shared_os_column, vm_copy_judged, SharedOs, Summary, VmCopy, VmEach, COMPARE_FILE,
-    FORMAT,
+    judge, resume_nonce, shared_os_column, vm_copy_judged, SharedOs, Summary, VmCopy, VmEach,
+    COMPARE_FILE, FORMAT,
 };
 use crate::judge::ledger::Ledger;
 use crate::judge::reader::{Kind, ReportDir};
@@ -20,7 +20,7 @@ use crate::judge::verdict::{self, How, Outcome};
 use anyhow::{anyhow, bail, Context, Result};
 use sharedos_report::model::density::MAX_COPIES;
 use sharedos_report::report::REPORT_FILE;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 /// Far above any compare.json (64 copies: about 40 KiB); a larger one is not read.
@@ -335,18 +335,39 @@ fn unnamed_reports(files: &ReportDir, said: &Summary) -> Vec<String> {
         .collect()
 }
 
+/// Each resume that an earlier one repeats, as (the later's index, the first's index): the
+/// same nonce in two reports is one resumed guest's report in two places.
+fn repeated_resumes(resumes: &[Option<String>]) -> Vec<(usize, usize)> {
+    let mut first: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut out = Vec::new();
+    for (i, n) in resumes.iter().enumerate() {
+        if let Some(n) = n {
+            match first.get(n.as_str()) {
+                Some(&f) => out.push((i, f)),
+                None => {
+                    first.insert(n, i);
+                }
+            }
+        }
+    }
+    out
+}
+
 /// The VM-each column: each copy and the reset judged again from its report, the host's
 /// figures as recorded; what each copy's report says of its machine.
 fn vm_each(files: &ReportDir, said: &VmEach, how: &How) -> (VmEach, Vec<Seen>) {
     let mut seen = Vec::new();
+    // Each copy's and the reset's resume as its report records it, in the column's order.
+    let mut resumes: Vec<Option<String>> = Vec::new();
     let mut one = |c: &VmCopy| -> VmCopy {
         let (problems, o) = match files.open_beneath(&c.report) {
-            Ok(d) => vm_copy_judged(d, how, said.origin()),
+            Ok(d) => vm_copy_judged(d, how, said.origin(), &c.nonce),
             Err(e) => (
                 vec![format!("its report does not read back: {}: {e}", c.report)],
                 None,
             ),
         };
+        resumes.push(o.as_ref().and_then(resume_nonce).map(str::to_string));
         if let Some(vm) = o.as_ref().and_then(|o| o.report.vm.as_ref()) {
             seen.push(Seen {
                 label: c.label.clone(),
@@ -360,8 +381,17 @@ fn vm_each(files: &ReportDir, said: &VmEach, how: &How) -> (VmEach, Vec<Seen>) {
             ..c.clone()
         }
     };
-    let copies: Vec<VmCopy> = said.copies.iter().map(&mut one).collect();
-    let reset = said.reset.as_ref().map(&mut one);
+    let mut copies: Vec<VmCopy> = said.copies.iter().map(&mut one).collect();
+    let mut reset = said.reset.as_ref().map(&mut one);
+    let mut all: Vec<&mut VmCopy> = copies.iter_mut().chain(reset.as_mut()).collect();
+    for (later, first) in repeated_resumes(&resumes) {
+        let (l, r) = (all[first].label.clone(), all[first].report.clone());
+        let n = resumes[later].as_deref().unwrap_or_default();
+        all[later].problems.push(format!(
+            "its report is the same resume as {l}'s ({r}/): both carry the nonce {n}: one \
+             resumed guest counted twice"
+        ));
+    }
     // The column's own problems are the host's record of what stopped it (a copy that did not
     // come up, an interrupt): no report holds them, and they only ever fail the comparison.
     let mut problems = said.problems.clone();
@@ -433,6 +463,11 @@ pub(crate) mod tests {
 
     /// A vm-run with `--copies 2`: its density gate, after reset, with the figures.
     fn shared_os_report(dir: &Path) {
+        shared_os_report_of(dir, DENSITY)
+    }
+
+    /// [`shared_os_report`] with the density gate's figures `density`.
+    fn shared_os_report_of(dir: &Path, density: &str) {
         let mut r = vm_report();
         r.options.copies = Some(serde_json::from_value(serde_json::json!({"count": 2})).unwrap());
         let at = r
@@ -444,13 +479,24 @@ pub(crate) mod tests {
         let mut g = r.gates[at - 1].clone();
         g.name = GateName::Density;
         g.data
-            .insert("density".into(), serde_json::from_str(DENSITY).unwrap());
+            .insert("density".into(), serde_json::from_str(density).unwrap());
         r.gates.insert(at, g);
         write(dir, r, |_| {});
     }
 
-    /// A copy of a VM fork whose live probe held it, resumed from the fork `state`.
+    /// The nonce the host gave the resume of the copy `label` in the fixture.
+    pub(crate) fn nonce_of(label: &str) -> String {
+        let hex: String = label.bytes().map(|b| format!("{b:02x}")).collect();
+        format!("{hex:0>32}")
+    }
+
+    /// A copy of a VM fork whose live probe held it, resumed from the fork `state`, its resume's
+    /// nonce the one the fixture gives its directory's name.
     pub(crate) fn vm_copy_report(dir: &Path, state: &str, after: impl FnOnce(&mut Report)) {
+        let nonce = dir
+            .file_name()
+            .map(|n| nonce_of(&n.to_string_lossy()))
+            .unwrap_or_default();
         write(dir, vm_report(), |r| {
             for ((name, _), (gate, from)) in crate::judge::recheck::FORK_CHECKS.iter().zip([
                 (GateName::RestoreLiveProcess, "same_token"),
@@ -476,8 +522,8 @@ pub(crate) mod tests {
                         ..SnapshotRef::default()
                     }),
                     client_key: String::new(),
-                    nonce: None,
-                    nonce_echo: None,
+                    nonce: Some(nonce.clone()),
+                    nonce_echo: Some(nonce),
                     clock_set_to: None,
                     rng_reseeded: true,
                 });
@@ -498,6 +544,7 @@ pub(crate) mod tests {
         VmCopy {
             label: label.into(),
             report: label.into(),
+            nonce: nonce_of(label),
             resume_ms: 1600,
             host_mem: Some(mem(pss)),
             host_split: None,
@@ -700,6 +747,140 @@ pub(crate) mod tests {
         assert_eq!(read(&f.0, None).unwrap().summary.verdict, Verdict::Pass);
     }
 
+    /// `from`'s files, byte for byte, in place of `to`'s.
+    fn copy_dir(from: &Path, to: &Path) {
+        std::fs::remove_dir_all(to).ok();
+        std::fs::create_dir_all(to).unwrap();
+        for e in std::fs::read_dir(from).unwrap() {
+            let e = e.unwrap();
+            if e.file_type().unwrap().is_dir() {
+                copy_dir(&e.path(), &to.join(e.file_name()));
+            } else {
+                std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+            }
+        }
+    }
+
+    #[test]
+    fn one_copy_s_report_counted_twice_fails_naming_both_places() {
+        for twice in ["copy-2", "reset"] {
+            let f = fixture(&format!("twice-{twice}"));
+            copy_dir(&f.0.join("copy-1"), &f.0.join(twice));
+            let j = read(&f.0, None).unwrap();
+            assert_eq!(j.summary.verdict, Verdict::Fail, "{twice}");
+            let p = j.summary.problems.join("\n");
+            assert!(
+                p.contains(&format!(
+                    "VM-each {twice}: its report is the same resume as copy-1's (copy-1/): both \
+                     carry the nonce {}",
+                    nonce_of("copy-1")
+                )),
+                "{twice}: {p}"
+            );
+            assert!(
+                p.contains(&format!(
+                    "VM-each {twice}: its report is of the resume with nonce {}, not the one the \
+                     host recorded for it ({})",
+                    nonce_of("copy-1"),
+                    nonce_of(twice)
+                )),
+                "{twice}: {p}"
+            );
+            // compare.json edited to match does not help: the reports still repeat one resume,
+            // and compare.json then records one resume twice.
+            let mut s = summary();
+            match twice {
+                "reset" => s.vm_each.reset.as_mut().unwrap().nonce = nonce_of("copy-1"),
+                _ => s.vm_each.copies[1].nonce = nonce_of("copy-1"),
+            }
+            put(&f.0, &s);
+            let j = read(&f.0, None).unwrap();
+            assert_eq!(j.summary.verdict, Verdict::Fail, "{twice}");
+            let p = j.summary.problems.join("\n");
+            assert!(
+                p.contains("its report is the same resume as copy-1's (copy-1/)"),
+                "{twice}: {p}"
+            );
+            assert!(
+                p.contains(&format!(
+                    "VM-each copy-1 and {twice}: compare.json records one resume twice (nonce {})",
+                    nonce_of("copy-1")
+                )),
+                "{twice}: {p}"
+            );
+        }
+    }
+
+    #[test]
+    fn one_criu_copy_counted_twice_fails_the_shared_os_column() {
+        let f = fixture("criu-twice");
+        for (edit, said) in [
+            (
+                ("\"pid\": 340", "\"pid\": 339"),
+                "shared-OS: density-1 and density-2 are one process (pid 339): one restore \
+                 counted twice",
+            ),
+            (
+                ("\"label\": \"density-2\"", "\"label\": \"density-1\""),
+                "shared-OS: two copies are labelled density-1",
+            ),
+            (
+                ("\"pid\": 340", "\"pid\": 0"),
+                "shared-OS: density-2's pid is 0, no process",
+            ),
+            (
+                ("\"restore_ms\": [1922, 1773]", "\"restore_ms\": [1922]"),
+                "shared-OS: the density gate timed 1 restores for 2 copies",
+            ),
+        ] {
+            shared_os_report_of(&f.0.join("shared-os"), &DENSITY.replace(edit.0, edit.1));
+            let j = read(&f.0, None).unwrap();
+            assert_eq!(j.summary.verdict, Verdict::Fail, "{said}");
+            assert!(
+                j.summary.problems.iter().any(|p| p == said),
+                "{said}: {:?}",
+                j.summary.problems
+            );
+        }
+    }
+
+    #[test]
+    fn a_copy_not_bound_to_a_resume_the_host_recorded_does_not_count() {
+        let f = fixture("unbound");
+        // No host record of the resume.
+        let mut s = summary();
+        s.vm_each.copies[0].nonce.clear();
+        put(&f.0, &s);
+        let p = read(&f.0, None).unwrap().summary.problems.join("\n");
+        assert!(
+            p.contains("VM-each copy-1: compare.json records no nonce for its resume"),
+            "{p}"
+        );
+        // A report with no nonce, or one its guest did not echo.
+        put(&f.0, &summary());
+        vm_copy_report(&f.0.join("copy-2"), STATE, |r| {
+            let start = r.vm.as_mut().unwrap().start.as_mut().unwrap();
+            start.nonce = None;
+        });
+        vm_copy_report(&f.0.join("reset"), STATE, |r| {
+            let start = r.vm.as_mut().unwrap().start.as_mut().unwrap();
+            start.nonce_echo = Some("0".repeat(32));
+        });
+        let p = read(&f.0, None).unwrap().summary.problems.join("\n");
+        assert!(
+            p.contains("VM-each copy-2: its report records no nonce of its resume"),
+            "{p}"
+        );
+        assert!(
+            p.contains(&format!(
+                "VM-each reset: its guest echoed {}, not the nonce its host gave ({})",
+                "0".repeat(32),
+                nonce_of("reset")
+            )),
+            "{p}"
+        );
+    }
+
     #[test]
     fn a_copy_resumed_from_another_fork_does_not_count() {
         let f = fixture("origin");
@@ -753,11 +934,11 @@ pub(crate) mod tests {
         v["format"] = 1.into();
         std::fs::write(f.0.join(COMPARE_FILE), v.to_string()).unwrap();
         let e = err(&f.0);
-        assert!(e.contains("has format 1, this rig reads 2"), "{e}");
+        assert!(e.contains("has format 1, this rig reads 3"), "{e}");
         v.as_object_mut().unwrap().remove("format");
         std::fs::write(f.0.join(COMPARE_FILE), v.to_string()).unwrap();
         assert!(err(&f.0).contains("names no format"));
-        std::fs::write(f.0.join(COMPARE_FILE), "{\"format\": 2}").unwrap();
+        std::fs::write(f.0.join(COMPARE_FILE), format!("{{\"format\": {FORMAT}}}")).unwrap();
         assert!(err(&f.0).contains("is not a compare.json"));
         let mut s = summary();
         s.copies = 0;
