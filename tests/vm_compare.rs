@@ -43,6 +43,12 @@ fn vm_compare_bookworm_four_copies_both_columns_checked() {
         4,
         "{s:#}"
     );
+    // Its reset, as its reset gate timed it.
+    let reset = s["shared_os"]["reset_ms"].as_array().unwrap();
+    assert!(
+        reset.len() == 1 && reset[0].as_u64().unwrap_or(0) > 0,
+        "{s:#}"
+    );
 
     // The VM-each column: four copies and a reset, each a QEMU the host measured, each a report
     // whose live probe held the copy to the fork-time state.

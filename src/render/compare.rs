@@ -104,7 +104,12 @@ struct Figures {
     so_p95: Option<f64>,
     vm_med: Option<f64>,
     vm_p95: Option<f64>,
+    /// The CRIU column's resets, as its reset gate timed them: median and p95.
+    so_reset_med: Option<f64>,
+    so_reset_p95: Option<f64>,
+    /// The VM column's reset (a fresh QEMU resumed from the save), the host's: median and p95.
     reset_ms: Option<f64>,
+    reset_p95: Option<f64>,
     idle_pss: Option<f64>,
     /// What a VM copy holds beyond the same guest before its tree: the desktop's own share.
     beyond: Option<f64>,
@@ -120,6 +125,7 @@ impl Figures {
         let so = &s.shared_os;
         let vm = &s.vm_each;
         let vm_resume: Vec<u64> = vm.copies.iter().map(|c| c.resume_ms).collect();
+        let vm_reset: Vec<u64> = vm.reset.iter().map(|c| c.resume_ms).collect();
         let host = |f: fn(&sharedos_report::model::density::Mem) -> u64| -> Vec<u64> {
             vm.copies
                 .iter()
@@ -142,7 +148,10 @@ impl Figures {
             so_p95: p95(&so.restore_ms).map(|v| v as f64),
             vm_med: median(&vm_resume),
             vm_p95: p95(&vm_resume).map(|v| v as f64),
-            reset_ms: vm.reset.as_ref().map(|r| r.resume_ms as f64),
+            so_reset_med: median(&so.reset_ms),
+            so_reset_p95: p95(&so.reset_ms).map(|v| v as f64),
+            reset_ms: median(&vm_reset),
+            reset_p95: p95(&vm_reset).map(|v| v as f64),
             beyond: median(&vm_pss)
                 .zip(idle_pss)
                 .map(|(m, idle)| (m - idle).max(0.0)),
@@ -193,9 +202,16 @@ fn rows(s: &Summary) -> Vec<Row> {
         ),
         row("fork: p95", ms(f.so_p95), ms(f.vm_p95), String::new(), true),
         row(
-            "reset",
-            "n/a (the density gate has no reset)".into(),
+            "reset: median",
+            ms(f.so_reset_med),
             ms(f.reset_ms),
+            ratio(f.so_reset_med, f.reset_ms),
+            true,
+        ),
+        row(
+            "reset: p95",
+            ms(f.so_reset_p95),
+            ms(f.reset_p95),
             String::new(),
             true,
         ),
@@ -566,6 +582,7 @@ fn write_chart(out: &mut String, svg: Result<String, String>) -> std::fmt::Resul
 pub mod chart {
     use super::Summary;
     use plotters::prelude::*;
+    use sharedos_report::model::density::median;
 
     /// Each design's colour, the same in both charts; a test finds them on a screenshot.
     pub const SHARED_OS: RGBColor = RGBColor(0x09, 0x69, 0xda);
@@ -573,6 +590,7 @@ pub mod chart {
     pub const IDLE_VM: RGBColor = RGBColor(0x8c, 0x95, 0x9f);
     pub const VM_RESET: RGBColor = RGBColor(0x82, 0x50, 0xdf);
     pub const VM_KSM: RGBColor = RGBColor(0x1a, 0x7f, 0x37);
+    pub const SHARED_OS_RESET: RGBColor = RGBColor(0x54, 0xae, 0xff);
 
     const SIZE: (u32, u32) = (760, 380);
 
@@ -637,8 +655,8 @@ pub mod chart {
         out
     }
 
-    /// The series of the latency chart: each copy's fork time in seconds, both designs, and the
-    /// VM reset across the copies.
+    /// The series of the latency chart: each copy's fork time in seconds, both designs, and each
+    /// design's reset (its median) across the copies.
     pub fn latency_series(s: &Summary) -> Vec<Series> {
         let secs = |xs: &mut dyn Iterator<Item = u64>| -> Vec<(f64, f64)> {
             xs.enumerate()
@@ -662,6 +680,14 @@ pub mod chart {
             out.push(Series {
                 label: "VM reset: a copy put back (host) *",
                 colour: VM_RESET,
+                points: vec![(1.0, y), (f64::from(s.copies.max(1)), y)],
+            });
+        }
+        if let Some(ms) = median(&s.shared_os.reset_ms) {
+            let y = ms / 1000.0;
+            out.push(Series {
+                label: "shared-OS reset: a copy restored again",
+                colour: SHARED_OS_RESET,
                 points: vec![(1.0, y), (f64::from(s.copies.max(1)), y)],
             });
         }
@@ -817,11 +843,25 @@ pub fn diff(a: &Judged, b: &Judged, a_label: &str, b_label: &str) -> String {
         rows.push([what.into(), x, y, change]);
     }
     let kib = |v: Option<f64>| v.map_or("n/a".into(), mib);
-    let figures: [Figure; 13] = [
+    let figures: [Figure; 15] = [
         ("shared-OS fork: median", fa.so_med, fb.so_med, ms, false),
         ("shared-OS fork: p95", fa.so_p95, fb.so_p95, ms, false),
         ("VM-each fork: median", fa.vm_med, fb.vm_med, ms, true),
         ("VM-each fork: p95", fa.vm_p95, fb.vm_p95, ms, true),
+        (
+            "shared-OS reset: median",
+            fa.so_reset_med,
+            fb.so_reset_med,
+            ms,
+            false,
+        ),
+        (
+            "shared-OS reset: p95",
+            fa.so_reset_p95,
+            fb.so_reset_p95,
+            ms,
+            false,
+        ),
         ("VM reset", fa.reset_ms, fb.reset_ms, ms, true),
         (
             "shared-OS PSS per desktop",
@@ -935,6 +975,7 @@ mod tests {
             shared_os: SharedOs {
                 report: "shared-os".into(),
                 restore_ms: vec![3000, 3400],
+                reset_ms: vec![2500],
                 per_copy: vec![mem(27 * 1024), mem(27 * 1024)],
                 ..SharedOs::default()
             },
@@ -992,6 +1033,57 @@ mod tests {
         assert!(!t.contains('\u{1b}'), "{t}");
         // Readings not taken say why.
         assert!(t.contains("NOT_RUN: not measured"), "{t}");
+    }
+
+    #[test]
+    fn both_columns_have_their_reset_in_every_form_and_the_latency_chart() {
+        let j = Judged {
+            summary: summary(),
+            warnings: vec![],
+        };
+        let line = |t: &str, what: &str| {
+            t.lines()
+                .find(|l| l.trim_start().starts_with(what))
+                .unwrap_or_else(|| panic!("no {what}: {t}"))
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        let t = text(&j.summary);
+        assert!(!t.contains("has no reset"), "{t}");
+        // The CRIU reset from its report; the VM reset the host's, and so their ratio.
+        assert_eq!(
+            line(&t, "reset: median"),
+            "reset: median 2.50 s 4.00 s * 1:1.6 *"
+        );
+        assert_eq!(line(&t, "reset: p95"), "reset: p95 2.50 s 4.00 s *");
+        assert!(
+            md(&j).contains("| reset: median | 2.50 s | 4.00 s \\* | 1:1.6 \\* |"),
+            "{}",
+            md(&j)
+        );
+        assert!(html(&j).contains("<td>reset: median</td><td class=\"num\">2.50 s</td>"));
+        let d = diff(&j, &j, "a", "b");
+        assert_eq!(
+            line(&d, "shared-OS reset: median"),
+            "shared-OS reset: median 2.50 s 2.50 s same"
+        );
+        let latency = chart::latency_series(&j.summary);
+        let criu = latency
+            .iter()
+            .find(|s| s.label.starts_with("shared-OS reset"))
+            .expect("the CRIU reset drawn");
+        assert_eq!(criu.points, [(1.0, 2.5), (2.0, 2.5)]);
+        // No reset timed: said, not drawn.
+        let mut s = summary();
+        s.shared_os.reset_ms.clear();
+        assert_eq!(
+            line(&text(&s), "reset: median"),
+            "reset: median n/a 4.00 s * n/a"
+        );
+        assert!(!chart::latency_series(&s)
+            .iter()
+            .any(|s| s.label.starts_with("shared-OS reset")));
     }
 
     #[test]
@@ -1254,7 +1346,7 @@ mod tests {
         {
             assert_eq!(
                 series.label.contains('*'),
-                series.colour != chart::SHARED_OS,
+                !series.label.starts_with("shared-OS"),
                 "{}",
                 series.label
             );

@@ -14,7 +14,7 @@ use super::verdict::{self, How, Outcome, Refused};
 use serde::{Deserialize, Serialize};
 use sharedos_report::model::density::{DensityData, Mem};
 use sharedos_report::procfs::QemuMem;
-use sharedos_report::report::{GateName, Status, Verdict};
+use sharedos_report::report::{GateName, Status, Verdict, RESET_RESTORE_MS};
 use std::path::Path;
 
 /// The summary beside the column directories.
@@ -53,6 +53,10 @@ pub struct SharedOs {
     /// The guest's memory in use, before the first restore and with every copy up (KiB).
     pub guest_used_before_kib: u64,
     pub guest_used_with_copies_kib: u64,
+    /// The reset the guest timed: its reset gate's restore of a copy after the changed one was
+    /// killed (ms). One: the gate resets one copy. Empty unless that gate passed.
+    #[serde(default)]
+    pub reset_ms: Vec<u64>,
     /// What each copy had: the guest's whole memory and CPUs, shared.
     pub resources: String,
     pub problems: Vec<String>,
@@ -173,6 +177,10 @@ pub fn shared_os_column(o: &Outcome, copies: u32) -> SharedOs {
         resources: "the guest's memory and CPUs, shared by every copy (no --cgroup)".into(),
         ..SharedOs::default()
     };
+    match criu_reset(o) {
+        Ok(ms) => c.reset_ms = vec![ms],
+        Err(p) => c.problems.push(p),
+    }
     let Some(g) = o.gates.iter().find(|g| g.name == GateName::Density) else {
         c.problems.push("the report has no density gate".into());
         return c;
@@ -206,6 +214,22 @@ pub fn shared_os_column(o: &Outcome, copies: u32) -> SharedOs {
             .push("the density gate recorded no figures".into()),
     }
     c
+}
+
+/// The CRIU reset of a judged report: the time its reset gate's restore took, as the guest timed
+/// it, counted only when that gate passed (its checks judged again by the host: the reset copy
+/// back at the dump-time state), as a VM reset counts only when its copy holds. Err: why not.
+fn criu_reset(o: &Outcome) -> Result<u64, String> {
+    let Some(g) = o.gates.iter().find(|g| g.name == GateName::Reset) else {
+        return Err("the report has no reset gate".into());
+    };
+    if g.status != Status::Pass {
+        return Err(format!("reset is {}: {}", g.status, g.reason));
+    }
+    g.data
+        .get(RESET_RESTORE_MS)
+        .and_then(serde_json::Value::as_u64)
+        .ok_or_else(|| "the reset gate recorded no restore time".into())
 }
 
 /// Whether the density gate's copies are as many distinct restores as it says: each copy its

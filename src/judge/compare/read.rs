@@ -258,13 +258,14 @@ fn shared_os(files: &ReportDir, said: &Summary, how: &How) -> (SharedOs, Option<
 /// Where compare.json's shared-OS figures are not its report's.
 fn figure_warnings(said: &SharedOs, fresh: &SharedOs) -> Vec<String> {
     let differs = said.restore_ms != fresh.restore_ms
+        || said.reset_ms != fresh.reset_ms
         || said.per_copy != fresh.per_copy
         || said.guest_used_before_kib != fresh.guest_used_before_kib
         || said.guest_used_with_copies_kib != fresh.guest_used_with_copies_kib;
     if differs {
         vec![format!(
-            "shared-OS: {COMPARE_FILE}'s figures are not those of its report's density gate; \
-             showing the report's"
+            "shared-OS: {COMPARE_FILE}'s figures are not those of its report's density and reset \
+             gates; showing the report's"
         )]
     } else {
         Vec::new()
@@ -423,7 +424,7 @@ pub(crate) mod tests {
     use crate::judge::review::tests::fresh_report;
     use sharedos_report::model::density::Mem;
     use sharedos_report::report::{
-        GateName, GuestStart, Report, SnapshotRef, Status, Verdict, VmProvenance,
+        GateName, GuestStart, Report, SnapshotRef, Status, Verdict, VmProvenance, RESET_RESTORE_MS,
     };
     use std::os::unix::fs::symlink;
 
@@ -468,7 +469,19 @@ pub(crate) mod tests {
 
     /// [`shared_os_report`] with the density gate's figures `density`.
     fn shared_os_report_of(dir: &Path, density: &str) {
+        shared_os_report_with(dir, density, |_| {})
+    }
+
+    /// The CRIU reset the fixture's reset gate timed (ms).
+    const CRIU_RESET_MS: u64 = 2100;
+
+    /// [`shared_os_report_of`], its reset gate having timed its restore, changed by `after`.
+    fn shared_os_report_with(dir: &Path, density: &str, after: impl FnOnce(&mut Report)) {
         let mut r = vm_report();
+        r.gate_mut(GateName::Reset)
+            .unwrap()
+            .data
+            .insert(RESET_RESTORE_MS.into(), CRIU_RESET_MS.into());
         r.options.copies = Some(serde_json::from_value(serde_json::json!({"count": 2})).unwrap());
         let at = r
             .gates
@@ -481,7 +494,7 @@ pub(crate) mod tests {
         g.data
             .insert("density".into(), serde_json::from_str(density).unwrap());
         r.gates.insert(at, g);
-        write(dir, r, |_| {});
+        write(dir, r, after);
     }
 
     /// The nonce the host gave the resume of the copy `label` in the fixture.
@@ -568,6 +581,7 @@ pub(crate) mod tests {
                 per_copy: d.per_copy.iter().map(|c| c.mem).collect(),
                 guest_used_before_kib: d.mem_used_before_kib,
                 guest_used_with_copies_kib: d.mem_used_with_copies_kib,
+                reset_ms: vec![CRIU_RESET_MS],
                 resources: "the guest's memory and CPUs, shared by every copy (no --cgroup)".into(),
                 problems: vec![],
             },
@@ -677,7 +691,7 @@ pub(crate) mod tests {
         assert_eq!(j.summary.verdict, Verdict::Pass);
         let w = j.warnings.join("\n");
         assert!(
-            w.contains("figures are not those of its report's density gate"),
+            w.contains("figures are not those of its report's density"),
             "{w}"
         );
         assert!(w.contains("accelerator is kvm"), "{w}");
@@ -808,6 +822,56 @@ pub(crate) mod tests {
                 )),
                 "{twice}: {p}"
             );
+        }
+    }
+
+    #[test]
+    fn the_criu_reset_is_the_reset_gate_s_and_counts_only_when_that_gate_passes() {
+        let f = fixture("criu-reset");
+        let j = read(&f.0, None).unwrap();
+        assert_eq!(j.summary.shared_os.reset_ms, [CRIU_RESET_MS]);
+        // compare.json's figure is not taken on its word.
+        let mut s = summary();
+        s.shared_os.reset_ms = vec![10];
+        put(&f.0, &s);
+        let j = read(&f.0, None).unwrap();
+        assert_eq!(j.summary.shared_os.reset_ms, [CRIU_RESET_MS]);
+        assert!(
+            j.warnings
+                .iter()
+                .any(|w| w.contains("figures are not those of its report's density")),
+            "{:?}",
+            j.warnings
+        );
+        put(&f.0, &summary());
+        for (what, edit) in [
+            (
+                "shared-OS: reset is FAIL: forged",
+                (|r: &mut Report| {
+                    let g = r.gate_mut(GateName::Reset).unwrap();
+                    g.status = Status::Fail;
+                    g.reason = "forged".into();
+                }) as fn(&mut Report),
+            ),
+            (
+                "shared-OS: the reset gate recorded no restore time",
+                |r: &mut Report| {
+                    r.gate_mut(GateName::Reset)
+                        .unwrap()
+                        .data
+                        .remove(RESET_RESTORE_MS);
+                },
+            ),
+        ] {
+            shared_os_report_with(&f.0.join("shared-os"), DENSITY, edit);
+            let j = read(&f.0, None).unwrap();
+            assert_eq!(j.summary.verdict, Verdict::Fail, "{what}");
+            assert!(
+                j.summary.problems.iter().any(|p| p == what),
+                "{what}: {:?}",
+                j.summary.problems
+            );
+            assert!(j.summary.shared_os.reset_ms.is_empty(), "{what}");
         }
     }
 
