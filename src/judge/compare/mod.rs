@@ -352,6 +352,10 @@ fn resume_record_problems(vm: &VmEach) -> Vec<String> {
     let all: Vec<&VmCopy> = vm.copies.iter().chain(&vm.reset).collect();
     for (i, c) in all.iter().enumerate() {
         if c.nonce.is_empty() {
+            // A copy that did not come up has no resume to record; its own problems say why.
+            if !c.problems.is_empty() {
+                continue;
+            }
             p.push(format!(
                 "VM-each {}: {COMPARE_FILE} records no nonce for its resume: nothing binds its \
                  report to a resume the host made",

@@ -386,12 +386,16 @@ fn vm_each(files: &ReportDir, said: &VmEach, how: &How) -> (VmEach, Vec<Seen>) {
     let mut reset = said.reset.as_ref().map(&mut one);
     let mut all: Vec<&mut VmCopy> = copies.iter_mut().chain(reset.as_mut()).collect();
     for (later, first) in repeated_resumes(&resumes) {
-        let (l, r) = (all[first].label.clone(), all[first].report.clone());
-        let n = resumes[later].as_deref().unwrap_or_default();
-        all[later].problems.push(format!(
-            "its report is the same resume as {l}'s ({r}/): both carry the nonce {n}: one \
-             resumed guest counted twice"
-        ));
+        let Some((l, r)) = all.get(first).map(|c| (c.label.clone(), c.report.clone())) else {
+            continue;
+        };
+        let n = resumes.get(later).cloned().flatten().unwrap_or_default();
+        if let Some(c) = all.get_mut(later) {
+            c.problems.push(format!(
+                "its report is the same resume as {l}'s ({r}/): both carry the nonce {n}: one \
+                 resumed guest counted twice"
+            ));
+        }
     }
     // The column's own problems are the host's record of what stopped it (a copy that did not
     // come up, an interrupt): no report holds them, and they only ever fail the comparison.
