@@ -1,27 +1,48 @@
 //! The one escaping rule for text the rig did not write itself (a guest's strings, an archive's
-//! names, an error that quotes either): a character a reader would not see as itself (a
-//! control character, C0 or C1, or a bidirectional mark, embedding, override or isolate) is
-//! shown as its `\u{..}` escape, so it cannot drive a terminal (ANSI and OSC sequences), fake a
-//! line of its own (a newline, a carriage return) or reorder what is read. Every line a command
-//! prints that carries such text goes through [`line`] (error lines through [`error_chain`]);
-//! Markdown, HTML and XML apply the same rule first and their own syntax after it, so what
-//! they check (a link, a tag) is the text as it will be rendered.
+//! names, an error that quotes either): a character a reader would not see as itself is shown
+//! as its `\u{..}` escape, so it cannot drive a terminal (ANSI and OSC sequences), fake a line
+//! of its own (a newline, a carriage return, a line or paragraph separator) or reorder what is
+//! read (a bidirectional mark, embedding, override or isolate). Which characters those are is
+//! decided by class, from the standard's tables (`unicode-general-category`), not by a list of
+//! the ones known to be harmful: every control (Cc), every format character (Cf) and every line
+//! and paragraph separator (Zl, Zp). Every line a command prints that carries such text goes
+//! through [`line`] (error lines through [`error_chain`]); Markdown, HTML and XML apply the same
+//! rule first and their own syntax after it, so what they check (a link, a tag) is the text as
+//! it will be rendered.
+
+use unicode_general_category::{get_general_category, GeneralCategory};
 
 /// A character that must not reach a reader as itself.
 pub fn is_hidden(ch: char) -> bool {
-    ch.is_control()
-        || matches!(ch, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    matches!(
+        get_general_category(ch),
+        GeneralCategory::Control
+            | GeneralCategory::Format
+            | GeneralCategory::LineSeparator
+            | GeneralCategory::ParagraphSeparator
+    )
 }
 
 /// Text for one line of a terminal: whitespace runs (newlines included) become one space, and
-/// every hidden character its escape.
+/// every hidden character its escape. A line or paragraph separator is whitespace too, but is
+/// shown as its escape: a reader should see that the guest tried to break the line.
 pub fn line(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
-    for word in s.split_whitespace() {
-        if !out.is_empty() {
+    let mut gap = false;
+    for ch in s.chars() {
+        let separator = matches!(
+            get_general_category(ch),
+            GeneralCategory::LineSeparator | GeneralCategory::ParagraphSeparator
+        );
+        if ch.is_whitespace() && !separator {
+            gap = true;
+            continue;
+        }
+        if gap && !out.is_empty() {
             out.push(' ');
         }
-        push_visible(&mut out, word);
+        gap = false;
+        push_char(&mut out, ch);
     }
     out
 }
@@ -160,8 +181,98 @@ pub fn xml(t: &str) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+    use unicode_general_category::{get_general_category, GeneralCategory as G};
+
+    /// Whether the standard's tables put `c` in a class that must never reach a reader raw:
+    /// controls (Cc), format characters (Cf: the bidirectional marks, embeddings, overrides and
+    /// isolates among them), line and paragraph separators (Zl, Zp). Written out here rather
+    /// than by calling `is_hidden`, so that the test holds the rule to the classes.
+    fn in_hidden_class(c: char) -> bool {
+        matches!(
+            get_general_category(c),
+            G::Control | G::Format | G::LineSeparator | G::ParagraphSeparator
+        )
+    }
+
+    /// Every code point of those classes.
+    pub(crate) fn every_hidden() -> Vec<char> {
+        (0..=u32::from(char::MAX))
+            .filter_map(char::from_u32)
+            .filter(|&c| in_hidden_class(c))
+            .collect()
+    }
+
+    /// Every character of those classes in `out` but those a form keeps on purpose (`kept`:
+    /// the newline and tab of text that keeps its lines).
+    pub(crate) fn raw_hidden(out: &str, kept: &[char]) -> Vec<char> {
+        let mut raw: Vec<char> = out
+            .chars()
+            .filter(|&c| in_hidden_class(c) && !kept.contains(&c))
+            .collect();
+        raw.dedup();
+        raw
+    }
+
+    /// One output form of the rule.
+    type Form = fn(&str) -> String;
+
+    #[test]
+    fn every_control_format_and_separator_character_is_escaped_in_every_form() {
+        let hidden = every_hidden();
+        // The table behind the rule holds what the rule promises, the bidirectional controls
+        // included (LRM, RLM, ALM, the embeddings and overrides, the isolates).
+        for c in [
+            '\u{200e}', '\u{200f}', '\u{61c}', '\u{202a}', '\u{202e}', '\u{2066}', '\u{2069}',
+        ]
+        .into_iter()
+        .chain([
+            '\u{2028}',
+            '\u{2029}',
+            '\u{feff}',
+            '\u{200b}',
+            '\u{e0001}',
+            '\u{85}',
+        ]) {
+            assert!(hidden.contains(&c), "{:?}", c);
+        }
+        let forms: [(&str, Form, &[char]); 6] = [
+            ("line", line, &[]),
+            ("lines", lines, &['\n', '\t']),
+            ("markdown", markdown, &[]),
+            ("html", html, &['\n', '\t']),
+            ("xml", xml, &[]),
+            (
+                "error_chain",
+                |s| error_chain(&anyhow::anyhow!("{s}")),
+                &['\n'],
+            ),
+        ];
+        let all: String = hidden.iter().collect();
+        for (name, form, kept) in forms {
+            let out = form(&all);
+            assert_eq!(raw_hidden(&out, kept), Vec::<char>::new(), "{name}");
+            for &c in &hidden {
+                let out = form(&format!("a{c}b"));
+                assert!(
+                    raw_hidden(&out, kept).is_empty(),
+                    "{name}: {c:?} raw in {out:?}"
+                );
+                // Shown as itself escaped, where the form does not keep it as layout: the
+                // one-line forms join whitespace into one space, XML keeps a newline and a tab
+                // as character references.
+                let one_line = matches!(name, "line" | "markdown");
+                let shown = kept.contains(&c)
+                    || (one_line && c.is_control() && c.is_whitespace())
+                    || (name == "xml" && matches!(c, '\n' | '\t'));
+                assert!(
+                    shown || out.contains(&c.escape_unicode().to_string()),
+                    "{name}: {c:?} not shown as its escape: {out:?}"
+                );
+            }
+        }
+    }
 
     const HOSTILE: &str = "\u{1b}[2J\u{1b}]0;title\u{7}ok\rverdict: PASS (exit 0)\u{202e}x\u{9b}1m";
 

@@ -1225,6 +1225,7 @@ fn write_comparison(dir: &Path) {
     let copy = |label: &str| VmCopy {
         label: label.into(),
         report: label.into(),
+        nonce: format!("{label:0>32}"),
         resume_ms: 1700,
         host_mem: Some(mem(380_000)),
         host_split: None,

@@ -43,12 +43,19 @@ fn vm_compare_bookworm_four_copies_both_columns_checked() {
         4,
         "{s:#}"
     );
+    // Its reset, as its reset gate timed it.
+    let reset = s["shared_os"]["reset_ms"].as_array().unwrap();
+    assert!(
+        reset.len() == 1 && reset[0].as_u64().unwrap_or(0) > 0,
+        "{s:#}"
+    );
 
     // The VM-each column: four copies and a reset, each a QEMU the host measured, each a report
     // whose live probe held the copy to the fork-time state.
     let copies = s["vm_each"]["copies"].as_array().unwrap();
     assert_eq!(copies.len(), 4, "{s:#}");
     let mut tokens = Vec::new();
+    let mut nonces = Vec::new();
     for c in copies.iter().chain([&s["vm_each"]["reset"]]) {
         let pss = c["host_mem"]["pss_kib"].as_u64().unwrap_or(0);
         // A guest of 1024 MiB with a tree up: its QEMU holds far more than the tree alone.
@@ -84,9 +91,13 @@ fn vm_compare_bookworm_four_copies_both_columns_checked() {
         let dump = r.gate(GateName::Dump).unwrap();
         assert_eq!(dump.status, Status::NotRun);
         assert!(dump.reason.contains("VM fork"), "{}", dump.reason);
-        // Each copy came up with its own key and nonce, from the fork this run saved.
+        // Each copy came up with its own key and nonce, from the fork this run saved, and
+        // compare.json records that nonce for it.
         let start = r.vm.as_ref().unwrap().start.clone().unwrap();
         assert_eq!(start.how, "resumed");
+        assert_eq!(start.nonce.as_deref(), c["nonce"].as_str(), "{c:#}");
+        assert_eq!(start.nonce, start.nonce_echo);
+        nonces.push(start.nonce.clone());
         assert_eq!(
             start.snapshot.as_ref().unwrap().state_sha256,
             s["vm_each"]["state_sha256"].as_str().unwrap()
@@ -110,9 +121,13 @@ fn vm_compare_bookworm_four_copies_both_columns_checked() {
             .len(),
         4
     );
-    // Every copy holds the one token the app had when the guest was saved.
+    // Every copy holds the one token the app had when the guest was saved, each a resume of
+    // its own.
     tokens.dedup();
     assert_eq!(tokens.len(), 1, "{tokens:?}");
+    nonces.sort();
+    nonces.dedup();
+    assert_eq!(nonces.len(), 5, "{nonces:?}");
     // The table says which design is which, and the accelerator.
     assert!(
         said.contains("shared-OS (CRIU)") && said.contains("VM each"),

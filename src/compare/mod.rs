@@ -301,6 +301,8 @@ struct Up {
     obs: Observed,
     session: Session,
     resume: Duration,
+    /// The nonce the host gave this resume, as its session recorded it.
+    nonce: String,
     host_mem: Result<Mem, String>,
     /// The same QEMU's memory by what holds it, read with `host_mem`.
     split: Option<QemuMem>,
@@ -533,11 +535,13 @@ fn open_copy(
                 "{label}: resumed in {:.2} s",
                 resume.as_secs_f64()
             ));
+            let nonce = session.start().nonce.clone().unwrap_or_default();
             Ok(Up {
                 label: label.into(),
                 obs,
                 session,
                 resume,
+                nonce,
                 host_mem: Err("not read".into()),
                 split: None,
             })
@@ -717,6 +721,7 @@ fn finish_copy(c: Up, b: run::Bounds, go_first: bool, origin: cmp::Origin) -> Vm
         mut obs,
         session,
         resume,
+        nonce,
         host_mem,
         split,
     } = c;
@@ -733,7 +738,7 @@ fn finish_copy(c: Up, b: run::Bounds, go_first: bool, origin: cmp::Origin) -> Vm
     })();
     run::boot::end(session, &mut obs);
     run::archive::finish(obs, result, None);
-    let mut problems = cmp::vm_copy_problems(&dir, origin);
+    let mut problems = cmp::vm_copy_problems(&dir, origin, &nonce);
     let host_mem = match host_mem {
         Ok(m) => Some(m),
         Err(e) => {
@@ -744,6 +749,7 @@ fn finish_copy(c: Up, b: run::Bounds, go_first: bool, origin: cmp::Origin) -> Vm
     VmCopy {
         report: label.clone(),
         label,
+        nonce,
         resume_ms: ms(resume),
         host_mem,
         host_split: split,

@@ -136,12 +136,7 @@ const MAX_PNG_BYTES: u64 = 32 << 20;
 /// Every disagreement between the report and the host's own judgement, in words. `dir` is the
 /// report directory; the PNGs a check names are the guest's (under `guest/` in a vm-run report).
 pub fn problems(r: &Report, dir: &ReportDir) -> Vec<String> {
-    let prefix = if r.vm.is_some() {
-        format!("{}/", report::GUEST_DIR)
-    } else {
-        String::new()
-    };
-    let mut frames = Frames::new(dir, prefix);
+    let mut frames = Frames::new(dir, guest_prefix(r));
     let mut out = Vec::new();
     let mut dump_values: BTreeMap<&str, Vec<(String, &Value)>> = BTreeMap::new();
     if let Some(g) = r.gate(GateName::LiveStateProbe) {
@@ -200,6 +195,35 @@ pub fn problems(r: &Report, dir: &ReportDir) -> Vec<String> {
         }
     }
     out
+}
+
+/// Where a report's guest files are within its directory: `guest/` in a vm-run report, the
+/// directory itself in the guest's own.
+pub fn guest_prefix(r: &Report) -> String {
+    if r.vm.is_some() {
+        format!("{}/", report::GUEST_DIR)
+    } else {
+        String::new()
+    }
+}
+
+/// The dump-time frame each restored copy's framebuffer check that claims success cites, as
+/// (`gate.check`, its PNG relative to the guest's files, the sha256 of its pixels): the checks
+/// [`problems`] judges again and holds to one dump. A value that does not read is left out
+/// ([`problems`] reports it).
+pub fn dump_time_frames(r: &Report) -> Vec<(String, String, String)> {
+    rechecked(r.options.workload)
+        .into_iter()
+        .filter(|(gate, _, kind)| {
+            *kind == Kind::SameFramebuffer && *gate != GateName::LiveStateProbe
+        })
+        .filter_map(|(gate, name, _)| {
+            let c = r.gate(gate)?.check(&name).filter(|c| c.passed)?;
+            let png: String = field(&c.value, "expected_png").ok()?;
+            let sha: String = field(&c.value, "expected_sha256").ok()?;
+            Some((format!("{gate}.{name}"), png, sha))
+        })
+        .collect()
 }
 
 fn field_label(k: Kind, check: &str) -> &'static str {

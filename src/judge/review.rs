@@ -4,7 +4,7 @@
 //! The rules are pure functions over `Report` and `Review` values; only `record` and
 //! `read_review` touch the disk.
 
-use super::artifacts;
+use super::artifacts::{self, Mismatch};
 use super::ledger::Ledger;
 use super::reader::ReportDir;
 use super::sign;
@@ -173,6 +173,77 @@ pub fn validate(review: &Review, report: &Report, report_sha256: Option<&str>) -
         }
     }
     problems
+}
+
+/// The dump-time image the review page holds every other image against.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reference<'a> {
+    /// Its entry in the report's artifact list.
+    pub artifact: &'a Artifact,
+    /// The sha256 of its pixels, as the checks that cite it recorded them (and the host's
+    /// recheck verified).
+    pub pixel_sha256: String,
+    /// The checks that cite it, as `gate.check`.
+    pub cited_by: Vec<String>,
+}
+
+/// The dump-time reference of the review page: the image the restored copies' framebuffer
+/// checks cite (all of them one, by its path and the sha256 of its pixels, which the host's
+/// recheck verifies), found in the report's artifact list (whose file hashes the judgement
+/// verified: `mismatches`) under that path, and listed there once. Never chosen by its file's
+/// name, which the guest chose. Err: why the page shows no reference.
+pub fn reference<'a>(report: &'a Report, mismatches: &[Mismatch]) -> Result<Reference<'a>, String> {
+    let frames = super::recheck::dump_time_frames(report);
+    let Some((first, png, sha)) = frames.first() else {
+        return Err("no check that passed cites a dump-time image".into());
+    };
+    if let Some((other, p, s)) = frames.iter().find(|(_, p, s)| p != png || s != sha) {
+        return Err(format!(
+            "{first} and {other} cite different dump-time images ({png}, pixels {sha}; {p}, \
+             pixels {s})"
+        ));
+    }
+    let path = format!("{}{png}", super::recheck::guest_prefix(report));
+    let named: Vec<&Artifact> = report
+        .artifacts
+        .iter()
+        .filter(|a| same_file_name(&a.path, &path))
+        .collect();
+    let a = match named.as_slice() {
+        [] => {
+            return Err(format!(
+                "{first} cites {path}, which the report's artifact list does not hold"
+            ))
+        }
+        [a] => *a,
+        _ => {
+            return Err(format!(
+                "{} artifacts are named {path}: which of them the checks cite cannot be told, so \
+                 none is the reference",
+                named.len()
+            ))
+        }
+    };
+    if let Some(m) = mismatches.iter().find(|m| m.path == a.path) {
+        return Err(format!("{}: {}", m.path, m.problem));
+    }
+    Ok(Reference {
+        artifact: a,
+        pixel_sha256: sha.clone(),
+        cited_by: frames.into_iter().map(|(c, _, _)| c).collect(),
+    })
+}
+
+/// Whether two names in a report would name one file: the same parts once empty and `.` parts
+/// are dropped (the reader refuses such names; the page must not take one for another first).
+fn same_file_name(a: &str, b: &str) -> bool {
+    let parts = |s: &'_ str| -> Vec<String> {
+        s.split('/')
+            .filter(|p| !p.is_empty() && *p != ".")
+            .map(str::to_string)
+            .collect()
+    };
+    parts(a) == parts(b)
 }
 
 /// Judges what was found at review.json against the report.
@@ -500,6 +571,96 @@ pub(crate) mod tests {
         };
         r.seal();
         r
+    }
+
+    /// A report whose restored copies' frame checks cite `png/dump-time.png`, as an honest run
+    /// records them, with every PNG they name listed.
+    fn citing_report() -> Report {
+        let mut r = fresh_report();
+        r.artifacts = hostile_gate::honest::PNGS
+            .iter()
+            .map(|p| png(p, &"d".repeat(64)))
+            .collect();
+        for (gate, c) in hostile_gate::honest::checks() {
+            if let Some(g) = r.gate_mut(gate) {
+                g.checks.push(c);
+            }
+        }
+        r
+    }
+
+    #[test]
+    fn the_reference_is_the_image_the_checks_cite_not_one_named_like_it() {
+        let mut r = citing_report();
+        // A PNG the guest named like the reference, listed first: not the one the checks cite.
+        r.artifacts
+            .insert(0, png("evil/dump-time.png", &"e".repeat(64)));
+        let got = reference(&r, &[]).unwrap();
+        assert_eq!(got.artifact.path, "png/dump-time.png");
+        assert_eq!(got.pixel_sha256, hostile_gate::honest::frame().sha256());
+        assert_eq!(got.cited_by.len(), 3, "{:?}", got.cited_by);
+        // In a vm-run report, the guest's files are under guest/.
+        let mut v = citing_report();
+        v.vm = Some(Default::default());
+        for a in &mut v.artifacts {
+            a.path = format!("guest/{}", a.path);
+        }
+        assert_eq!(
+            reference(&v, &[]).unwrap().artifact.path,
+            "guest/png/dump-time.png"
+        );
+    }
+
+    #[test]
+    fn two_artifacts_that_would_make_the_reference_are_refused() {
+        for twin in [
+            "png/dump-time.png",
+            "png//dump-time.png",
+            "./png/dump-time.png",
+        ] {
+            let mut r = citing_report();
+            r.artifacts.push(png(twin, &"e".repeat(64)));
+            let e = reference(&r, &[]).unwrap_err();
+            assert!(
+                e.contains("2 artifacts are named png/dump-time.png"),
+                "{twin}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn no_reference_when_the_checks_disagree_or_its_file_is_not_the_listed_one() {
+        let mut r = citing_report();
+        let c = r
+            .gate_mut(GateName::Reset)
+            .unwrap()
+            .checks
+            .iter_mut()
+            .find(|c| c.name == "same_framebuffer")
+            .unwrap();
+        c.value["expected_png"] = "png/live-first.png".into();
+        let e = reference(&r, &[]).unwrap_err();
+        assert!(
+            e.contains("restore_x_state.same_framebuffer and reset.same_framebuffer cite different dump-time images"),
+            "{e}"
+        );
+        let r = citing_report();
+        let m = artifacts::Mismatch {
+            path: "png/dump-time.png".into(),
+            problem: "the file on disk has sha256 0000".into(),
+        };
+        let e = reference(&r, &[m]).unwrap_err();
+        assert!(e.contains("png/dump-time.png: the file on disk"), "{e}");
+        let mut r = citing_report();
+        r.artifacts.retain(|a| !a.path.ends_with("dump-time.png"));
+        let e = reference(&r, &[]).unwrap_err();
+        assert!(
+            e.contains("which the report's artifact list does not hold"),
+            "{e}"
+        );
+        let mut r = fresh_report();
+        r.artifacts.clear();
+        assert!(reference(&r, &[]).unwrap_err().contains("no check"));
     }
 
     pub(crate) fn review_for(r: &Report, decision: ReviewDecision) -> Review {

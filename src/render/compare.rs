@@ -31,12 +31,26 @@ fn ratio(a: Option<f64>, b: Option<f64>) -> String {
     }
 }
 
+/// The mark of a figure only the host holds, or of one computed from such a figure: compare.json
+/// is its only record, so a reader must be able to tell it from a report's figure in every form.
+/// Every form shows it as itself (Markdown escapes it to stay literal).
+pub const HOST_MARK: &str = "*";
+
+/// `figure` marked as the host's; no figure ("n/a", nothing) is left as it is.
+fn host(figure: String) -> String {
+    if figure.is_empty() || figure == "n/a" {
+        figure
+    } else {
+        format!("{figure} {HOST_MARK}")
+    }
+}
+
 /// A row of a further reading of the VM copies: its median PSS against a CRIU copy's, or its
 /// status and why.
 fn reading_row(what: &'static str, so_pss: &[u64], r: &Reading) -> Row {
     let pss: Vec<u64> = r.per_copy.iter().map(|m| m.pss_kib).collect();
     let (vm, against) = match (r.status, median(&pss)) {
-        (Status::Pass, Some(v)) => (mib(v), ratio(median(so_pss), Some(v))),
+        (Status::Pass, Some(v)) => (host(mib(v)), host(ratio(median(so_pss), Some(v)))),
         (st, _) => (format!("{st}: {}", r.reason), String::new()),
     };
     Row {
@@ -44,7 +58,6 @@ fn reading_row(what: &'static str, so_pss: &[u64], r: &Reading) -> Row {
         so: String::new(),
         vm,
         ratio: against,
-        recorded: true,
     }
 }
 
@@ -62,12 +75,17 @@ fn details(s: &Summary) -> Vec<String> {
     for (name, r) in [("KSM", &vm.ksm), ("memory given back", &vm.reclaim)] {
         if r.status != Status::NotRun {
             d.push(format!(
-                "{name}: {} in {:.1} s: {}",
+                "{name}: {} in {}: {}",
                 r.status,
-                r.took_ms as f64 / 1000.0,
+                host(format!("{:.1} s", r.took_ms as f64 / 1000.0)),
                 r.how
             ));
-            d.extend(r.notes.iter().map(|n| format!("{name}: {n}")));
+            // What the host saw while it read (KSM's counters): its words and figures only.
+            d.extend(
+                r.notes
+                    .iter()
+                    .map(|n| format!("{name}: {}", host(n.clone()))),
+            );
         }
     }
     if let Some(lie) = &vm.lie {
@@ -86,7 +104,12 @@ struct Figures {
     so_p95: Option<f64>,
     vm_med: Option<f64>,
     vm_p95: Option<f64>,
+    /// The CRIU column's resets, as its reset gate timed them: median and p95.
+    so_reset_med: Option<f64>,
+    so_reset_p95: Option<f64>,
+    /// The VM column's reset (a fresh QEMU resumed from the save), the host's: median and p95.
     reset_ms: Option<f64>,
+    reset_p95: Option<f64>,
     idle_pss: Option<f64>,
     /// What a VM copy holds beyond the same guest before its tree: the desktop's own share.
     beyond: Option<f64>,
@@ -102,6 +125,7 @@ impl Figures {
         let so = &s.shared_os;
         let vm = &s.vm_each;
         let vm_resume: Vec<u64> = vm.copies.iter().map(|c| c.resume_ms).collect();
+        let vm_reset: Vec<u64> = vm.reset.iter().map(|c| c.resume_ms).collect();
         let host = |f: fn(&sharedos_report::model::density::Mem) -> u64| -> Vec<u64> {
             vm.copies
                 .iter()
@@ -124,7 +148,10 @@ impl Figures {
             so_p95: p95(&so.restore_ms).map(|v| v as f64),
             vm_med: median(&vm_resume),
             vm_p95: p95(&vm_resume).map(|v| v as f64),
-            reset_ms: vm.reset.as_ref().map(|r| r.resume_ms as f64),
+            so_reset_med: median(&so.reset_ms),
+            so_reset_p95: p95(&so.reset_ms).map(|v| v as f64),
+            reset_ms: median(&vm_reset),
+            reset_p95: p95(&vm_reset).map(|v| v as f64),
             beyond: median(&vm_pss)
                 .zip(idle_pss)
                 .map(|(m, idle)| (m - idle).max(0.0)),
@@ -137,14 +164,13 @@ impl Figures {
     }
 }
 
-/// One line of the side-by-side table: what, shared-OS, VM each, shared:VM, and whether the VM
-/// figure is the host's record rather than a report's. Cells not escaped here.
+/// One line of the side-by-side table: what, shared-OS, VM each, shared:VM. A figure of the
+/// host's, and a ratio drawn from one, carries [`HOST_MARK`] in its cell. Cells not escaped here.
 struct Row {
     what: &'static str,
     so: String,
     vm: String,
     ratio: String,
-    recorded: bool,
 }
 
 fn rows(s: &Summary) -> Vec<Row> {
@@ -152,12 +178,12 @@ fn rows(s: &Summary) -> Vec<Row> {
     let so = &s.shared_os;
     let vm = &s.vm_each;
     let med_kib = |xs: &[u64]| median(xs).map_or("n/a".into(), mib);
-    let row = |what, so: String, vm: String, ratio: String, recorded| Row {
+    // `recorded`: the VM figure is the host's, and so is the ratio drawn from it.
+    let row = |what, so: String, vm: String, ratio: String, recorded: bool| Row {
         what,
         so,
-        vm,
-        ratio,
-        recorded,
+        vm: if recorded { host(vm) } else { vm },
+        ratio: if recorded { host(ratio) } else { ratio },
     };
     vec![
         row(
@@ -176,9 +202,16 @@ fn rows(s: &Summary) -> Vec<Row> {
         ),
         row("fork: p95", ms(f.so_p95), ms(f.vm_p95), String::new(), true),
         row(
-            "reset",
-            "n/a (the density gate has no reset)".into(),
+            "reset: median",
+            ms(f.so_reset_med),
             ms(f.reset_ms),
+            ratio(f.so_reset_med, f.reset_ms),
+            true,
+        ),
+        row(
+            "reset: p95",
+            ms(f.so_reset_p95),
+            ms(f.reset_p95),
             String::new(),
             true,
         ),
@@ -240,7 +273,11 @@ fn rows(s: &Summary) -> Vec<Row> {
         row(
             "resources per desktop",
             so.resources.clone(),
-            format!("{} MiB, {} CPUs each", vm.memory_mib, vm.cpus),
+            format!(
+                "{}, {} each",
+                host(format!("{} MiB", vm.memory_mib)),
+                host(format!("{} CPUs", vm.cpus))
+            ),
             String::new(),
             false,
         ),
@@ -263,11 +300,16 @@ fn headline(s: &Summary) -> String {
     let mut h = format!(
         "per desktop: {} against {}, {}",
         so.map_or("n/a".into(), mib),
-        vm.map_or("n/a".into(), mib),
-        ratio(so, vm)
+        host(vm.map_or("n/a".into(), mib)),
+        host(ratio(so, vm))
     );
     if let Some(b) = f.beyond {
-        let _ = write!(h, " ({} beyond an idle VM, {})", mib(b), ratio(so, Some(b)));
+        let _ = write!(
+            h,
+            " ({} beyond an idle VM, {})",
+            host(mib(b)),
+            host(ratio(so, Some(b)))
+        );
     }
     h.push_str(" (PSS: shared-OS from the guest, VM each the host's reading of its QEMU)");
     h
@@ -310,6 +352,7 @@ pub fn text(s: &Summary) -> String {
         let _ = writeln!(out, "  {a:w0$}  {b:w1$}  {c:w2$}  {d}");
     }
     let _ = writeln!(out, "  {}", headline(s));
+    let _ = writeln!(out, "  {HOST_MARK} {HOST_RECORDED}");
     let _ = writeln!(
         out,
         "  memory: shared-OS from the guest's smaps_rollup of each copy's processes; VM each: {}",
@@ -337,10 +380,6 @@ fn meaning(v: Verdict) -> &'static str {
 pub fn show_text(j: &Judged) -> String {
     let s = &j.summary;
     let mut out = text(s);
-    let _ = writeln!(
-        out,
-        "  the VM figures of fork, reset and memory: {HOST_RECORDED}"
-    );
     for w in &j.warnings {
         let _ = writeln!(out, "  warning: {}", escape::line(w));
     }
@@ -374,18 +413,18 @@ pub fn md(j: &Judged) -> String {
     for r in rows(s) {
         let _ = writeln!(
             out,
-            "| {} | {} | {}{} | {} |",
+            "| {} | {} | {} | {} |",
             r.what,
             escape::markdown(&r.so),
             escape::markdown(&r.vm),
-            if r.recorded { " \\*" } else { "" },
             escape::markdown(&r.ratio)
         );
     }
     let _ = writeln!(
         out,
-        "\n\\* {}.\n\nMemory: shared-OS from the guest's smaps_rollup of each copy's processes; VM \
+        "\n{} {}.\n\nMemory: shared-OS from the guest's smaps_rollup of each copy's processes; VM \
          each: {}.",
+        escape::markdown(HOST_MARK),
         escape::markdown(HOST_RECORDED),
         escape::markdown(&s.vm_each.memory_source)
     );
@@ -466,17 +505,20 @@ fn write_page(out: &mut String, j: &Judged) -> std::fmt::Result {
     for r in rows(s) {
         writeln!(
             out,
-            "<tr><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}{}</td>\
+            "<tr><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>\
              <td class=\"num\">{}</td></tr>",
             r.what,
             esc(&r.so),
             esc(&r.vm),
-            if r.recorded { " *" } else { "" },
             esc(&r.ratio)
         )?;
     }
     writeln!(out, "</table>")?;
-    writeln!(out, "<p class=\"note\">* {}.</p>", esc(HOST_RECORDED))?;
+    writeln!(
+        out,
+        "<p class=\"note\">{HOST_MARK} {}.</p>",
+        esc(HOST_RECORDED)
+    )?;
     writeln!(
         out,
         "<p class=\"note\">Memory: shared-OS from the guest's smaps_rollup of each copy's \
@@ -515,11 +557,11 @@ fn write_page(out: &mut String, j: &Judged) -> std::fmt::Result {
     writeln!(
         out,
         "<li>the VM fork's console: <code>{}/</code>, {} of state (sha256 <code>{}</code>), \
-         saved in {} *</li>\n</ul>",
+         saved in {}</li>\n</ul>",
         esc(&s.vm_each.fork),
-        mib(s.vm_each.state_bytes as f64 / 1024.0),
+        host(mib(s.vm_each.state_bytes as f64 / 1024.0)),
         esc(&s.vm_each.state_sha256),
-        ms(Some(s.vm_each.save_ms as f64))
+        host(ms(Some(s.vm_each.save_ms as f64)))
     )?;
     writeln!(out, "</body>\n</html>")
 }
@@ -540,6 +582,7 @@ fn write_chart(out: &mut String, svg: Result<String, String>) -> std::fmt::Resul
 pub mod chart {
     use super::Summary;
     use plotters::prelude::*;
+    use sharedos_report::model::density::median;
 
     /// Each design's colour, the same in both charts; a test finds them on a screenshot.
     pub const SHARED_OS: RGBColor = RGBColor(0x09, 0x69, 0xda);
@@ -547,6 +590,7 @@ pub mod chart {
     pub const IDLE_VM: RGBColor = RGBColor(0x8c, 0x95, 0x9f);
     pub const VM_RESET: RGBColor = RGBColor(0x82, 0x50, 0xdf);
     pub const VM_KSM: RGBColor = RGBColor(0x1a, 0x7f, 0x37);
+    pub const SHARED_OS_RESET: RGBColor = RGBColor(0x54, 0xae, 0xff);
 
     const SIZE: (u32, u32) = (760, 380);
 
@@ -580,7 +624,7 @@ pub mod chart {
                 points: running_mib(s.shared_os.per_copy.iter().map(|m| Some(m.pss_kib))),
             },
             Series {
-                label: "VM each: sum of the QEMUs' PSS (host)",
+                label: "VM each: sum of the QEMUs' PSS (host) *",
                 colour: VM_EACH,
                 points: running_mib(
                     s.vm_each
@@ -596,14 +640,14 @@ pub mod chart {
             && ksm.per_copy.len() == s.vm_each.copies.len()
         {
             out.push(Series {
-                label: "VM each, host KSM merging (host)",
+                label: "VM each, host KSM merging (host) *",
                 colour: VM_KSM,
                 points: running_mib(ksm.per_copy.iter().map(|m| Some(m.pss_kib))),
             });
         }
         if let Some(idle) = s.vm_each.idle_guest {
             out.push(Series {
-                label: "VMs running nothing (idle guest's PSS)",
+                label: "VMs running nothing (idle guest's PSS, host) *",
                 colour: IDLE_VM,
                 points: running_mib((1..=n).map(|_| Some(idle.pss_kib))),
             });
@@ -611,8 +655,8 @@ pub mod chart {
         out
     }
 
-    /// The series of the latency chart: each copy's fork time in seconds, both designs, and the
-    /// VM reset across the copies.
+    /// The series of the latency chart: each copy's fork time in seconds, both designs, and each
+    /// design's reset (its median) across the copies.
     pub fn latency_series(s: &Summary) -> Vec<Series> {
         let secs = |xs: &mut dyn Iterator<Item = u64>| -> Vec<(f64, f64)> {
             xs.enumerate()
@@ -626,7 +670,7 @@ pub mod chart {
                 points: secs(&mut s.shared_os.restore_ms.iter().copied()),
             },
             Series {
-                label: "VM each: resume to SSH",
+                label: "VM each: resume to SSH (host) *",
                 colour: VM_EACH,
                 points: secs(&mut s.vm_each.copies.iter().map(|c| c.resume_ms)),
             },
@@ -634,8 +678,16 @@ pub mod chart {
         if let Some(r) = &s.vm_each.reset {
             let y = r.resume_ms as f64 / 1000.0;
             out.push(Series {
-                label: "VM reset: a copy put back",
+                label: "VM reset: a copy put back (host) *",
                 colour: VM_RESET,
+                points: vec![(1.0, y), (f64::from(s.copies.max(1)), y)],
+            });
+        }
+        if let Some(ms) = median(&s.shared_os.reset_ms) {
+            let y = ms / 1000.0;
+            out.push(Series {
+                label: "shared-OS reset: a copy restored again",
+                colour: SHARED_OS_RESET,
                 points: vec![(1.0, y), (f64::from(s.copies.max(1)), y)],
             });
         }
@@ -644,7 +696,11 @@ pub mod chart {
 
     pub fn memory(s: &Summary) -> Result<String, String> {
         draw(
-            ("Memory for k desktops", "desktops (k)", "MiB"),
+            (
+                "Memory for k desktops (* the host's)",
+                "desktops (k)",
+                "MiB",
+            ),
             0,
             s.copies,
             &memory_series(s),
@@ -653,7 +709,7 @@ pub mod chart {
 
     pub fn latency(s: &Summary) -> Result<String, String> {
         draw(
-            ("Fork latency per copy", "copy", "seconds"),
+            ("Fork latency per copy (* the host's)", "copy", "seconds"),
             1,
             s.copies,
             &latency_series(s),
@@ -731,12 +787,14 @@ pub mod chart {
     }
 }
 
-/// One figure of a diff: what, A's and B's values, and how each is shown.
+/// One figure of a diff: what, A's and B's values, how each is shown, and whether it is the
+/// host's (its values and their change are then marked).
 type Figure = (
     &'static str,
     Option<f64>,
     Option<f64>,
     fn(Option<f64>) -> String,
+    bool,
 );
 
 /// Two comparisons figure by figure, A against B, each judged again from its reports.
@@ -785,59 +843,81 @@ pub fn diff(a: &Judged, b: &Judged, a_label: &str, b_label: &str) -> String {
         rows.push([what.into(), x, y, change]);
     }
     let kib = |v: Option<f64>| v.map_or("n/a".into(), mib);
-    let figures: [Figure; 13] = [
-        ("shared-OS fork: median", fa.so_med, fb.so_med, ms),
-        ("shared-OS fork: p95", fa.so_p95, fb.so_p95, ms),
-        ("VM-each fork: median *", fa.vm_med, fb.vm_med, ms),
-        ("VM-each fork: p95 *", fa.vm_p95, fb.vm_p95, ms),
-        ("VM reset *", fa.reset_ms, fb.reset_ms, ms),
+    let figures: [Figure; 15] = [
+        ("shared-OS fork: median", fa.so_med, fb.so_med, ms, false),
+        ("shared-OS fork: p95", fa.so_p95, fb.so_p95, ms, false),
+        ("VM-each fork: median", fa.vm_med, fb.vm_med, ms, true),
+        ("VM-each fork: p95", fa.vm_p95, fb.vm_p95, ms, true),
+        (
+            "shared-OS reset: median",
+            fa.so_reset_med,
+            fb.so_reset_med,
+            ms,
+            false,
+        ),
+        (
+            "shared-OS reset: p95",
+            fa.so_reset_p95,
+            fb.so_reset_p95,
+            ms,
+            false,
+        ),
+        ("VM reset", fa.reset_ms, fb.reset_ms, ms, true),
         (
             "shared-OS PSS per desktop",
             median(&fa.so_pss),
             median(&fb.so_pss),
             kib,
+            false,
         ),
         (
             "shared-OS USS per desktop",
             median(&fa.so_uss),
             median(&fb.so_uss),
             kib,
+            false,
         ),
         (
-            "VM-each PSS per desktop *",
+            "VM-each PSS per desktop",
             median(&fa.vm_pss),
             median(&fb.vm_pss),
             kib,
+            true,
         ),
         (
-            "VM-each USS per desktop *",
+            "VM-each USS per desktop",
             median(&fa.vm_uss),
             median(&fb.vm_uss),
             kib,
+            true,
         ),
-        ("idle VM PSS *", fa.idle_pss, fb.idle_pss, kib),
-        ("VM PSS beyond idle *", fa.beyond, fb.beyond, kib),
+        ("idle VM PSS", fa.idle_pss, fb.idle_pss, kib, true),
+        ("VM PSS beyond idle", fa.beyond, fb.beyond, kib, true),
         (
-            "VM fork state *",
+            "VM fork state",
             Some(sa.vm_each.state_bytes as f64 / 1024.0),
             Some(sb.vm_each.state_bytes as f64 / 1024.0),
             kib,
+            true,
         ),
         (
-            "VM fork save *",
+            "VM fork save",
             Some(sa.vm_each.save_ms as f64),
             Some(sb.vm_each.save_ms as f64),
             ms,
+            true,
         ),
     ];
-    for (what, x, y, unit) in figures {
+    for (what, x, y, unit, is_host) in figures {
         let change = match (x, y) {
             (Some(x), Some(y)) if x == y => "same".into(),
             (Some(x), Some(y)) if x > 0.0 => format!("{:+.1}%", (y - x) / x * 100.0),
             (None, None) => "same".into(),
             _ => "differs".into(),
         };
-        rows.push([what.into(), unit(x), unit(y), change]);
+        let cells = [unit(x), unit(y), change];
+        let [x, y, change] = if is_host { cells.map(host) } else { cells };
+        rows.push([what.into(), x, y, change]);
     }
     let w: Vec<usize> = (0..4)
         .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
@@ -855,7 +935,7 @@ pub fn diff(a: &Judged, b: &Judged, a_label: &str, b_label: &str) -> String {
             w2 = w[2]
         );
     }
-    let _ = writeln!(out, "  * {HOST_RECORDED}");
+    let _ = writeln!(out, "  {HOST_MARK} {HOST_RECORDED}");
     for (side, j) in [("A", a), ("B", b)] {
         for p in &j.summary.problems {
             let _ = writeln!(out, "{side} problem: {}", escape::line(p));
@@ -895,6 +975,7 @@ mod tests {
             shared_os: SharedOs {
                 report: "shared-os".into(),
                 restore_ms: vec![3000, 3400],
+                reset_ms: vec![2500],
                 per_copy: vec![mem(27 * 1024), mem(27 * 1024)],
                 ..SharedOs::default()
             },
@@ -943,12 +1024,66 @@ mod tests {
         assert!(t.contains("100.0 MiB") && t.contains("1:3.7"), "{t}");
         assert!(t.contains("the ratios are the result"), "{t}");
         assert!(
-            t.contains("per desktop: 27.0 MiB against 300.0 MiB, 1:11.1"),
+            t.contains(
+                "per desktop: 27.0 MiB against 300.0 MiB *, 1:11.1 * (100.0 MiB * beyond an idle \
+                 VM, 1:3.7 *)"
+            ),
             "{t}"
         );
         assert!(!t.contains('\u{1b}'), "{t}");
         // Readings not taken say why.
         assert!(t.contains("NOT_RUN: not measured"), "{t}");
+    }
+
+    #[test]
+    fn both_columns_have_their_reset_in_every_form_and_the_latency_chart() {
+        let j = Judged {
+            summary: summary(),
+            warnings: vec![],
+        };
+        let line = |t: &str, what: &str| {
+            t.lines()
+                .find(|l| l.trim_start().starts_with(what))
+                .unwrap_or_else(|| panic!("no {what}: {t}"))
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        let t = text(&j.summary);
+        assert!(!t.contains("has no reset"), "{t}");
+        // The CRIU reset from its report; the VM reset the host's, and so their ratio.
+        assert_eq!(
+            line(&t, "reset: median"),
+            "reset: median 2.50 s 4.00 s * 1:1.6 *"
+        );
+        assert_eq!(line(&t, "reset: p95"), "reset: p95 2.50 s 4.00 s *");
+        assert!(
+            md(&j).contains("| reset: median | 2.50 s | 4.00 s \\* | 1:1.6 \\* |"),
+            "{}",
+            md(&j)
+        );
+        assert!(html(&j).contains("<td>reset: median</td><td class=\"num\">2.50 s</td>"));
+        let d = diff(&j, &j, "a", "b");
+        assert_eq!(
+            line(&d, "shared-OS reset: median"),
+            "shared-OS reset: median 2.50 s 2.50 s same"
+        );
+        let latency = chart::latency_series(&j.summary);
+        let criu = latency
+            .iter()
+            .find(|s| s.label.starts_with("shared-OS reset"))
+            .expect("the CRIU reset drawn");
+        assert_eq!(criu.points, [(1.0, 2.5), (2.0, 2.5)]);
+        // No reset timed: said, not drawn.
+        let mut s = summary();
+        s.shared_os.reset_ms.clear();
+        assert_eq!(
+            line(&text(&s), "reset: median"),
+            "reset: median n/a 4.00 s * n/a"
+        );
+        assert!(!chart::latency_series(&s)
+            .iter()
+            .any(|s| s.label.starts_with("shared-OS reset")));
     }
 
     #[test]
@@ -990,6 +1125,232 @@ mod tests {
             "{h}"
         );
         assert!(h.contains("\\u{1b}[2J"), "{h}");
+    }
+
+    #[test]
+    fn every_control_format_and_separator_character_is_escaped_in_every_comparison_form() {
+        use crate::escape::tests::{every_hidden, raw_hidden};
+        let all: String = every_hidden().into_iter().collect();
+        let h = |s: &str| format!("{s}<{all}>");
+        let mut j = hostile();
+        let s = &mut j.summary;
+        for t in [
+            &mut s.image,
+            &mut s.accel,
+            &mut s.shared_os.resources,
+            &mut s.shared_os.report,
+            &mut s.vm_each.fork,
+            &mut s.vm_each.state_sha256,
+            &mut s.vm_each.resources,
+            &mut s.vm_each.memory_source,
+            &mut s.vm_each.ksm.how,
+            &mut s.vm_each.reclaim.reason,
+        ] {
+            *t = h(t);
+        }
+        s.workload = Some(h("workload"));
+        for c in &mut s.vm_each.copies {
+            c.label = h(&c.label);
+            c.report = h(&c.report);
+        }
+        s.vm_each.lie = Some(h("lie"));
+        s.vm_each.ksm.status = Status::Fail;
+        s.vm_each.ksm.notes = vec![h("note")];
+        s.problems = vec![h("problem")];
+        j.warnings = vec![h("warning")];
+        // Each form keeps only the line breaks it writes; HTML keeps a tab as well, which a
+        // page shows as a space outside a `<pre>` (and as itself inside one).
+        for (form, page, kept) in [
+            ("text", show_text(&j), &['\n'][..]),
+            ("md", md(&j), &['\n']),
+            ("html", html(&j), &['\n', '\t']),
+            ("diff", diff(&j, &j, "a", "b"), &['\n']),
+        ] {
+            // Shown, as its escape (Markdown escapes the backslash as well).
+            assert!(page.contains("u{61c}"), "{form}: {page}");
+            assert_eq!(raw_hidden(&page, kept), Vec::<char>::new(), "{form}");
+        }
+    }
+
+    /// [`summary`] with every figure only the host holds set, each copy its own.
+    fn measured() -> Summary {
+        let mut s = summary();
+        let vm = &mut s.vm_each;
+        for (i, c) in vm.copies.iter_mut().chain(vm.reset.as_mut()).enumerate() {
+            let i = i as u64;
+            c.resume_ms = 4000 + 300 * i;
+            c.host_mem = Some(mem((300 + 10 * i) * 1024));
+            c.host_split = Some(sharedos_report::procfs::QemuMem {
+                guest_ram: mem((200 + i) * 1024),
+                translation_cache: mem(60 * 1024),
+                qemu_own: mem((40 + i) * 1024),
+            });
+        }
+        vm.state_bytes = 250 << 20;
+        vm.save_ms = 1700;
+        for r in [&mut vm.ksm, &mut vm.reclaim] {
+            *r = Reading {
+                status: Status::Pass,
+                reason: "read".into(),
+                how: "how".into(),
+                per_copy: vec![mem(250 * 1024), mem(260 * 1024)],
+                took_ms: 12_000,
+                notes: vec!["ksmd: 100 pages shared".into()],
+            };
+        }
+        s
+    }
+
+    /// `s` with every figure only the host holds multiplied by `k`: what a hand-edited
+    /// compare.json could say, which no report contradicts.
+    fn host_times(s: &Summary, k: u64) -> Summary {
+        let mut s = s.clone();
+        let m = |m: &mut Mem| {
+            m.rss_kib *= k;
+            m.pss_kib *= k;
+            m.uss_kib *= k;
+        };
+        let vm = &mut s.vm_each;
+        for c in vm.copies.iter_mut().chain(vm.reset.as_mut()) {
+            c.resume_ms *= k;
+            c.host_mem.as_mut().map(m);
+            if let Some(q) = c.host_split.as_mut() {
+                m(&mut q.guest_ram);
+                m(&mut q.translation_cache);
+                m(&mut q.qemu_own);
+            }
+        }
+        vm.idle_guest.as_mut().map(m);
+        vm.state_bytes *= k;
+        vm.save_ms *= k;
+        vm.memory_mib *= k;
+        vm.cpus *= k as u32;
+        for r in [&mut vm.ksm, &mut vm.reclaim] {
+            r.took_ms *= k;
+            r.per_copy.iter_mut().for_each(m);
+            r.notes = vec![format!("ksmd: {} pages shared", 100 * k)];
+        }
+        s
+    }
+
+    /// A page with its charts and tags each made a cell boundary, `|`.
+    fn cells_of_page(h: &str) -> String {
+        let mut out = String::new();
+        let mut rest = h;
+        while let Some(i) = rest.find("<svg") {
+            out.push_str(&rest[..i]);
+            rest = rest[i..].split_once("</svg>").map_or("", |(_, r)| r);
+        }
+        out.push_str(rest);
+        let mut plain = String::new();
+        let mut in_tag = false;
+        for c in out.chars() {
+            match c {
+                '<' => in_tag = true,
+                '>' if in_tag => {
+                    in_tag = false;
+                    plain.push_str(" | ");
+                }
+                c if !in_tag => plain.push(c),
+                _ => {}
+            }
+        }
+        plain
+    }
+
+    /// Where `a` and `b`, one form rendered from two summaries that differ only in the host's
+    /// figures, differ in a figure with no mark after it: a figure is marked when a `*` (or
+    /// Markdown's `\*`) follows it before the next figure, a cell's end or a clause's end.
+    fn unmarked(a: &str, b: &str) -> Vec<String> {
+        let (la, lb): (Vec<&str>, Vec<&str>) = (a.lines().collect(), b.lines().collect());
+        assert_eq!(la.len(), lb.len(), "{a}\n---\n{b}");
+        let mut out = Vec::new();
+        for (x, y) in la.iter().zip(&lb) {
+            let (tx, ty): (Vec<&str>, Vec<&str>) = (
+                x.split_whitespace().collect(),
+                y.split_whitespace().collect(),
+            );
+            assert_eq!(tx.len(), ty.len(), "{x}\n{y}");
+            for i in (0..tx.len()).filter(|&i| tx[i] != ty[i]) {
+                let mut marked = false;
+                for j in i..tx.len() {
+                    let t = tx[j].trim_end_matches([',', ';', ')', '.', ':']);
+                    if t == "*" || t == "\\*" {
+                        marked = true;
+                        break;
+                    }
+                    let ends = tx[j] == "|"
+                        || (j > i && tx[j] != ty[j])
+                        || tx[j].ends_with([',', ';', ')', '.']);
+                    if ends {
+                        break;
+                    }
+                }
+                if !marked {
+                    out.push(format!("{:?} in {x:?}", tx[i]));
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn every_host_figure_is_marked_in_every_form() {
+        let judged = |s: Summary| Judged {
+            summary: s,
+            warnings: vec![],
+        };
+        let a = measured();
+        let b = host_times(&a, 3);
+        let (ja, jb) = (judged(a.clone()), judged(b.clone()));
+        // The change each side of a diff is as much the host's as the figures it compares.
+        let (a2, b2) = (host_times(&a, 2), host_times(&a, 5));
+        let mut failures = Vec::new();
+        for (form, x, y) in [
+            ("text", text(&a), text(&b)),
+            ("show", show_text(&ja), show_text(&jb)),
+            ("md", md(&ja), md(&jb)),
+            ("html", cells_of_page(&html(&ja)), cells_of_page(&html(&jb))),
+            (
+                "diff",
+                diff(&ja, &judged(a2), "a", "b"),
+                diff(&jb, &judged(b2), "a", "b"),
+            ),
+        ] {
+            assert_ne!(x, y, "{form}: the host's figures are shown");
+            for u in unmarked(&x, &y) {
+                failures.push(format!("{form}: {u}"));
+            }
+        }
+        assert!(failures.is_empty(), "unmarked:\n{}", failures.join("\n"));
+        // The charts: their captions say that they carry the host's figures, and every line
+        // drawn from them is marked in the legend.
+        for svg in svgs(&html(&ja)) {
+            let doc = roxmltree::Document::parse(&svg).unwrap();
+            let texts: Vec<&str> = doc.descendants().filter_map(|n| n.text()).collect();
+            assert!(
+                texts
+                    .iter()
+                    .any(|t| t.contains("per copy") || t.contains("desktops")),
+                "{texts:?}"
+            );
+            let caption = texts
+                .iter()
+                .find(|t| t.contains("Memory for") || t.contains("Fork latency"))
+                .unwrap();
+            assert!(caption.contains('*'), "{caption}");
+        }
+        for series in chart::memory_series(&a)
+            .into_iter()
+            .chain(chart::latency_series(&a))
+        {
+            assert_eq!(
+                series.label.contains('*'),
+                !series.label.starts_with("shared-OS"),
+                "{}",
+                series.label
+            );
+        }
     }
 
     /// Every `<svg>...</svg>` of a page, parsed.
@@ -1093,7 +1454,7 @@ mod tests {
             line("shared-OS fork: median").ends_with("3.20 s 1.60 s -50.0%"),
             "{d}"
         );
-        assert!(line("VM-each fork: median").ends_with("same"), "{d}");
+        assert!(line("VM-each fork: median").ends_with("same *"), "{d}");
         assert!(line("verdict").ends_with("FAIL PASS differs"), "{d}");
         assert!(
             d.contains("A problem: VM-each copy-2: \\u{1b}[2Jforged"),

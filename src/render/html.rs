@@ -8,7 +8,7 @@ use super::{cause_quote, density, duration, provenance, short_cause, total_durat
 use crate::escape::html as esc;
 use crate::judge::pixels;
 use crate::judge::reader::ReportDir;
-use crate::judge::review::ReviewState;
+use crate::judge::review::{self, Reference, ReviewState};
 use crate::judge::verdict::{verdict_meaning, Outcome};
 use sharedos_report::digest;
 use sharedos_report::report::{Artifact, Gate, Report, Status, Verdict, Workload};
@@ -52,7 +52,14 @@ fn write_all(s: &mut String, o: &Outcome) -> std::fmt::Result {
     write_gate_table(s, o)?;
     // After the gate table, so the page opens on the verdict and the images follow it.
     let pngs: Vec<&Artifact> = o.report.png_artifacts().collect();
-    write_images(s, o.files.as_deref(), &pngs, o.report.options.workload)?;
+    let reference = review::reference(&o.report, &o.mismatches);
+    write_images(
+        s,
+        o.files.as_deref(),
+        &pngs,
+        o.report.options.workload,
+        reference,
+    )?;
     writeln!(s, "<h2>Checks per gate</h2>")?;
     for g in &o.gates {
         write_gate_detail(s, g)?;
@@ -214,12 +221,17 @@ fn status_badge(st: Status) -> String {
     format!("<span class=\"s-{0}\">{0}</span>", st.as_str())
 }
 
-/// The name every image is held against: the framebuffer at dump time.
-const REFERENCE: &str = "dump-time.png";
+/// The file name the guest gives its dump-time image: only a label for a reader, never how the
+/// reference is found (`review::reference`).
+const DUMP_TIME_NAME: &str = "dump-time.png";
 
 /// What each framebuffer image should show, by its file name (and the workload: a desktop's
-/// changed copies also show the text typed into the editor).
-fn expectation(path: &str, workload: Workload) -> &'static str {
+/// changed copies also show the text typed into the editor); `is_reference`: the image the
+/// checks cite as the dump-time one.
+fn expectation(path: &str, workload: Workload, is_reference: bool) -> &'static str {
+    if is_reference {
+        return "the reference: the tree's screen when it was dumped, the image the copies' checks cite";
+    }
     let name = path.rsplit('/').next().unwrap_or(path);
     match (name, workload) {
         ("isolation-a.png", Workload::Desktop) => {
@@ -231,7 +243,9 @@ fn expectation(path: &str, workload: Workload) -> &'static str {
         _ => {}
     }
     match name {
-        REFERENCE => "the reference: the tree's screen when it was dumped",
+        DUMP_TIME_NAME => {
+            "named like the dump-time image, but not the one the copies' checks cite: compare it with the reference"
+        }
         "live.png" => "the live tree just before the dump: should match the reference",
         "restored-a.png" => "the restored copy: should match the reference exactly",
         "isolation-a.png" => {
@@ -267,7 +281,9 @@ impl Budget {
 type Read = Result<std::rc::Rc<crate::judge::reader::FileRead>, String>;
 
 /// Each image beside the dump-time reference and a diff of the two, labelled with what it
-/// should show, so that "differs by the mark and nothing else" is seen at a glance. The bytes
+/// should show, so that "differs by the mark and nothing else" is seen at a glance. The
+/// reference is the image the checks cite (`review::reference`), its pixels held to the sha256
+/// they cite; when there is none, each image is shown alone and the page says why. The bytes
 /// are the judgement's own read of each file; images are decoded one at a time (the reference
 /// once), and the page embeds at most [`MAX_EMBEDDED_TOTAL_BYTES`].
 fn write_images(
@@ -275,6 +291,7 @@ fn write_images(
     files: Option<&ReportDir>,
     pngs: &[&Artifact],
     workload: Workload,
+    reference: Result<Reference<'_>, String>,
 ) -> std::fmt::Result {
     writeln!(s, "<h2>Images, each against the dump-time image</h2>")?;
     if pngs.is_empty() {
@@ -286,42 +303,48 @@ fn write_images(
             unique.push(a);
         }
     }
-    let reference = unique
-        .iter()
-        .find(|a| a.path.rsplit('/').next() == Some(REFERENCE))
-        .copied();
-    let ref_read = reference.map(|r| read_artifact(files, &r.path));
-    let ref_pixels = ref_read.as_ref().map(|read| {
-        read.clone().and_then(|f| {
-            pixels::decode(f.bytes().unwrap_or_default()).map_err(|e| format!("{e:#}"))
-        })
+    let reference = reference.map(|r| {
+        let read = read_artifact(files, &r.artifact.path);
+        let pixels = read.clone().and_then(|f| {
+            let img =
+                pixels::decode(f.bytes().unwrap_or_default()).map_err(|e| format!("{e:#}"))?;
+            let here = digest::sha256_hex(&img.data);
+            if here == r.pixel_sha256 {
+                Ok(img)
+            } else {
+                Err(format!(
+                    "its pixels hash to {here}, not the {} its checks cite",
+                    r.pixel_sha256
+                ))
+            }
+        });
+        (r.artifact, read, pixels)
     });
+    if let Err(why) = &reference {
+        writeln!(
+            s,
+            "<p class=\"problem\">No image is the reference: {}.</p>",
+            esc(why)
+        )?;
+    }
     let mut budget = Budget(MAX_EMBEDDED_TOTAL_BYTES);
     for a in unique {
+        let is_reference = matches!(&reference, Ok((r, _, _)) if r.path == a.path);
         writeln!(
             s,
             "<div class=\"pair\">\n<p><code>{}</code>: {}</p>",
             esc(&a.path),
-            esc(expectation(&a.path, workload))
+            esc(expectation(&a.path, workload, is_reference))
         )?;
         writeln!(s, "<div class=\"row\">")?;
         let read = read_artifact(files, &a.path);
         write_image(s, a, &read, &mut budget)?;
-        let (Some(r), Some(ref_read), Some(ref_pixels)) = (reference, &ref_read, &ref_pixels)
-        else {
-            writeln!(
-                s,
-                "</div>\n<p>The report has no {REFERENCE} to compare with.</p></div>"
-            )?;
-            continue;
-        };
-        if r.path == a.path {
-            writeln!(s, "</div>\n</div>")?;
-            continue;
+        if let (Ok((r, ref_read, ref_pixels)), false) = (&reference, is_reference) {
+            // The image and its diff first, so that both fit a screen unscaled; the reference
+            // follows.
+            write_diff(s, (&r.path, ref_pixels), &read, &mut budget)?;
+            write_image(s, r, ref_read, &mut budget)?;
         }
-        // The image and its diff first, so that both fit a screen unscaled; the reference follows.
-        write_diff(s, ref_pixels, &read, &mut budget)?;
-        write_image(s, r, ref_read, &mut budget)?;
         writeln!(s, "</div>\n</div>")?;
     }
     Ok(())
@@ -330,7 +353,7 @@ fn write_images(
 /// The diff of one image against the decoded reference, this image decoded for it alone.
 fn write_diff(
     s: &mut String,
-    reference: &Result<pixels::Rgb, String>,
+    (ref_path, reference): (&str, &Result<pixels::Rgb, String>),
     read: &Read,
     budget: &mut Budget,
 ) -> std::fmt::Result {
@@ -346,13 +369,15 @@ fn write_diff(
     match d {
         Ok((png, words)) if budget.take(png.len() as u64) => writeln!(
             s,
-            "<img src=\"data:image/png;base64,{}\" alt=\"diff\">\n<figcaption>diff against {REFERENCE}: {}</figcaption>",
+            "<img src=\"data:image/png;base64,{}\" alt=\"diff\">\n<figcaption>diff against <code>{}</code>: {}</figcaption>",
             digest::base64(&png, true),
+            esc(ref_path),
             esc(&words)
         )?,
         Ok((_, words)) => writeln!(
             s,
-            "<figcaption>diff against {REFERENCE}: {} (not embedded: {})</figcaption>",
+            "<figcaption>diff against <code>{}</code>: {} (not embedded: {})</figcaption>",
+            esc(ref_path),
             esc(&words),
             over_budget()
         )?,
@@ -521,6 +546,69 @@ mod tests {
         assert!(h.contains("token_is_32_hex"));
         assert!(h.contains("QEMU emulator version 7.2.15"));
         assert!(!h.contains("http://") && !h.contains("https://") && !h.contains("<script"));
+    }
+
+    /// A report directory holding the honest PNGs and an image of the guest's named like the
+    /// reference, listed first, with other pixels.
+    fn with_a_false_reference(name: &str) -> (crate::judge::reader::tests::Scratch, Outcome) {
+        let sc = crate::judge::reader::tests::Scratch::new(name);
+        let mut r = crate::judge::review::tests::fresh_report();
+        r.artifacts.clear();
+        hostile_gate::honest::add_to(&mut r, &sc.0).unwrap();
+        let mut other = hostile_gate::honest::frame();
+        other.rgb.iter_mut().for_each(|b| *b = 255 - *b);
+        std::fs::create_dir_all(sc.0.join("evil")).unwrap();
+        hostile_gate::honest::write_png(&other, &sc.0.join("evil/dump-time.png")).unwrap();
+        let evil = digest::artifact(&sc.0, "evil/dump-time.png", "png").unwrap();
+        r.artifacts.insert(0, evil);
+        r.seal();
+        let mut o = evaluate_report(&r, None);
+        o.files = Some(std::rc::Rc::new(ReportDir::open(&sc.0).unwrap()));
+        (sc, o)
+    }
+
+    #[test]
+    fn the_reference_is_the_image_the_checks_cite_not_the_first_named_like_it() {
+        let (_sc, o) = with_a_false_reference("html-reference");
+        let h = render(&o);
+        // Every other image is held against the cited one; the false one is shown once, as
+        // itself, and said not to be the reference.
+        assert_eq!(
+            h.matches("<figcaption><code>evil/dump-time.png</code>")
+                .count(),
+            1,
+            "{h}"
+        );
+        assert_eq!(
+            h.matches("<figcaption><code>png/dump-time.png</code>")
+                .count(),
+            7,
+            "{h}"
+        );
+        assert!(
+            h.contains("diff against <code>png/dump-time.png</code>"),
+            "{h}"
+        );
+        assert!(
+            h.contains("<code>evil/dump-time.png</code>: named like the dump-time image"),
+            "{h}"
+        );
+    }
+
+    #[test]
+    fn no_reference_is_shown_when_two_artifacts_would_make_it() {
+        let (_sc, mut o) = with_a_false_reference("html-reference-twice");
+        let twin = o.report.artifacts[0].clone();
+        o.report.artifacts.push(Artifact {
+            path: "png/dump-time.png".into(),
+            ..twin
+        });
+        let h = render(&o);
+        assert!(
+            h.contains("No image is the reference: 2 artifacts are named png/dump-time.png"),
+            "{h}"
+        );
+        assert!(!h.contains("diff against"), "{h}");
     }
 
     #[test]

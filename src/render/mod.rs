@@ -413,6 +413,50 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn every_control_format_and_separator_character_is_escaped_in_every_report_form() {
+        use crate::escape::tests::{every_hidden, raw_hidden};
+        let all: String = every_hidden().into_iter().collect();
+        let hostile = |s: &str| format!("{s}<{all}>");
+        let mut r = caused_report();
+        r.gates[0].reason = hostile("reason");
+        r.gates[3].reason = hostile("failed");
+        r.gates[2].checks.push(Check {
+            name: hostile("check"),
+            passed: false,
+            value: serde_json::json!(hostile("value")),
+            expected: hostile("expected"),
+        });
+        if let Some(c) = r.gates[3].cause.as_mut() {
+            c.error = hostile("error");
+            c.before.push(hostile("before"));
+        }
+        r.fidelity_differences[0].detail = hostile("fidelity");
+        if let Some(vm) = r.vm.as_mut() {
+            vm.qemu_version = hostile("qemu");
+            vm.host_os = hostile("os");
+            vm.image_name = hostile("image");
+            vm.command_line = vec![hostile("argv")];
+            if let Some(o) = vm.kernel_oops.as_mut() {
+                o.first = hostile("oops");
+            }
+        }
+        r.seal();
+        // Each form keeps only the line breaks (and, in a page's `<pre>`, the tabs) it writes.
+        for (format, kept) in [
+            (Format::Text, &['\n'][..]),
+            (Format::Md, &['\n']),
+            (Format::Html, &['\n', '\t']),
+            (Format::Junit, &['\n']),
+        ] {
+            let page = render_report(&r, None, format);
+            assert_eq!(raw_hidden(&page, kept), Vec::<char>::new(), "{format:?}");
+        }
+        let d = diff::diff(&fresh_report(), &r).to_string();
+        assert!(d.contains("failed<"), "{d}");
+        assert_eq!(raw_hidden(&d, &['\n']), Vec::<char>::new(), "diff");
+    }
+
+    #[test]
     fn durations_read_well() {
         assert_eq!(duration(12), "12 ms");
         assert_eq!(duration(1500), "1.500 s");

@@ -18,6 +18,9 @@ pub const REVIEW_SCHEMA_VERSION: u32 = 1;
 
 /// File name of the report inside a report directory.
 pub const REPORT_FILE: &str = "report.json";
+/// The key of the reset gate's `data` that holds how long its restore of the reset copy took
+/// (ms), as the guest timed it: the CRIU column's reset in a comparison.
+pub const RESET_RESTORE_MS: &str = "restore_ms";
 
 /// In a report archived by vm-run, the directory holding exactly what the guest sent, its own
 /// report.json included; the host's report.json and evidence sit beside it.

@@ -11,7 +11,7 @@ use crate::probe;
 use serde_json::json;
 use sharedos_report::compare::{self, check};
 use sharedos_report::model::tree::Observation;
-use sharedos_report::report::{Gate, GateName};
+use sharedos_report::report::{Gate, GateName, RESET_RESTORE_MS};
 use std::collections::BTreeSet;
 
 /// What this gate runs: the changed copy (copy a, restored again first when it no longer runs)
@@ -51,6 +51,7 @@ pub fn run(ctx: &mut Ctx) -> Gate {
     let typed = change_and_look(ctx, &mut g, target, &snap);
     kill_changed(ctx, &mut g, target);
     let (pid, ev) = ctx.restore("reset");
+    let ev_ms = ev.duration_ms;
     g.evidence(ev);
     let pid = match pid {
         Ok(p) => p,
@@ -63,6 +64,8 @@ pub fn run(ctx: &mut Ctx) -> Gate {
         }
     };
     g.data("copy_pid", json!(pid));
+    // The reset's own time, for a comparison to set beside a VM's reset.
+    g.data(RESET_RESTORE_MS, json!(ev_ms));
     let change = typed.as_ref().map(|(_, c)| c.as_str());
     check_reset_copy(ctx, &mut g, pid, &snap, change);
     g.finish("a change of app state and pixels was seen, the changed copy killed as a whole, and the new restore has the dump-time token, counter, window and pixels")

@@ -14,14 +14,16 @@ use super::verdict::{self, How, Outcome, Refused};
 use serde::{Deserialize, Serialize};
 use sharedos_report::model::density::{DensityData, Mem};
 use sharedos_report::procfs::QemuMem;
-use sharedos_report::report::{GateName, Status, Verdict};
+use sharedos_report::report::{GateName, Status, Verdict, RESET_RESTORE_MS};
 use std::path::Path;
 
 /// The summary beside the column directories.
 pub const COMPARE_FILE: &str = "compare.json";
 /// compare.json's format; a reader refuses another. 2: each copy is bound to its save by the
 /// fork-time token (`fork_token`), and the further readings (`ksm`, `reclaim`) are recorded.
-pub const FORMAT: u32 = 2;
+/// 3: each copy's resume is recorded by the nonce the host gave it (`VmCopy::nonce`), so that
+/// one report cannot stand for two copies.
+pub const FORMAT: u32 = 3;
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct Summary {
@@ -51,6 +53,10 @@ pub struct SharedOs {
     /// The guest's memory in use, before the first restore and with every copy up (KiB).
     pub guest_used_before_kib: u64,
     pub guest_used_with_copies_kib: u64,
+    /// The reset the guest timed: its reset gate's restore of a copy after the changed one was
+    /// killed (ms). One: the gate resets one copy. Empty unless that gate passed.
+    #[serde(default)]
+    pub reset_ms: Vec<u64>,
     /// What each copy had: the guest's whole memory and CPUs, shared.
     pub resources: String,
     pub problems: Vec<String>,
@@ -146,6 +152,10 @@ pub struct VmCopy {
     pub label: String,
     /// Its report directory, relative to the compare directory.
     pub report: String,
+    /// The nonce the host made for this copy's resume and its guest echoed back: the host's
+    /// record of that resume, which the copy's report must carry. Empty when it did not come up.
+    #[serde(default)]
+    pub nonce: String,
     /// From its QEMU's start to the copy's guest answering over SSH with this copy's key.
     pub resume_ms: u64,
     /// Its QEMU process, read by the host with every copy up and the tree idle; None when the
@@ -167,6 +177,10 @@ pub fn shared_os_column(o: &Outcome, copies: u32) -> SharedOs {
         resources: "the guest's memory and CPUs, shared by every copy (no --cgroup)".into(),
         ..SharedOs::default()
     };
+    match criu_reset(o) {
+        Ok(ms) => c.reset_ms = vec![ms],
+        Err(p) => c.problems.push(p),
+    }
     let Some(g) = o.gates.iter().find(|g| g.name == GateName::Density) else {
         c.problems.push("the report has no density gate".into());
         return c;
@@ -181,6 +195,7 @@ pub fn shared_os_column(o: &Outcome, copies: u32) -> SharedOs {
         .map(|v| serde_json::from_value::<DensityData>(v.clone()))
     {
         Some(Ok(d)) if d.copies == copies && d.per_copy.len() == copies as usize => {
+            c.problems.extend(distinct_copy_problems(&d));
             c.restore_ms = d.restore_ms;
             c.per_copy = d.per_copy.iter().map(|m| m.mem).collect();
             c.guest_used_before_kib = d.mem_used_before_kib;
@@ -199,6 +214,51 @@ pub fn shared_os_column(o: &Outcome, copies: u32) -> SharedOs {
             .push("the density gate recorded no figures".into()),
     }
     c
+}
+
+/// The CRIU reset of a judged report: the time its reset gate's restore took, as the guest timed
+/// it, counted only when that gate passed (its checks judged again by the host: the reset copy
+/// back at the dump-time state), as a VM reset counts only when its copy holds. Err: why not.
+fn criu_reset(o: &Outcome) -> Result<u64, String> {
+    let Some(g) = o.gates.iter().find(|g| g.name == GateName::Reset) else {
+        return Err("the report has no reset gate".into());
+    };
+    if g.status != Status::Pass {
+        return Err(format!("reset is {}: {}", g.status, g.reason));
+    }
+    g.data
+        .get(RESET_RESTORE_MS)
+        .and_then(serde_json::Value::as_u64)
+        .ok_or_else(|| "the reset gate recorded no restore time".into())
+}
+
+/// Whether the density gate's copies are as many distinct restores as it says: each copy its
+/// own label and its own process (the PID 1 its restore wrote, all up at once in one guest, so
+/// two copies with one PID are one restore counted twice), each restore timed.
+fn distinct_copy_problems(d: &DensityData) -> Vec<String> {
+    let mut p = Vec::new();
+    for (i, c) in d.per_copy.iter().enumerate() {
+        let before = &d.per_copy[..i];
+        if c.pid <= 0 {
+            p.push(format!("{}'s pid is {}, no process", c.label, c.pid));
+        } else if let Some(first) = before.iter().find(|o| o.pid == c.pid) {
+            p.push(format!(
+                "{} and {} are one process (pid {}): one restore counted twice",
+                first.label, c.label, c.pid
+            ));
+        }
+        if before.iter().any(|o| o.label == c.label) {
+            p.push(format!("two copies are labelled {}", c.label));
+        }
+    }
+    if d.restore_ms.len() != d.per_copy.len() {
+        p.push(format!(
+            "the density gate timed {} restores for {} copies",
+            d.restore_ms.len(),
+            d.per_copy.len()
+        ));
+    }
+    p
 }
 
 /// The save a copy must have been resumed from, as the host recorded it when it saved the guest.
@@ -220,27 +280,98 @@ impl VmEach {
 }
 
 /// A copy's problems from its archived report, judged by the one verdict, the copy bound to
-/// the save it must have been resumed from.
-pub fn vm_copy_problems(dir: &Path, origin: Origin) -> Vec<String> {
-    copy_problems(&verdict::judge(dir, &How::full(None)), origin)
+/// the save it must have been resumed from and to the resume the host made (`nonce`, the
+/// host's record of it).
+pub fn vm_copy_problems(dir: &Path, origin: Origin, nonce: &str) -> Vec<String> {
+    copy_problems(&verdict::judge(dir, &How::full(None)), origin, nonce)
 }
 
 /// [`vm_copy_problems`] of a report directory already opened (reached beneath a comparison
 /// without following a link), with the judgement it came from when there is one.
-pub fn vm_copy_judged(dir: ReportDir, how: &How, origin: Origin) -> (Vec<String>, Option<Outcome>) {
+pub fn vm_copy_judged(
+    dir: ReportDir,
+    how: &How,
+    origin: Origin,
+    nonce: &str,
+) -> (Vec<String>, Option<Outcome>) {
     let judged = verdict::judge_dir(dir, how);
-    (copy_problems(&judged, origin), judged.ok())
+    (copy_problems(&judged, origin, nonce), judged.ok())
 }
 
-fn copy_problems(judged: &Result<Outcome, Refused>, origin: Origin) -> Vec<String> {
+fn copy_problems(judged: &Result<Outcome, Refused>, origin: Origin, nonce: &str) -> Vec<String> {
     match judged {
         Ok(o) => {
             let mut p = verdict::vm_fork_copy_problems(o, origin.token);
             p.extend(fork_origin_problem(o, origin.state_sha256));
+            p.extend(resume_problem(o, nonce));
             p
         }
         Err(e) => vec![format!("its report does not read back: {e}")],
     }
+}
+
+/// The nonce of the resume a judged report records, when its guest echoed it back: what only
+/// that resume can have (every copy of one save is the same machine up to the save, boot id
+/// and all).
+pub fn resume_nonce(o: &Outcome) -> Option<&str> {
+    let start = o.report.vm.as_ref()?.start.as_ref()?;
+    match (&start.nonce, &start.nonce_echo) {
+        (Some(n), Some(e)) if n == e && !n.is_empty() => Some(n),
+        _ => None,
+    }
+}
+
+/// Whether a copy's judged report is of the resume the host recorded for it (`recorded`, the
+/// nonce it gave that resume): a report copied from another copy, or from another resume of the
+/// same save, passes every check its guest made, and only this binding tells it apart. An empty
+/// `recorded` is [`judge`]'s to report.
+pub fn resume_problem(o: &Outcome, recorded: &str) -> Option<String> {
+    let start = o.report.vm.as_ref().and_then(|v| v.start.as_ref());
+    let Some(nonce) = start.and_then(|s| s.nonce.as_deref()) else {
+        return Some("its report records no nonce of its resume".into());
+    };
+    let echo = start.and_then(|s| s.nonce_echo.as_deref()).unwrap_or("");
+    if resume_nonce(o).is_none() {
+        return Some(format!(
+            "its guest echoed {}, not the nonce its host gave ({nonce})",
+            if echo.is_empty() { "nothing" } else { echo }
+        ));
+    }
+    (!recorded.is_empty() && nonce != recorded).then(|| {
+        format!(
+            "its report is of the resume with nonce {nonce}, not the one the host recorded for it \
+             ({recorded})"
+        )
+    })
+}
+
+/// What compare.json's own record of the resumes says against itself: every copy and the reset
+/// recorded with a nonce, and no two with one.
+fn resume_record_problems(vm: &VmEach) -> Vec<String> {
+    let mut p = Vec::new();
+    let all: Vec<&VmCopy> = vm.copies.iter().chain(&vm.reset).collect();
+    for (i, c) in all.iter().enumerate() {
+        if c.nonce.is_empty() {
+            // A copy that did not come up has no resume to record; its own problems say why.
+            if !c.problems.is_empty() {
+                continue;
+            }
+            p.push(format!(
+                "VM-each {}: {COMPARE_FILE} records no nonce for its resume: nothing binds its \
+                 report to a resume the host made",
+                c.label
+            ));
+            continue;
+        }
+        if let Some(first) = all[..i].iter().find(|o| o.nonce == c.nonce) {
+            p.push(format!(
+                "VM-each {} and {}: {COMPARE_FILE} records one resume twice (nonce {}): one \
+                 resumed guest cannot be two copies",
+                first.label, c.label, c.nonce
+            ));
+        }
+    }
+    p
 }
 
 /// Whether a copy's judged report says it was resumed from the fork whose state hashes to
@@ -289,6 +420,7 @@ pub fn judge(s: &mut Summary) {
     if s.vm_each.reset.is_none() {
         p.push("VM-each: no reset was measured".into());
     }
+    p.extend(resume_record_problems(&s.vm_each));
     if let Some(lie) = &s.vm_each.lie {
         p.push(format!("VM-each: a lie run, not a measurement: {lie}"));
     }
@@ -326,6 +458,7 @@ mod tests {
         VmCopy {
             label: label.into(),
             report: label.into(),
+            nonce: format!("{label:0>32}"),
             resume_ms: 3000,
             host_mem: Some(Mem {
                 rss_kib: 400_000,
@@ -393,6 +526,15 @@ mod tests {
             ),
             ("memory", |s| s.vm_each.copies[0].host_mem = None),
             ("reset", |s| s.vm_each.reset = None),
+            (
+                "VM-each copy-1 and reset: compare.json records one resume twice (nonce \
+                 00000000000000000000000000copy-1)",
+                |s| s.vm_each.reset.as_mut().unwrap().nonce = s.vm_each.copies[0].nonce.clone(),
+            ),
+            (
+                "copy-2: compare.json records no nonce for its resume",
+                |s| s.vm_each.copies[1].nonce.clear(),
+            ),
             ("KSM reading is FAIL", |s| {
                 s.vm_each.ksm = Reading::failed("ksmd", "ksmd's second full scan: timed out")
             }),

@@ -11,8 +11,8 @@
 //! compare.json recorded them, and said to be ([`HOST_RECORDED`]).
 
 use super::{
-    judge, shared_os_column, vm_copy_judged, SharedOs, Summary, VmCopy, VmEach, COMPARE_FILE,
-    FORMAT,
+    judge, resume_nonce, shared_os_column, vm_copy_judged, SharedOs, Summary, VmCopy, VmEach,
+    COMPARE_FILE, FORMAT,
 };
 use crate::judge::ledger::Ledger;
 use crate::judge::reader::{Kind, ReportDir};
@@ -20,16 +20,19 @@ use crate::judge::verdict::{self, How, Outcome};
 use anyhow::{anyhow, bail, Context, Result};
 use sharedos_report::model::density::MAX_COPIES;
 use sharedos_report::report::REPORT_FILE;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 /// Far above any compare.json (64 copies: about 40 KiB); a larger one is not read.
 pub const MAX_COMPARE_BYTES: u64 = 1 << 20;
 
-/// What is shown as compare.json recorded it, judged by nothing.
-pub const HOST_RECORDED: &str = "the VM copies' resume times, their QEMUs' memory, the idle \
-     guest's memory and the fork's size and save time were measured by the host during the \
-     run and are in compare.json only: shown as recorded, not judged again";
+/// What the host's mark (`*`) says wherever a comparison is shown: what is shown as
+/// compare.json recorded it, judged by nothing.
+pub const HOST_RECORDED: &str = "the host's own figure, or one computed from it: the VM copies' \
+     resume times, their QEMUs' memory and its further readings, the idle guest's memory, the \
+     fork's size and save time, and the VMs' memory and CPUs were measured or chosen by the host \
+     during the run and are in compare.json only: shown as recorded, not judged again (the VMs' \
+     memory and CPUs are checked against each copy's report)";
 
 const FIX: &str = "fix: give the directory `cargo xtask vm-compare` wrote, as it wrote it";
 
@@ -111,15 +114,18 @@ pub fn read_dir(files: &ReportDir, ledger: Option<&Ledger>) -> Result<Judged> {
         }
     }
 
-    let (vm_each, copy_accels) = vm_each(files, &said.vm_each, &how);
-    for (label, a) in copy_accels {
-        if !a.is_empty() && a != accel {
+    let (mut vm_each, seen) = vm_each(files, &said.vm_each, &how);
+    for c in &seen {
+        if !c.accel.is_empty() && c.accel != accel {
             warnings.push(format!(
-                "VM-each {label}: its report ran under {a}, the comparison under {accel}: the \
-                 two columns' times do not compare"
+                "VM-each {}: its report ran under {}, the comparison under {accel}: the two \
+                 columns' times do not compare",
+                c.label, c.accel
             ));
         }
     }
+    warnings.extend(resource_warnings(&mut vm_each, &seen));
+    vm_each.problems.extend(unnamed_reports(files, &said));
 
     let mut s = Summary {
         format: said.format,
@@ -252,43 +258,145 @@ fn shared_os(files: &ReportDir, said: &Summary, how: &How) -> (SharedOs, Option<
 /// Where compare.json's shared-OS figures are not its report's.
 fn figure_warnings(said: &SharedOs, fresh: &SharedOs) -> Vec<String> {
     let differs = said.restore_ms != fresh.restore_ms
+        || said.reset_ms != fresh.reset_ms
         || said.per_copy != fresh.per_copy
         || said.guest_used_before_kib != fresh.guest_used_before_kib
         || said.guest_used_with_copies_kib != fresh.guest_used_with_copies_kib;
     if differs {
         vec![format!(
-            "shared-OS: {COMPARE_FILE}'s figures are not those of its report's density gate; \
-             showing the report's"
+            "shared-OS: {COMPARE_FILE}'s figures are not those of its report's density and reset \
+             gates; showing the report's"
         )]
     } else {
         Vec::new()
     }
 }
 
+/// What a VM copy's own report says of the machine it ran on, for the checks of what
+/// compare.json says of every copy.
+struct Seen {
+    label: String,
+    accel: String,
+    memory_mib: u64,
+    cpus: u32,
+}
+
+/// Where compare.json's memory and CPUs for each VM are not those its copies' reports say,
+/// named by copy with both values. When every copy that reads back says the same, that is
+/// shown; when they differ among themselves, compare.json's stays (marked as the host's).
+fn resource_warnings(vm: &mut VmEach, seen: &[Seen]) -> Vec<String> {
+    let said = (vm.memory_mib, vm.cpus);
+    let warnings: Vec<String> = seen
+        .iter()
+        .filter(|c| (c.memory_mib, c.cpus) != said)
+        .map(|c| {
+            format!(
+                "VM-each {}: {COMPARE_FILE} says each VM had {} MiB and {} CPUs, its report says \
+                 {} MiB and {} CPUs",
+                c.label, said.0, said.1, c.memory_mib, c.cpus
+            )
+        })
+        .collect();
+    let reported: BTreeSet<(u64, u32)> = seen.iter().map(|c| (c.memory_mib, c.cpus)).collect();
+    if let (false, Some(&(m, c))) = (warnings.is_empty(), reported.first()) {
+        if reported.len() == 1 {
+            (vm.memory_mib, vm.cpus) = (m, c);
+        }
+    }
+    warnings
+}
+
+/// Every directory beneath the comparison that holds a report compare.json does not name: a
+/// copy left out of the count (one that failed, say) would otherwise go unseen.
+fn unnamed_reports(files: &ReportDir, said: &Summary) -> Vec<String> {
+    let named: BTreeSet<&str> = [said.shared_os.report.as_str(), said.vm_each.fork.as_str()]
+        .into_iter()
+        .chain(
+            said.vm_each
+                .copies
+                .iter()
+                .chain(&said.vm_each.reset)
+                .map(|c| c.report.as_str()),
+        )
+        .collect();
+    let entries = match files.entries("") {
+        Ok(e) => e,
+        Err(e) => return vec![format!("the comparison's directory does not list: {e}")],
+    };
+    entries
+        .into_iter()
+        .filter(|(name, kind)| matches!(kind, Kind::Dir) && !named.contains(name.as_str()))
+        .filter(|(name, _)| !matches!(files.kind(&format!("{name}/{REPORT_FILE}")), Ok(None)))
+        .map(|(name, _)| {
+            format!(
+                "the comparison's directory holds a report {COMPARE_FILE} does not name: {name}/ \
+                 (a copy left out of the count?)"
+            )
+        })
+        .collect()
+}
+
+/// Each resume that an earlier one repeats, as (the later's index, the first's index): the
+/// same nonce in two reports is one resumed guest's report in two places.
+fn repeated_resumes(resumes: &[Option<String>]) -> Vec<(usize, usize)> {
+    let mut first: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut out = Vec::new();
+    for (i, n) in resumes.iter().enumerate() {
+        if let Some(n) = n {
+            match first.get(n.as_str()) {
+                Some(&f) => out.push((i, f)),
+                None => {
+                    first.insert(n, i);
+                }
+            }
+        }
+    }
+    out
+}
+
 /// The VM-each column: each copy and the reset judged again from its report, the host's
-/// figures as recorded; each copy's accelerator, by label.
-fn vm_each(files: &ReportDir, said: &VmEach, how: &How) -> (VmEach, Vec<(String, String)>) {
-    let mut accels = Vec::new();
+/// figures as recorded; what each copy's report says of its machine.
+fn vm_each(files: &ReportDir, said: &VmEach, how: &How) -> (VmEach, Vec<Seen>) {
+    let mut seen = Vec::new();
+    // Each copy's and the reset's resume as its report records it, in the column's order.
+    let mut resumes: Vec<Option<String>> = Vec::new();
     let mut one = |c: &VmCopy| -> VmCopy {
         let (problems, o) = match files.open_beneath(&c.report) {
-            Ok(d) => vm_copy_judged(d, how, said.origin()),
+            Ok(d) => vm_copy_judged(d, how, said.origin(), &c.nonce),
             Err(e) => (
                 vec![format!("its report does not read back: {}: {e}", c.report)],
                 None,
             ),
         };
-        if let Some(o) = &o {
-            if let Some(vm) = &o.report.vm {
-                accels.push((c.label.clone(), vm.accel.clone()));
-            }
+        resumes.push(o.as_ref().and_then(resume_nonce).map(str::to_string));
+        if let Some(vm) = o.as_ref().and_then(|o| o.report.vm.as_ref()) {
+            seen.push(Seen {
+                label: c.label.clone(),
+                accel: vm.accel.clone(),
+                memory_mib: vm.memory_mib,
+                cpus: vm.cpus,
+            });
         }
         VmCopy {
             problems,
             ..c.clone()
         }
     };
-    let copies: Vec<VmCopy> = said.copies.iter().map(&mut one).collect();
-    let reset = said.reset.as_ref().map(&mut one);
+    let mut copies: Vec<VmCopy> = said.copies.iter().map(&mut one).collect();
+    let mut reset = said.reset.as_ref().map(&mut one);
+    let mut all: Vec<&mut VmCopy> = copies.iter_mut().chain(reset.as_mut()).collect();
+    for (later, first) in repeated_resumes(&resumes) {
+        let Some((l, r)) = all.get(first).map(|c| (c.label.clone(), c.report.clone())) else {
+            continue;
+        };
+        let n = resumes.get(later).cloned().flatten().unwrap_or_default();
+        if let Some(c) = all.get_mut(later) {
+            c.problems.push(format!(
+                "its report is the same resume as {l}'s ({r}/): both carry the nonce {n}: one \
+                 resumed guest counted twice"
+            ));
+        }
+    }
     // The column's own problems are the host's record of what stopped it (a copy that did not
     // come up, an interrupt): no report holds them, and they only ever fail the comparison.
     let mut problems = said.problems.clone();
@@ -309,7 +417,7 @@ fn vm_each(files: &ReportDir, said: &VmEach, how: &How) -> (VmEach, Vec<(String,
             problems,
             ..said.clone()
         },
-        accels,
+        seen,
     )
 }
 
@@ -320,7 +428,7 @@ pub(crate) mod tests {
     use crate::judge::review::tests::fresh_report;
     use sharedos_report::model::density::Mem;
     use sharedos_report::report::{
-        GateName, GuestStart, Report, SnapshotRef, Status, Verdict, VmProvenance,
+        GateName, GuestStart, Report, SnapshotRef, Status, Verdict, VmProvenance, RESET_RESTORE_MS,
     };
     use std::os::unix::fs::symlink;
 
@@ -334,6 +442,8 @@ pub(crate) mod tests {
         r.vm = Some(VmProvenance {
             image_name: "bookworm".into(),
             accel: "tcg".into(),
+            memory_mib: 1024,
+            cpus: 2,
             ..Default::default()
         });
         r
@@ -358,7 +468,24 @@ pub(crate) mod tests {
 
     /// A vm-run with `--copies 2`: its density gate, after reset, with the figures.
     fn shared_os_report(dir: &Path) {
+        shared_os_report_of(dir, DENSITY)
+    }
+
+    /// [`shared_os_report`] with the density gate's figures `density`.
+    fn shared_os_report_of(dir: &Path, density: &str) {
+        shared_os_report_with(dir, density, |_| {})
+    }
+
+    /// The CRIU reset the fixture's reset gate timed (ms).
+    const CRIU_RESET_MS: u64 = 2100;
+
+    /// [`shared_os_report_of`], its reset gate having timed its restore, changed by `after`.
+    fn shared_os_report_with(dir: &Path, density: &str, after: impl FnOnce(&mut Report)) {
         let mut r = vm_report();
+        r.gate_mut(GateName::Reset)
+            .unwrap()
+            .data
+            .insert(RESET_RESTORE_MS.into(), CRIU_RESET_MS.into());
         r.options.copies = Some(serde_json::from_value(serde_json::json!({"count": 2})).unwrap());
         let at = r
             .gates
@@ -369,13 +496,24 @@ pub(crate) mod tests {
         let mut g = r.gates[at - 1].clone();
         g.name = GateName::Density;
         g.data
-            .insert("density".into(), serde_json::from_str(DENSITY).unwrap());
+            .insert("density".into(), serde_json::from_str(density).unwrap());
         r.gates.insert(at, g);
-        write(dir, r, |_| {});
+        write(dir, r, after);
     }
 
-    /// A copy of a VM fork whose live probe held it, resumed from the fork `state`.
+    /// The nonce the host gave the resume of the copy `label` in the fixture.
+    pub(crate) fn nonce_of(label: &str) -> String {
+        let hex: String = label.bytes().map(|b| format!("{b:02x}")).collect();
+        format!("{hex:0>32}")
+    }
+
+    /// A copy of a VM fork whose live probe held it, resumed from the fork `state`, its resume's
+    /// nonce the one the fixture gives its directory's name.
     pub(crate) fn vm_copy_report(dir: &Path, state: &str, after: impl FnOnce(&mut Report)) {
+        let nonce = dir
+            .file_name()
+            .map(|n| nonce_of(&n.to_string_lossy()))
+            .unwrap_or_default();
         write(dir, vm_report(), |r| {
             for ((name, _), (gate, from)) in crate::judge::recheck::FORK_CHECKS.iter().zip([
                 (GateName::RestoreLiveProcess, "same_token"),
@@ -401,8 +539,8 @@ pub(crate) mod tests {
                         ..SnapshotRef::default()
                     }),
                     client_key: String::new(),
-                    nonce: None,
-                    nonce_echo: None,
+                    nonce: Some(nonce.clone()),
+                    nonce_echo: Some(nonce),
                     clock_set_to: None,
                     rng_reseeded: true,
                 });
@@ -423,6 +561,7 @@ pub(crate) mod tests {
         VmCopy {
             label: label.into(),
             report: label.into(),
+            nonce: nonce_of(label),
             resume_ms: 1600,
             host_mem: Some(mem(pss)),
             host_split: None,
@@ -446,6 +585,7 @@ pub(crate) mod tests {
                 per_copy: d.per_copy.iter().map(|c| c.mem).collect(),
                 guest_used_before_kib: d.mem_used_before_kib,
                 guest_used_with_copies_kib: d.mem_used_with_copies_kib,
+                reset_ms: vec![CRIU_RESET_MS],
                 resources: "the guest's memory and CPUs, shared by every copy (no --cgroup)".into(),
                 problems: vec![],
             },
@@ -555,7 +695,7 @@ pub(crate) mod tests {
         assert_eq!(j.summary.verdict, Verdict::Pass);
         let w = j.warnings.join("\n");
         assert!(
-            w.contains("figures are not those of its report's density gate"),
+            w.contains("figures are not those of its report's density"),
             "{w}"
         );
         assert!(w.contains("accelerator is kvm"), "{w}");
@@ -563,6 +703,250 @@ pub(crate) mod tests {
         assert!(w.contains("do not show: VM-each copy-1: forged"), "{w}");
         // The host's own figures are kept as recorded.
         assert_eq!(j.summary.vm_each.copies[0].host_mem, Some(mem(390_000)));
+    }
+
+    #[test]
+    fn the_vms_memory_and_cpus_are_checked_against_each_copy_s_report() {
+        let f = fixture("resources");
+        // A VM made to cost what a CRIU copy is given.
+        let mut s = summary();
+        s.vm_each.memory_mib = 64;
+        s.vm_each.cpus = 1;
+        put(&f.0, &s);
+        let j = read(&f.0, None).unwrap();
+        let w = j.warnings.join("\n");
+        for c in ["copy-1", "copy-2", "reset"] {
+            assert!(
+                w.contains(&format!(
+                    "VM-each {c}: compare.json says each VM had 64 MiB and 1 CPUs, its report \
+                     says 1024 MiB and 2 CPUs"
+                )),
+                "{w}"
+            );
+        }
+        assert_eq!(
+            (j.summary.vm_each.memory_mib, j.summary.vm_each.cpus),
+            (1024, 2),
+            "the reports' figures are shown"
+        );
+        // Copies whose reports disagree among themselves: compare.json's figure stays, warned.
+        vm_copy_report(&f.0.join("copy-2"), STATE, |r| {
+            r.vm.as_mut().unwrap().memory_mib = 2048;
+        });
+        let j = read(&f.0, None).unwrap();
+        assert_eq!(j.summary.vm_each.memory_mib, 64);
+        assert!(
+            j.warnings
+                .iter()
+                .any(|w| w.contains("copy-2") && w.contains("its report says 2048 MiB")),
+            "{:?}",
+            j.warnings
+        );
+    }
+
+    #[test]
+    fn a_report_compare_json_does_not_name_fails_the_comparison() {
+        let f = fixture("unnamed");
+        vm_copy_report(&f.0.join("copy-3"), STATE, |r| {
+            r.gate_mut(GateName::Cleanup).unwrap().status = Status::Fail;
+        });
+        let j = read(&f.0, None).unwrap();
+        assert_eq!(j.summary.verdict, Verdict::Fail);
+        assert!(
+            j.summary.problems.iter().any(|p| p
+                == "VM-each: the comparison's directory holds a report compare.json does not \
+                    name: copy-3/ (a copy left out of the count?)"),
+            "{:?}",
+            j.summary.problems
+        );
+        // A directory without a report is no copy.
+        let f = fixture("unnamed-empty");
+        std::fs::create_dir(f.0.join("notes")).unwrap();
+        assert_eq!(read(&f.0, None).unwrap().summary.verdict, Verdict::Pass);
+    }
+
+    /// `from`'s files, byte for byte, in place of `to`'s.
+    fn copy_dir(from: &Path, to: &Path) {
+        std::fs::remove_dir_all(to).ok();
+        std::fs::create_dir_all(to).unwrap();
+        for e in std::fs::read_dir(from).unwrap() {
+            let e = e.unwrap();
+            if e.file_type().unwrap().is_dir() {
+                copy_dir(&e.path(), &to.join(e.file_name()));
+            } else {
+                std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+            }
+        }
+    }
+
+    #[test]
+    fn one_copy_s_report_counted_twice_fails_naming_both_places() {
+        for twice in ["copy-2", "reset"] {
+            let f = fixture(&format!("twice-{twice}"));
+            copy_dir(&f.0.join("copy-1"), &f.0.join(twice));
+            let j = read(&f.0, None).unwrap();
+            assert_eq!(j.summary.verdict, Verdict::Fail, "{twice}");
+            let p = j.summary.problems.join("\n");
+            assert!(
+                p.contains(&format!(
+                    "VM-each {twice}: its report is the same resume as copy-1's (copy-1/): both \
+                     carry the nonce {}",
+                    nonce_of("copy-1")
+                )),
+                "{twice}: {p}"
+            );
+            assert!(
+                p.contains(&format!(
+                    "VM-each {twice}: its report is of the resume with nonce {}, not the one the \
+                     host recorded for it ({})",
+                    nonce_of("copy-1"),
+                    nonce_of(twice)
+                )),
+                "{twice}: {p}"
+            );
+            // compare.json edited to match does not help: the reports still repeat one resume,
+            // and compare.json then records one resume twice.
+            let mut s = summary();
+            match twice {
+                "reset" => s.vm_each.reset.as_mut().unwrap().nonce = nonce_of("copy-1"),
+                _ => s.vm_each.copies[1].nonce = nonce_of("copy-1"),
+            }
+            put(&f.0, &s);
+            let j = read(&f.0, None).unwrap();
+            assert_eq!(j.summary.verdict, Verdict::Fail, "{twice}");
+            let p = j.summary.problems.join("\n");
+            assert!(
+                p.contains("its report is the same resume as copy-1's (copy-1/)"),
+                "{twice}: {p}"
+            );
+            assert!(
+                p.contains(&format!(
+                    "VM-each copy-1 and {twice}: compare.json records one resume twice (nonce {})",
+                    nonce_of("copy-1")
+                )),
+                "{twice}: {p}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_criu_reset_is_the_reset_gate_s_and_counts_only_when_that_gate_passes() {
+        let f = fixture("criu-reset");
+        let j = read(&f.0, None).unwrap();
+        assert_eq!(j.summary.shared_os.reset_ms, [CRIU_RESET_MS]);
+        // compare.json's figure is not taken on its word.
+        let mut s = summary();
+        s.shared_os.reset_ms = vec![10];
+        put(&f.0, &s);
+        let j = read(&f.0, None).unwrap();
+        assert_eq!(j.summary.shared_os.reset_ms, [CRIU_RESET_MS]);
+        assert!(
+            j.warnings
+                .iter()
+                .any(|w| w.contains("figures are not those of its report's density")),
+            "{:?}",
+            j.warnings
+        );
+        put(&f.0, &summary());
+        for (what, edit) in [
+            (
+                "shared-OS: reset is FAIL: forged",
+                (|r: &mut Report| {
+                    let g = r.gate_mut(GateName::Reset).unwrap();
+                    g.status = Status::Fail;
+                    g.reason = "forged".into();
+                }) as fn(&mut Report),
+            ),
+            (
+                "shared-OS: the reset gate recorded no restore time",
+                |r: &mut Report| {
+                    r.gate_mut(GateName::Reset)
+                        .unwrap()
+                        .data
+                        .remove(RESET_RESTORE_MS);
+                },
+            ),
+        ] {
+            shared_os_report_with(&f.0.join("shared-os"), DENSITY, edit);
+            let j = read(&f.0, None).unwrap();
+            assert_eq!(j.summary.verdict, Verdict::Fail, "{what}");
+            assert!(
+                j.summary.problems.iter().any(|p| p == what),
+                "{what}: {:?}",
+                j.summary.problems
+            );
+            assert!(j.summary.shared_os.reset_ms.is_empty(), "{what}");
+        }
+    }
+
+    #[test]
+    fn one_criu_copy_counted_twice_fails_the_shared_os_column() {
+        let f = fixture("criu-twice");
+        for (edit, said) in [
+            (
+                ("\"pid\": 340", "\"pid\": 339"),
+                "shared-OS: density-1 and density-2 are one process (pid 339): one restore \
+                 counted twice",
+            ),
+            (
+                ("\"label\": \"density-2\"", "\"label\": \"density-1\""),
+                "shared-OS: two copies are labelled density-1",
+            ),
+            (
+                ("\"pid\": 340", "\"pid\": 0"),
+                "shared-OS: density-2's pid is 0, no process",
+            ),
+            (
+                ("\"restore_ms\": [1922, 1773]", "\"restore_ms\": [1922]"),
+                "shared-OS: the density gate timed 1 restores for 2 copies",
+            ),
+        ] {
+            shared_os_report_of(&f.0.join("shared-os"), &DENSITY.replace(edit.0, edit.1));
+            let j = read(&f.0, None).unwrap();
+            assert_eq!(j.summary.verdict, Verdict::Fail, "{said}");
+            assert!(
+                j.summary.problems.iter().any(|p| p == said),
+                "{said}: {:?}",
+                j.summary.problems
+            );
+        }
+    }
+
+    #[test]
+    fn a_copy_not_bound_to_a_resume_the_host_recorded_does_not_count() {
+        let f = fixture("unbound");
+        // No host record of the resume.
+        let mut s = summary();
+        s.vm_each.copies[0].nonce.clear();
+        put(&f.0, &s);
+        let p = read(&f.0, None).unwrap().summary.problems.join("\n");
+        assert!(
+            p.contains("VM-each copy-1: compare.json records no nonce for its resume"),
+            "{p}"
+        );
+        // A report with no nonce, or one its guest did not echo.
+        put(&f.0, &summary());
+        vm_copy_report(&f.0.join("copy-2"), STATE, |r| {
+            let start = r.vm.as_mut().unwrap().start.as_mut().unwrap();
+            start.nonce = None;
+        });
+        vm_copy_report(&f.0.join("reset"), STATE, |r| {
+            let start = r.vm.as_mut().unwrap().start.as_mut().unwrap();
+            start.nonce_echo = Some("0".repeat(32));
+        });
+        let p = read(&f.0, None).unwrap().summary.problems.join("\n");
+        assert!(
+            p.contains("VM-each copy-2: its report records no nonce of its resume"),
+            "{p}"
+        );
+        assert!(
+            p.contains(&format!(
+                "VM-each reset: its guest echoed {}, not the nonce its host gave ({})",
+                "0".repeat(32),
+                nonce_of("reset")
+            )),
+            "{p}"
+        );
     }
 
     #[test]
@@ -618,11 +1002,11 @@ pub(crate) mod tests {
         v["format"] = 1.into();
         std::fs::write(f.0.join(COMPARE_FILE), v.to_string()).unwrap();
         let e = err(&f.0);
-        assert!(e.contains("has format 1, this rig reads 2"), "{e}");
+        assert!(e.contains("has format 1, this rig reads 3"), "{e}");
         v.as_object_mut().unwrap().remove("format");
         std::fs::write(f.0.join(COMPARE_FILE), v.to_string()).unwrap();
         assert!(err(&f.0).contains("names no format"));
-        std::fs::write(f.0.join(COMPARE_FILE), "{\"format\": 2}").unwrap();
+        std::fs::write(f.0.join(COMPARE_FILE), format!("{{\"format\": {FORMAT}}}")).unwrap();
         assert!(err(&f.0).contains("is not a compare.json"));
         let mut s = summary();
         s.copies = 0;
