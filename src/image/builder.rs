@@ -1,22 +1,28 @@
 //! Building an entry: the mirror index check, mmdebstrap to a tarball, the lock check,
 //! genext2fs to a disk image, the kernel and initrd out of the tarball, the manifest.
-//! Every external command comes from a pure `*_cmd` function below.
+//! Every external command comes from a pure `*_cmd` function (`cmds`); the lock check is in
+//! `lock_check`.
+
+mod cmds;
+mod lock_check;
+
+pub use cmds::{first_tar_members, genext2fs_cmd, mmdebstrap_cmd, module_members, tar_extract_cmd};
+pub use lock_check::{lock_fits_definition, settle_lock, Settled};
+
+use lock_check::check_installed;
 
 use super::contract::{kernel_cmdline, GUEST_INIT_PATH};
-use super::definition::{
-    Definition, ImageDir, INITRD_INIT_FILE, PID1_FILE, SSHD_CONFIG_FILE, SSHD_CONFIG_PATH,
-};
+use super::definition::{ImageDir, INITRD_INIT_FILE};
 use super::exec::{self, Cmd, Progress};
 use super::guest_builder::{self, SharedGuestBuilder};
 use super::index;
-use super::initrd::{self, build_initrd, BUSYBOX_IN_TAR};
-use super::lock::{parse_debs, parse_installed, DebHashes, Lock, PkgKey};
+use super::initrd::{self, build_initrd};
+use super::lock::Lock;
 use super::manifest::{
     tool_versions, Manifest, PackageVersion, DISK_FILE, INITRD_FILE, KERNEL_FILE, MANIFEST_VERSION,
 };
 use super::mode::BuilderMode;
 use anyhow::{bail, Context, Result};
-use sharedos_report::text::quote;
 use std::path::{Path, PathBuf};
 
 pub const CANONICAL_HOSTNAME: &str = "sharedos-guest";
@@ -47,147 +53,6 @@ impl WorkPaths {
             log: dir.join("build.log"),
         }
     }
-}
-
-fn p(path: &Path) -> String {
-    path.display().to_string()
-}
-
-/// The mmdebstrap invocation. `work.pins` holds apt preferences that keep every package at its
-/// locked version; for `--update-lock` it holds only the extra suites' lower priority
-/// ([`index::extra_suite_preferences`]) and apt takes what the mirror has. It is
-/// installed and removed either way, because removing it leaves preferences.d with a new
-/// mtime: doing the same in both paths keeps their images identical. `guest_files` is the
-/// directory holding the guest files (images/base/, or where guest mode copied them).
-pub fn mmdebstrap_cmd(
-    def: &Definition,
-    guest_files: &Path,
-    mirror: &str,
-    mode: BuilderMode,
-    work: &WorkPaths,
-) -> Cmd {
-    let mut a: Vec<String> = vec![
-        "mmdebstrap".into(),
-        format!("--mode={}", mode.mmdebstrap_mode()),
-        format!("--variant={}", def.variant),
-        format!("--arch={}", def.architecture),
-        format!("--components={}", def.components.join(",")),
-        format!("--include={}", def.include_packages().join(",")),
-        "--format=tar".into(),
-        // Dated snapshot mirrors serve expired Release files; the lock pins the content.
-        "--aptopt=Acquire::Check-Valid-Until \"false\"".into(),
-        // Keeps every downloaded .deb until the customize hooks have hashed them;
-        // mmdebstrap's cleanup still removes them before the tarball is made.
-        "--skip=essential/unlink".into(),
-    ];
-    for (include, glob) in &def.dpkg_filters {
-        let kind = if *include {
-            "path-include"
-        } else {
-            "path-exclude"
-        };
-        a.push(format!("--dpkgopt={kind}={glob}"));
-    }
-    a.push("--setup-hook=mkdir -p \"$1/etc/apt/preferences.d\"".into());
-    a.push(format!(
-        "--setup-hook=upload {} /etc/apt/preferences.d/sharedos-lock",
-        p(&work.pins)
-    ));
-    // One line per suite, each a separate printf argument so that each ends in a newline.
-    let sources = def
-        .suites()
-        .iter()
-        .map(|suite| {
-            quote(&format!(
-                "deb {} {suite} {}",
-                def.mirror,
-                def.components.join(" ")
-            ))
-        })
-        .collect::<Vec<_>>()
-        .join(" ");
-    let hosts = format!("127.0.0.1\tlocalhost\n127.0.1.1\t{CANONICAL_HOSTNAME}\n::1\t\tlocalhost ip6-localhost ip6-loopback\n");
-    let hooks: Vec<String> = vec![
-        // What was installed, and the sha256 of every .deb it came from, for the lock check.
-        "chroot \"$1\" dpkg-query -W -f='${Package} ${Version} ${Architecture}\\n' > \"$1/tmp/sharedos-installed.txt\"".into(),
-        "(cd \"$1/var/cache/apt/archives\" && sha256sum -- *.deb) > \"$1/tmp/sharedos-debs.txt\"".into(),
-        format!("download /tmp/sharedos-installed.txt {}", p(&work.installed)),
-        format!("download /tmp/sharedos-debs.txt {}", p(&work.debs)),
-        // Random host keys (created by openssh-server's postinst) would make every build differ;
-        // the guest creates its one ed25519 key at boot. The stock initramfs is unused: the
-        // builder makes a small one. mmdebstrap copies the build host's hostname and
-        // resolv.conf in: replace them so the bytes do not depend on the host.
-        "rm -f \"$1\"/tmp/sharedos-*.txt \"$1\"/etc/apt/preferences.d/sharedos-lock \"$1\"/etc/ssh/ssh_host_* \"$1\"/boot/initrd.img-* \"$1\"/initrd.img \"$1\"/initrd.img.old".into(),
-        format!("upload {} {GUEST_INIT_PATH}", p(&guest_files.join(PID1_FILE))),
-        format!("upload {} {SSHD_CONFIG_PATH}", p(&guest_files.join(SSHD_CONFIG_FILE))),
-        format!("chmod 0755 \"$1{GUEST_INIT_PATH}\" && chmod 0644 \"$1{SSHD_CONFIG_PATH}\""),
-        format!("printf '%s\\n' {sources} > \"$1/etc/apt/sources.list\""),
-        format!("printf '%s\\n' {CANONICAL_HOSTNAME} > \"$1/etc/hostname\""),
-        format!("printf '%s' {} > \"$1/etc/hosts\"", quote(&hosts)),
-        "printf 'nameserver 10.0.2.3\\n' > \"$1/etc/resolv.conf\"".into(),
-        "chmod 0644 \"$1/etc/hostname\" \"$1/etc/hosts\" \"$1/etc/resolv.conf\"".into(),
-    ];
-    for h in hooks {
-        a.push(format!("--customize-hook={h}"));
-    }
-    a.push(def.suite.clone());
-    a.push(p(&work.tarball));
-    a.push(mirror.to_string());
-    // mmdebstrap appends each further MIRROR to the build's sources.list; one starting with
-    // `deb ` is taken as it stands.
-    for extra in def.extra_suite_names() {
-        a.push(format!("deb {mirror} {extra} {}", def.components.join(" ")));
-    }
-    Cmd::new(a).env("SOURCE_DATE_EPOCH", &def.source_date_epoch.to_string())
-}
-
-/// The ext2 filesystem (mounted as ext4) straight from the tarball: owners, modes and setuid
-/// bits come from the tar headers, so no root and no fakeroot are needed.
-pub fn genext2fs_cmd(def: &Definition, tarball: &Path, out: &Path) -> Cmd {
-    let blocks = def.disk_size_mib * 256;
-    Cmd::new(vec![
-        "genext2fs".into(),
-        "-B".into(),
-        "4096".into(),
-        "-b".into(),
-        blocks.to_string(),
-        "-N".into(),
-        def.inodes.to_string(),
-        "-m".into(),
-        "0".into(),
-        "-L".into(),
-        "rootfs".into(),
-        "-a".into(),
-        p(tarball),
-        p(out),
-    ])
-    // genext2fs stamps the superblock and inodes with the current time unless this is set.
-    .env("SOURCE_DATE_EPOCH", &def.source_date_epoch.to_string())
-}
-
-/// Extracts `members` (paths as the tarball names them, `./usr/...`) into `dest`.
-pub fn tar_extract_cmd(tarball: &Path, dest: &Path, members: &[String]) -> Cmd {
-    let mut a = vec![
-        "tar".into(),
-        "-x".into(),
-        "-f".into(),
-        p(tarball),
-        "-C".into(),
-        p(dest),
-        "--no-same-owner".into(),
-        "--".into(),
-    ];
-    a.extend(members.iter().cloned());
-    Cmd::new(a)
-}
-
-pub fn first_tar_members(release: &str) -> Vec<String> {
-    vec![
-        format!("./boot/vmlinuz-{release}"),
-        format!("./usr/lib/modules/{release}/modules.dep"),
-        format!("./usr/lib/modules/{release}/modules.builtin"),
-        BUSYBOX_IN_TAR.to_string(),
-    ]
 }
 
 /// Everything one build needs to know, decided before anything runs.
@@ -353,28 +218,6 @@ fn check_against_index(plan: &BuildPlan, progress: &Progress) -> Result<index::S
     Ok(idx)
 }
 
-/// Whether a lock was written for this definition's suites and architecture; a definition
-/// changed since its lock was written needs a new lock before anything is fetched.
-pub fn lock_fits_definition(lock: &Lock, def: &Definition, image: &str) -> Result<()> {
-    if lock.suite == def.suite
-        && lock.architecture == def.architecture
-        && lock.extra_suites == def.extra_suite_names()
-    {
-        return Ok(());
-    }
-    let extra = |e: &[String]| e.iter().map(|e| format!(" + {e}")).collect::<String>();
-    bail!(
-        "the lock is for {}{} {}, the definition says {}{} {}: run \
-         `cargo xtask image --image {image} --update-lock`",
-        lock.suite,
-        extra(&lock.extra_suites),
-        lock.architecture,
-        def.suite,
-        extra(&def.extra_suite_names()),
-        def.architecture,
-    )
-}
-
 /// Stage "mmdebstrap": the root tarball, on the host or in the builder VM (whose description
 /// the manifest records).
 fn bootstrap(plan: &BuildPlan, progress: &Progress) -> Result<Option<guest_builder::GuestBuild>> {
@@ -398,87 +241,6 @@ fn bootstrap(plan: &BuildPlan, progress: &Progress) -> Result<Option<guest_build
     st.finish();
     Ok(guest_build)
 }
-
-/// The lock the image was built to, and the new one when the build wrote it (`--update-lock`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Settled {
-    pub lock: Lock,
-    pub new_lock: Option<Lock>,
-}
-
-/// Stage "lock check": what the bootstrap installed, against the lock or as the new lock.
-fn check_installed(
-    plan: &BuildPlan,
-    idx: &index::SuiteIndex,
-    progress: &Progress,
-) -> Result<Settled> {
-    let st = progress.stage("lock check");
-    let installed = parse_installed(&read(&plan.work.installed)?)?;
-    let debs = parse_debs(&read(&plan.work.debs)?)?;
-    let settled = settle_lock(
-        &plan.image.definition,
-        plan.lock.as_ref(),
-        &installed,
-        &debs,
-        idx,
-    )?;
-    st.message(&format!(
-        "{} packages, kernel {}",
-        settled.lock.packages.len(),
-        settled.lock.kernel_release
-    ));
-    st.finish();
-    Ok(settled)
-}
-
-/// With a lock: the image must hold exactly the locked packages, each from a .deb of the locked
-/// sha256. Without one (`--update-lock`): what was installed becomes the lock, each package's
-/// suite taken from the mirror's index, and it must agree with that index.
-pub fn settle_lock(
-    def: &Definition,
-    planned: Option<&Lock>,
-    installed: &[PkgKey],
-    debs: &DebHashes,
-    idx: &index::SuiteIndex,
-) -> Result<Settled> {
-    if let Some(lock) = planned {
-        let problems = lock.check_installed(installed, debs);
-        if !problems.is_empty() {
-            bail!(
-                "the image does not hold exactly the locked packages:\n  {}",
-                problems.join("\n  ")
-            );
-        }
-        return Ok(Settled {
-            lock: lock.clone(),
-            new_lock: None,
-        });
-    }
-    let mut l = Lock::from_installed(
-        &def.suite,
-        &def.architecture,
-        &def.kernel_flavour,
-        installed,
-        debs,
-    )?;
-    l.assign_suites(
-        &def.extra_suite_names(),
-        &def.extra_packages(),
-        &|k: &PkgKey| idx.suites_of(k),
-    )?;
-    let disagree = index::missing_pins(&l, idx);
-    if !disagree.is_empty() {
-        bail!(
-            "the downloaded .debs disagree with the mirror's index:\n  {}",
-            disagree.join("\n  ")
-        );
-    }
-    Ok(Settled {
-        lock: l.clone(),
-        new_lock: Some(l),
-    })
-}
-
 /// Stage "kernel and initrd": the kernel out of the tarball, and the small initrd from the
 /// virtio modules' closure, busybox and the base's initrd-init.
 fn extract_kernel_and_initrd(plan: &BuildPlan, release: &str, progress: &Progress) -> Result<()> {
@@ -524,14 +286,6 @@ fn extract_kernel_and_initrd(plan: &BuildPlan, release: &str, progress: &Progres
     .with_context(|| format!("the tarball has no /boot/vmlinuz-{release}"))?;
     st.finish();
     Ok(())
-}
-
-/// The tarball members of the modules the initrd loads (`order` as modules.dep names them).
-pub fn module_members(release: &str, order: &[String]) -> Vec<String> {
-    order
-        .iter()
-        .map(|m| format!("./usr/lib/modules/{release}/{m}"))
-        .collect()
 }
 
 /// Stage "genext2fs": the disk image of the entry.
@@ -632,10 +386,10 @@ fn read(path: &Path) -> Result<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::definition::ExtraSuite;
+    use super::super::definition::Definition;
     use super::*;
 
-    fn def() -> Definition {
+    pub(super) fn def() -> Definition {
         Definition::parse(
             "suite = bookworm\nmirror = http://deb.debian.org/debian\ncomponent = main\n\
              architecture = amd64\nvariant = apt\nkernel_flavour = cloud-amd64\npackage = criu\n\
@@ -645,284 +399,7 @@ mod tests {
         .unwrap()
     }
 
-    #[test]
-    fn mmdebstrap_argv_is_exact_where_it_matters() {
-        let w = WorkPaths::new(Path::new("/c/tmp/k.1"));
-        let c = mmdebstrap_cmd(
-            &def(),
-            Path::new("/src/images/base"),
-            "http://snap/debian",
-            BuilderMode::Fakechroot,
-            &w,
-        );
-        let a = &c.argv;
-        assert_eq!(
-            &a[..7],
-            &[
-                "mmdebstrap",
-                "--mode=fakechroot",
-                "--variant=apt",
-                "--arch=amd64",
-                "--components=main",
-                "--include=criu,xterm,linux-image-cloud-amd64",
-                "--format=tar",
-            ]
-        );
-        assert_eq!(
-            &a[a.len() - 3..],
-            &["bookworm", "/c/tmp/k.1/rootfs.tar", "http://snap/debian"]
-        );
-        let ex = a
-            .iter()
-            .position(|x| x == "--dpkgopt=path-exclude=/usr/share/doc/*")
-            .unwrap();
-        let inc = a
-            .iter()
-            .position(|x| x == "--dpkgopt=path-include=/usr/share/doc/*/copyright")
-            .unwrap();
-        assert!(ex < inc, "dpkg applies filters in order");
-        assert!(a.contains(
-            &"--setup-hook=upload /c/tmp/k.1/pins.pref /etc/apt/preferences.d/sharedos-lock"
-                .to_string()
-        ));
-        assert!(a.contains(
-            &"--customize-hook=upload /src/images/base/sharedos-init /usr/sbin/sharedos-init"
-                .to_string()
-        ));
-        assert!(a.contains(
-            &"--customize-hook=download /tmp/sharedos-debs.txt /c/tmp/k.1/debs.txt".to_string()
-        ));
-        assert!(a.iter().any(|x| x.contains("etc/ssh/ssh_host_*")));
-        // The image names the definition's mirror whatever was fetched from.
-        assert!(a
-            .iter()
-            .any(|x| x.contains("'deb http://deb.debian.org/debian bookworm main'")));
-        assert_eq!(
-            c.env,
-            vec![("SOURCE_DATE_EPOCH".to_string(), "1700000000".to_string())]
-        );
-
-        let u = mmdebstrap_cmd(
-            &def(),
-            Path::new("/src/images/base"),
-            "http://snap/debian",
-            BuilderMode::Unshare,
-            &w,
-        );
-        assert_eq!(u.argv[1], "--mode=unshare");
-        assert_eq!(
-            u.argv[2..],
-            c.argv[2..],
-            "only the mode differs between the modes"
-        );
-    }
-
-    #[test]
-    fn an_extra_suite_adds_a_source_and_chooses_its_packages_suite() {
-        let w = WorkPaths::new(Path::new("/c/tmp/k.1"));
-        let plain = mmdebstrap_cmd(
-            &def(),
-            Path::new("/i"),
-            "http://snap/debian",
-            BuilderMode::Unshare,
-            &w,
-        );
-        assert!(plain
-            .argv
-            .iter()
-            .any(|x| x.ends_with("printf '%s\\n' 'deb http://deb.debian.org/debian bookworm main' > \"$1/etc/apt/sources.list\"")));
-        let mut d = def();
-        d.extra_suites = vec![ExtraSuite {
-            suite: "bookworm-backports".into(),
-            packages: vec!["linux-image-cloud-amd64".into()],
-        }];
-        let c = mmdebstrap_cmd(
-            &d,
-            Path::new("/i"),
-            "http://snap/debian",
-            BuilderMode::Unshare,
-            &w,
-        );
-        assert_eq!(
-            &c.argv[c.argv.len() - 4..],
-            &[
-                "bookworm",
-                "/c/tmp/k.1/rootfs.tar",
-                "http://snap/debian",
-                "deb http://snap/debian bookworm-backports main"
-            ]
-        );
-        assert!(c.argv.contains(
-            &"--include=criu,xterm,linux-image-cloud-amd64/bookworm-backports".to_string()
-        ));
-        assert!(c.argv.iter().any(|x| x.ends_with(
-            "printf '%s\\n' 'deb http://deb.debian.org/debian bookworm main' \
-             'deb http://deb.debian.org/debian bookworm-backports main' > \"$1/etc/apt/sources.list\""
-        )), "{:?}", c.argv);
-
-        // A second extra suite: one more source, in the build and in the image, and its
-        // packages named with their own suite.
-        d.extra_suites.push(ExtraSuite {
-            suite: "trixie".into(),
-            packages: vec!["criu".into()],
-        });
-        let c = mmdebstrap_cmd(
-            &d,
-            Path::new("/i"),
-            "http://snap/debian",
-            BuilderMode::Unshare,
-            &w,
-        );
-        assert_eq!(
-            &c.argv[c.argv.len() - 5..],
-            &[
-                "bookworm",
-                "/c/tmp/k.1/rootfs.tar",
-                "http://snap/debian",
-                "deb http://snap/debian bookworm-backports main",
-                "deb http://snap/debian trixie main"
-            ]
-        );
-        assert!(c.argv.contains(
-            &"--include=criu/trixie,xterm,linux-image-cloud-amd64/bookworm-backports".to_string()
-        ));
-        assert!(
-            c.argv.iter().any(|x| x.ends_with(
-                "'deb http://deb.debian.org/debian bookworm-backports main' \
-             'deb http://deb.debian.org/debian trixie main' > \"$1/etc/apt/sources.list\""
-            )),
-            "{:?}",
-            c.argv
-        );
-    }
-
-    #[test]
-    fn genext2fs_and_tar_argv() {
-        let c = genext2fs_cmd(
-            &def(),
-            Path::new("/w/rootfs.tar"),
-            Path::new("/w/entry/disk.img"),
-        );
-        assert_eq!(
-            c.argv,
-            [
-                "genext2fs",
-                "-B",
-                "4096",
-                "-b",
-                "393216",
-                "-N",
-                "65536",
-                "-m",
-                "0",
-                "-L",
-                "rootfs",
-                "-a",
-                "/w/rootfs.tar",
-                "/w/entry/disk.img"
-            ]
-        );
-        assert_eq!(c.env[0].0, "SOURCE_DATE_EPOCH");
-        let t = tar_extract_cmd(
-            Path::new("/w/r.tar"),
-            Path::new("/w/x"),
-            &first_tar_members("6.1.0-50-cloud-amd64"),
-        );
-        assert_eq!(
-            t.argv,
-            [
-                "tar",
-                "-x",
-                "-f",
-                "/w/r.tar",
-                "-C",
-                "/w/x",
-                "--no-same-owner",
-                "--",
-                "./boot/vmlinuz-6.1.0-50-cloud-amd64",
-                "./usr/lib/modules/6.1.0-50-cloud-amd64/modules.dep",
-                "./usr/lib/modules/6.1.0-50-cloud-amd64/modules.builtin",
-                "./usr/bin/busybox"
-            ]
-        );
-    }
-
-    #[test]
-    fn an_unlocked_build_names_each_packages_suite_among_several() {
-        let mut d = def();
-        d.extra_suites = vec![
-            ExtraSuite {
-                suite: "bookworm-backports".into(),
-                packages: vec!["linux-image-cloud-amd64".into()],
-            },
-            ExtraSuite {
-                suite: "trixie".into(),
-                packages: vec!["criu".into()],
-            },
-        ];
-        let installed = [
-            key("criu", "4.1.1-1"),
-            key("libc6", "2.36-9"),
-            key("libnet1", "1.3-1"),
-            key("linux-image-6.12.1-cloud-amd64", "6.12.1-1~bpo12+1"),
-            key("linux-image-cloud-amd64", "6.12.1-1~bpo12+1"),
-        ];
-        let debs: DebHashes = installed
-            .iter()
-            .map(|k| (k.clone(), "a".repeat(64)))
-            .collect();
-        let mut idx = index::SuiteIndex {
-            debs: debs.clone(),
-            ..Default::default()
-        };
-        let mut put = |k: &PkgKey, suites: &[&str]| {
-            idx.suites
-                .insert(k.clone(), suites.iter().map(|s| s.to_string()).collect());
-        };
-        put(&installed[0], &["trixie"]);
-        put(&installed[1], &["bookworm", "bookworm-backports"]);
-        // A dependency only the later suites have: the first of them in the definition's order.
-        put(&installed[2], &["trixie", "bookworm-backports"]);
-        put(&installed[3], &["bookworm-backports"]);
-        put(&installed[4], &["bookworm-backports"]);
-        let s = settle_lock(&d, None, &installed, &debs, &idx).unwrap();
-        let suite = |n: &str| s.lock.get(n).unwrap().suite.clone();
-        assert_eq!(s.lock.extra_suites, ["bookworm-backports", "trixie"]);
-        assert_eq!(suite("criu"), "trixie");
-        assert_eq!(suite("libc6"), "bookworm");
-        assert_eq!(suite("libnet1"), "bookworm-backports");
-        assert_eq!(
-            suite("linux-image-6.12.1-cloud-amd64"),
-            "bookworm-backports"
-        );
-        assert!(lock_fits_definition(&s.lock, &d, "x").is_ok());
-        assert_eq!(Lock::parse(&s.lock.render("x")).unwrap(), s.lock);
-
-        // criu resolved to the main suite's: not the image the definition asks for.
-        idx.suites
-            .insert(installed[0].clone(), vec!["bookworm".into()]);
-        let e = settle_lock(&d, None, &installed, &debs, &idx)
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("criu 4.1.1-1 came from bookworm, but the definition takes it from trixie"),
-            "{e}"
-        );
-
-        // A lock of the first extra suite only does not fit a definition of both.
-        let e = lock_fits_definition(&small_lock(Some("bookworm-backports")), &d, "x")
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains(
-                "the lock is for bookworm + bookworm-backports amd64, the definition says \
-                 bookworm + bookworm-backports + trixie amd64"
-            ),
-            "{e}"
-        );
-    }
-
-    fn small_lock(extra: Option<&str>) -> Lock {
+    pub(super) fn small_lock(extra: Option<&str>) -> Lock {
         let h = "a".repeat(64);
         let text = match extra {
             None => format!(
@@ -938,84 +415,6 @@ mod tests {
             ),
         };
         Lock::parse(&text).unwrap()
-    }
-
-    fn key(name: &str, version: &str) -> PkgKey {
-        (name.into(), version.into(), "amd64".into())
-    }
-
-    #[test]
-    fn a_lock_of_other_suites_is_refused_with_the_fix() {
-        let d = def();
-        assert!(lock_fits_definition(&small_lock(None), &d, "bookworm").is_ok());
-        let e = lock_fits_definition(&small_lock(Some("bookworm-backports")), &d, "bookworm")
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("the lock is for bookworm + bookworm-backports amd64, the definition says bookworm amd64"),
-            "{e}"
-        );
-        assert!(
-            e.contains("`cargo xtask image --image bookworm --update-lock`"),
-            "{e}"
-        );
-    }
-
-    #[test]
-    fn a_locked_build_must_install_exactly_the_lock() {
-        let lock = small_lock(None);
-        let installed = [
-            key("criu", "3.17.1-2"),
-            key("linux-image-6.1.0-50-cloud-amd64", "6.1.176-1"),
-        ];
-        let debs: DebHashes = installed
-            .iter()
-            .map(|k| (k.clone(), "a".repeat(64)))
-            .collect();
-        let idx = index::SuiteIndex::default();
-        let s = settle_lock(&def(), Some(&lock), &installed, &debs, &idx).unwrap();
-        assert_eq!(s.lock, lock);
-        assert_eq!(s.new_lock, None);
-
-        let mut other = debs.clone();
-        other.insert(key("criu", "3.17.1-2"), "b".repeat(64));
-        let e = settle_lock(&def(), Some(&lock), &installed, &other, &idx)
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("does not hold exactly the locked packages"),
-            "{e}"
-        );
-        assert!(e.contains("criu 3.17.1-2: the .deb has sha256 bbbb"), "{e}");
-    }
-
-    #[test]
-    fn an_unlocked_build_writes_the_lock_the_index_agrees_with() {
-        let installed = [
-            key("criu", "3.17.1-2"),
-            key("linux-image-6.1.0-50-cloud-amd64", "6.1.176-1"),
-        ];
-        let debs: DebHashes = installed
-            .iter()
-            .map(|k| (k.clone(), "a".repeat(64)))
-            .collect();
-        let mut idx = index::SuiteIndex {
-            debs: debs.clone(),
-            ..Default::default()
-        };
-        for k in &installed {
-            idx.suites.insert(k.clone(), vec!["bookworm".into()]);
-        }
-        let s = settle_lock(&def(), None, &installed, &debs, &idx).unwrap();
-        assert_eq!(s.new_lock.as_ref(), Some(&s.lock));
-        assert_eq!(s.lock, small_lock(None));
-
-        // The index names another .deb for criu: the download is not what the mirror lists.
-        idx.debs.insert(key("criu", "3.17.1-2"), "c".repeat(64));
-        let e = settle_lock(&def(), None, &installed, &debs, &idx)
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("disagree with the mirror's index"), "{e}");
     }
 
     #[test]
@@ -1066,16 +465,5 @@ mod tests {
         );
         // Left for the caller, which knows them once the lock is final.
         assert!(m.key.is_empty() && m.lock_sha256.is_empty() && m.inputs.is_empty());
-    }
-
-    #[test]
-    fn the_initrd_modules_are_named_as_the_tarball_names_them() {
-        assert_eq!(
-            module_members(
-                "6.1.0-50-cloud-amd64",
-                &["kernel/drivers/block/virtio_blk.ko".into()]
-            ),
-            ["./usr/lib/modules/6.1.0-50-cloud-amd64/kernel/drivers/block/virtio_blk.ko"]
-        );
     }
 }

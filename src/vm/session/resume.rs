@@ -1,0 +1,486 @@
+//! The resume path: whether a start can be a resume, the image's snapshot for these settings
+//! found and checked (or made first), the layer over it that holds the spec's file, the resume
+//! itself, and what the resumed guest runs first (its clock, entropy, key and the nonce).
+
+use super::boot::{booting, cold, new_key, public_key_text, with_qemu_said, Up};
+use super::make::{make, make_layer};
+use super::{
+    bounds, free_port, kernel_append, qemu_cmd, GuestMedia, Instance, Opened, SessionSpec,
+};
+use crate::cmd;
+use crate::image::contract;
+use crate::vm::accel::{self, Logs};
+use crate::vm::event::{Event, Sink};
+use crate::vm::qemu::{self, Accel};
+use crate::vm::snapshot::{self, Record};
+use crate::vm::ssh::{self, Guest};
+use anyhow::{bail, Context, Result};
+use sharedos_report::report::{GuestStart, SnapshotRef};
+use sharedos_report::signals;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// The resume's QEMU line with placeholders for what differs per run: the snapshot's key.
+pub(super) fn key_argv(spec: &SessionSpec, accel: Accel, sandbox: bool) -> Vec<String> {
+    let ph = PathBuf::from;
+    let spec = SessionSpec {
+        name: "<name>".into(),
+        logs: ph("<logs>"),
+        ..spec.clone()
+    };
+    let media = GuestMedia {
+        kernel: ph("<kernel>"),
+        initrd: ph("<initrd>"),
+        disk: ph("<disk>"),
+    };
+    let inst = Instance {
+        overlay: ph("<overlay>"),
+        qmp: ph("<qmp>"),
+        append: kernel_append(&format!("{}<snapshot key>", contract::AUTHORIZED_KEY)),
+        port: 0,
+        sandbox,
+        incoming: Some(ph("<incoming>")),
+        stopped: false,
+    };
+    qemu_cmd(&spec, &media, &inst, accel).argv
+}
+
+/// Only the tests set this: the resumed guest stays stopped, so its resume never answers.
+const TEST_RESUME_STOPPED: &str = "SHAREDOS_RIG_TEST_RESUME_STOPPED";
+
+/// Why a start of this session cannot be a resume, told before anything boots, or None: there
+/// is a snapshot for these settings (its files are hashed only when it is resumed), or one can
+/// be made. The accelerator `auto` has not settled before its first boot; the snapshot's store
+/// must then be writable.
+pub fn why_no_resume(spec: &SessionSpec) -> Option<String> {
+    let Some(spot) = &spec.snapshot else {
+        return Some("this image has no snapshot store".into());
+    };
+    let settled = accel::settled(spec.accel, spec.accel_cache.as_ref());
+    if let (Ok(version), Some((accel, _))) = (crate::vm::qemu_version(), settled) {
+        let key = spot.key(
+            &version,
+            key_argv(spec, accel, crate::vm::sandbox_available()),
+        );
+        let found =
+            matches!(snapshot::load(&spot.dir(&key)), Ok(Some(r)) if r.key.differs(&key).is_none());
+        if found {
+            return None;
+        }
+    }
+    snapshot::why_cannot_make(&spot.root).map(|why| {
+        format!(
+            "there is no snapshot for this image and these settings, and none can be made: {why}"
+        )
+    })
+}
+
+/// Resumes the image's snapshot for these settings; makes it first when there is none or the
+/// one there fails its check; boots cold, saying why, when a resume fails.
+pub(super) fn resume_or_cold(
+    spec: &SessionSpec,
+    media: &GuestMedia,
+    run_dir: &Path,
+    sink: Sink,
+) -> Result<Opened> {
+    match try_resume(spec, media, run_dir, sink)? {
+        Ok(o) => Ok(o),
+        Err(reason) => cold(spec, media, run_dir, &reason, sink),
+    }
+}
+
+/// A resume, or why this run must boot cold instead (the inner error). The outer error is a
+/// failure no cold boot would mend: an interrupt, or the snapshot's own boot failing.
+fn try_resume(
+    spec: &SessionSpec,
+    media: &GuestMedia,
+    run_dir: &Path,
+    sink: Sink,
+) -> Result<std::result::Result<Opened, String>> {
+    let Some(spot) = &spec.snapshot else {
+        return Ok(Err("this image has no snapshot store".into()));
+    };
+    // A resume that fails is told apart from one that was interrupted, which must end the run.
+    // With a layer asked for, the base found or made is resumed through its layer instead.
+    let resumed = |made: Option<&str>,
+                   dir: &Path,
+                   r: &Record,
+                   reason: String,
+                   hold: Option<snapshot::Hold>,
+                   sink: Sink| {
+        let base = (dir.to_path_buf(), r.clone(), hold);
+        let (dir, r, holds, note) = with_layer(spec, media, spot, run_dir, base, sink)?;
+        match resume(spec, media, run_dir, &dir, &r, reason, None, sink) {
+            Ok(mut o) => {
+                o.hold = holds;
+                o.start.reason = match (made, note) {
+                    (Some(why), Some(note)) => format!("{why}: made one, then resumed it; {note}"),
+                    (Some(why), None) => format!("{why}: made one, then resumed it"),
+                    (None, Some(note)) => note,
+                    (None, None) => o.start.reason,
+                };
+                Ok(Ok(o))
+            }
+            Err(e) if signals::interrupted().is_some() => Err(e),
+            Err(e) => {
+                let failed = match made {
+                    None => "the resume failed".to_string(),
+                    Some(why) => format!("{why}; the one made now did not resume"),
+                };
+                Ok(Err(format!("{failed}, so this run booted cold: {e:#}")))
+            }
+        }
+    };
+    let version = crate::vm::qemu_version()?;
+    let sandbox = crate::vm::sandbox_available();
+    let why = match accel::settled(spec.accel, spec.accel_cache.as_ref()) {
+        None => "the accelerator was not decided yet".to_string(),
+        Some((accel, reason)) => {
+            let key = spot.key(&version, key_argv(spec, accel, sandbox));
+            let dir = spot.dir(&key);
+            match snapshot::load(&dir) {
+                Ok(None) => "there was no snapshot for this image and these settings".into(),
+                Err(e) => {
+                    snapshot::discard(&dir);
+                    format!("the snapshot could not be read ({e:#})")
+                }
+                // Held before its check, so that no other rig removes it between the check and
+                // the end of this session.
+                Ok(Some(r)) => match snapshot::hold(&dir) {
+                    Err(e) => format!("the snapshot could not be held ({e:#})"),
+                    Ok(held) => match snapshot::check(&dir, &r, &key) {
+                        Err(bad) => {
+                            drop(held);
+                            snapshot::discard(&dir);
+                            format!("the snapshot was {bad}")
+                        }
+                        Ok(()) => return resumed(None, &dir, &r, reason, held, sink),
+                    },
+                },
+            }
+        }
+    };
+    match make(spec, media, spot, &version, sandbox, run_dir, sink)? {
+        Ok((dir, r, held)) => resumed(Some(&why), &dir, &r, r.accel_reason.clone(), held, sink),
+        Err(e) => Ok(Err(format!(
+            "{why}, and saving one failed, so this run booted cold: {e:#}"
+        ))),
+    }
+}
+
+/// The snapshot a resume of the base `base` (its directory, record and hold) resumes: with no
+/// layer asked for, the base; else the layer over it that holds the spec's file, checked as a
+/// snapshot is (its key with the file's sha256, its files, its base still the one it was made
+/// over), and made first when there is none or it fails a check. A layer that cannot be made
+/// leaves the base, with why (the note). The outer error is an interrupt.
+#[allow(clippy::type_complexity)]
+fn with_layer(
+    spec: &SessionSpec,
+    media: &GuestMedia,
+    spot: &snapshot::Spot,
+    run_dir: &Path,
+    base: (PathBuf, Record, Option<snapshot::Hold>),
+    sink: Sink,
+) -> Result<(PathBuf, Record, Vec<snapshot::Hold>, Option<String>)> {
+    let (base_dir, base_r, base_hold) = base;
+    let mut holds: Vec<snapshot::Hold> = base_hold.into_iter().collect();
+    let Some(layer) = &spec.layer else {
+        return Ok((base_dir, base_r, holds, None));
+    };
+    let base_name = base_dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let key = base_r.key.layer(&layer.sha256);
+    let dir = spot.dir(&key);
+    let why = match snapshot::load(&dir) {
+        Ok(None) => "there was no snapshot layer holding this gate binary".to_string(),
+        Err(e) => {
+            snapshot::discard(&dir);
+            format!("the snapshot layer holding this gate binary could not be read ({e:#})")
+        }
+        // Held before its check, as a base is.
+        Ok(Some(r)) => match snapshot::hold(&dir) {
+            Err(e) => {
+                format!("the snapshot layer holding this gate binary could not be held ({e:#})")
+            }
+            Ok(held) => {
+                let checked = snapshot::check(&dir, &r, &key).and_then(|()| match &r.base {
+                    Some(b) if b.dir == base_name => snapshot::check_base(&dir, b),
+                    _ => Err("damaged: it names no base, or another".to_string()),
+                });
+                match checked {
+                    Ok(()) => {
+                        holds.extend(held);
+                        return Ok((dir, r, holds, None));
+                    }
+                    Err(bad) => {
+                        drop(held);
+                        snapshot::discard(&dir);
+                        format!("the snapshot layer holding this gate binary was {bad}")
+                    }
+                }
+            }
+        },
+    };
+    sink(&Event::LayerMaking {
+        base: base_dir.clone(),
+        why: why.clone(),
+    });
+    let since = Instant::now();
+    match make_layer(
+        spec,
+        media,
+        spot,
+        run_dir,
+        (&base_dir, &base_r),
+        &key,
+        layer,
+        sink,
+    ) {
+        Ok((dir, r, held)) => {
+            sink(&Event::Stage {
+                name: "layer_make",
+                took: since.elapsed(),
+            });
+            holds.extend(held);
+            Ok((
+                dir,
+                r,
+                holds,
+                Some(format!("{why}: made it over the snapshot, then resumed it")),
+            ))
+        }
+        Err(e) if signals::interrupted().is_some() => Err(e),
+        Err(e) => Ok((
+            base_dir,
+            base_r,
+            holds,
+            Some(format!(
+                "{why}, and making it failed, so the plain snapshot was resumed: {e:#}"
+            )),
+        )),
+    }
+}
+
+/// Resumes the snapshot in `dir`, already checked: a new overlay on its disk and a new QEMU
+/// fed its state; then, logged in with the snapshot's key, the guest's clock is set, this
+/// run's own key replaces the snapshot's, and the guest echoes this run's nonce; then the
+/// session logs in again with its own key. `into`: a layer being made there, whose overlay
+/// (its disk) is made in it, naming the snapshot's disk relatively, instead of the run's.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn resume(
+    spec: &SessionSpec,
+    media: &GuestMedia,
+    run_dir: &Path,
+    dir: &Path,
+    r: &Record,
+    reason: String,
+    into: Option<&Path>,
+    sink: Sink,
+) -> Result<Opened> {
+    let public = new_key(run_dir)?;
+    let (overlay, backing) = match (into, dir.file_name()) {
+        (Some(making), Some(name)) => (
+            making.join(snapshot::DISK),
+            Path::new("..").join(name).join(snapshot::DISK),
+        ),
+        _ => (run_dir.join("overlay.qcow2"), dir.join(snapshot::DISK)),
+    };
+    cmd::capture(&qemu::overlay_on_cmd(&backing, "qcow2", &overlay))
+        .context("making the run's overlay on the snapshot's disk")?;
+    let accel = match r.accel.as_str() {
+        "kvm" => Accel::Kvm,
+        _ => Accel::Tcg,
+    };
+    let incoming = run_dir.join("incoming.sock");
+    let inst = Instance {
+        overlay,
+        port: free_port()?,
+        incoming: Some(incoming.clone()),
+        stopped: std::env::var_os(TEST_RESUME_STOPPED).is_some(),
+        ..Instance::cold(run_dir, r.append.clone())
+    };
+    let since = Instant::now();
+    let (serial_log, qemu_log) = (spec.serial_log(), spec.qemu_log());
+    // The guest's console so far is the saved boot's.
+    let _ = std::fs::remove_file(&serial_log);
+    std::fs::copy(dir.join(snapshot::CONSOLE), &serial_log).with_context(|| {
+        format!(
+            "copying the snapshot's boot console to {}",
+            serial_log.display()
+        )
+    })?;
+    let logs = Logs {
+        serial: &serial_log,
+        qemu: &qemu_log,
+    };
+    let mut started = accel::start_as(
+        accel,
+        reason,
+        &|a| qemu_cmd(spec, media, &inst, a),
+        logs,
+        spec.keep,
+        sink,
+    )?;
+    booting(&started, inst.port, sink);
+    let b = bounds(accel);
+    let mut stage = Instant::now();
+    let mut lap = |name: &'static str, sink: Sink| {
+        sink(&Event::Stage {
+            name,
+            took: stage.elapsed(),
+        });
+        stage = Instant::now();
+    };
+    snapshot::feed(&dir.join(snapshot::STATE), &incoming, b.ssh)
+        .map_err(|e| with_qemu_said(e, &qemu_log))?;
+    lap("resume_load", sink);
+    // A resumed guest answers within a few of its seconds; one that does not is not waited on
+    // as long as a boot.
+    let answer = b.ssh / 3;
+    let first = Guest::connect(inst.port, &r.host_key, &dir.join(snapshot::KEY), answer)
+        .map_err(|e| with_qemu_said(e, &qemu_log))
+        .context("the resumed guest did not answer with the snapshot's key")?;
+    lap("resume_answer", sink);
+    first.set_timeout(answer);
+    let nonce = sharedos_report::random::random_hex(16)?;
+    let entropy = sharedos_report::random::random_hex(32)?;
+    let clock_set_to = sharedos_report::clock::now_rfc3339();
+    let out = first
+        .exec(&after_resume_command(
+            &public,
+            &nonce,
+            &entropy,
+            std::time::SystemTime::now(),
+        )?)
+        .context("setting up the resumed guest")?;
+    let echo = out.output.trim().to_string();
+    if out.status != 0 || echo != nonce {
+        bail!(
+            "the resumed guest did not echo this run's nonce (exit {}, it said {:?})",
+            out.status,
+            sharedos_report::text::tail(&echo, 3, 300)
+        );
+    }
+    lap("resume_setup", sink);
+    if let Some(how) = started.qemu.exited() {
+        bail!("QEMU exited ({how}) after the resume");
+    }
+    let up = Up {
+        started,
+        port: inst.port,
+        host_key: r.host_key.clone(),
+        since,
+    };
+    // The session the setup ran over carries on as the run's: a second login with the run's
+    // key would cost another handshake (0.4 s under TCG) and prove nothing more, since the
+    // nonce already came back over this pinned session. From the setup on, sshd accepts only
+    // the run's key for any new login, as `--keep-vm` hands it out.
+    let guest = first;
+    guest.set_timeout(ssh::SESSION_TIMEOUT);
+    sink(&Event::LoggedIn {
+        after: up.since.elapsed(),
+    });
+    let start = GuestStart {
+        how: "resumed".into(),
+        reason: match &r.key.gate_sha256 {
+            None => "the snapshot for this image and these settings passed its checks".into(),
+            Some(_) => "the layer holding this gate binary over the snapshot for this image and these settings passed its checks".into(),
+        },
+        snapshot: Some(SnapshotRef {
+            state_sha256: r.state_sha256.clone(),
+            disk_sha256: r.disk_sha256.clone(),
+            key_sha256: r.key_sha256.clone(),
+            made_at: r.made_at.clone(),
+            boot_host_key: r.host_key.clone(),
+            gate_sha256: r.key.gate_sha256.clone(),
+            base_state_sha256: r.base.as_ref().map(|b| b.state_sha256.clone()),
+        }),
+        client_key: public_key_text(&public),
+        nonce: Some(nonce),
+        nonce_echo: Some(echo),
+        clock_set_to: Some(clock_set_to),
+        rng_reseeded: true,
+    };
+    Ok(Opened {
+        up,
+        guest,
+        start,
+        resumed_from: Some(r.clone()),
+        hold: Vec::new(),
+    })
+}
+
+/// What the resumed guest runs first, as root over the snapshot's key: its clock from the
+/// host's (it stood still while saved); fresh entropy from the host, credited, and its CRNG
+/// reseeded from it (every resume starts from the same generator state, and Debian's cloud
+/// kernels have no vmgenid driver to notice the new generation ID); the run's key as the only
+/// one sshd accepts; and the nonce back. Each step must succeed for the nonce to come back.
+///
+/// It is one perl program (perl-base is in every Debian system), because every program a
+/// resumed guest starts costs 0.1-0.3 s under TCG: `date`, `mv` and a shell pipeline cost more
+/// than the work. The syscall is clock_settime(CLOCK_REALTIME) on x86_64, the only architecture
+/// the VM boots; the ioctls are RNDADDENTROPY and RNDRESEEDCRNG.
+pub fn after_resume_command(
+    public: &str,
+    nonce: &str,
+    entropy: &str,
+    now: std::time::SystemTime,
+) -> Result<String> {
+    let param = contract::authorized_key_param(public)?;
+    // The parameter's characters are checked (alphanumerics, `+/=,-`), so it needs no quoting,
+    // neither in the shell's single quotes nor in perl's double ones.
+    let line = param
+        .strip_prefix(contract::AUTHORIZED_KEY)
+        .unwrap_or(&param)
+        .replacen(',', " ", 1);
+    if ![nonce, entropy]
+        .iter()
+        .all(|h| !h.is_empty() && h.len() % 2 == 0 && h.chars().all(|c| c.is_ascii_hexdigit()))
+    {
+        bail!("the nonce and the entropy must be hex");
+    }
+    let bits = entropy.len() * 4;
+    let t = now
+        .duration_since(std::time::UNIX_EPOCH)
+        .context("the host clock is before 1970")?;
+    let (secs, nanos) = (t.as_secs(), t.subsec_nanos());
+    let keys = "/root/.ssh/authorized_keys";
+    Ok(format!(
+        "perl -e 'my $t = pack(\"q q\", {secs}, {nanos}); syscall(227, 0, $t) == 0 or die \"clock_settime: $!\"; \
+open(my $f, \">\", \"/dev/urandom\") or die \"open: $!\"; my $b = pack(\"H*\", \"{entropy}\"); \
+ioctl($f, 0x40085203, pack(\"ii\", {bits}, length $b) . $b) or die \"RNDADDENTROPY: $!\"; \
+ioctl($f, 0x5207, 0) or die \"RNDRESEEDCRNG: $!\"; \
+umask(077); open(my $k, \">\", \"{keys}.new\") or die \"open: $!\"; print $k \"{line}\\n\" or die \"write: $!\"; \
+close($k) or die \"close: $!\"; rename(\"{keys}.new\", \"{keys}\") or die \"rename: $!\"; \
+print \"{nonce}\\n\"'"
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_after_a_resume_takes_only_checked_text() {
+        let t = std::time::UNIX_EPOCH + std::time::Duration::new(1_700_000_000, 5);
+        let c = after_resume_command("ssh-ed25519 AAAAC3Nz+/= me@h\n", "ab12", "00ff", t).unwrap();
+        // One program, in the shell's single quotes, with none inside them.
+        assert!(c.starts_with("perl -e '") && c.ends_with('\''), "{c}");
+        assert_eq!(c.matches('\'').count(), 2, "{c}");
+        assert!(
+            c.contains("pack(\"q q\", 1700000000, 5); syscall(227, 0, $t)"),
+            "{c}"
+        );
+        assert!(
+            c.contains("pack(\"H*\", \"00ff\")") && c.contains("pack(\"ii\", 16,"),
+            "{c}"
+        );
+        assert!(c.contains("print $k \"ssh-ed25519 AAAAC3Nz+/=\\n\""), "{c}");
+        assert!(c.ends_with("print \"ab12\\n\"'"), "{c}");
+        assert!(after_resume_command("ssh-ed25519 AA'x", "ab", "00", t).is_err());
+        assert!(after_resume_command("ssh-ed25519 AA", "ab;reboot", "00", t).is_err());
+        assert!(after_resume_command("ssh-ed25519 AA", "ab", "0", t).is_err());
+    }
+}
