@@ -33,33 +33,40 @@ pub fn in_args(args: &[String]) -> Option<Workload> {
 
 /// The packages of `w` that the definition of `image` does not install.
 pub fn missing(images_dir: &Path, image: &str, w: Workload) -> Result<Vec<&'static str>> {
-    let def = ImageDir::load(images_dir, image)?.definition;
-    Ok(w.programs()
+    Ok(lacking(&ImageDir::load(images_dir, image)?, w))
+}
+
+fn lacking(image: &ImageDir, w: Workload) -> Vec<&'static str> {
+    w.programs()
         .iter()
         .map(|(_, package)| *package)
-        .filter(|p| !def.packages.iter().any(|q| q == p))
-        .collect())
+        .filter(|p| !image.definition.packages.iter().any(|q| q == p))
+        .collect()
 }
 
 /// The images under `images_dir` that hold `w`: those made from the default image first, then
-/// by name. An image whose definition does not compose is left out.
+/// by name. An image whose definition does not compose is left out. Each definition is
+/// composed once.
 pub fn images_with(images_dir: &Path, w: Workload) -> Vec<String> {
     let mut with: Vec<(bool, String)> = list_images(images_dir)
         .into_iter()
-        .filter(|n| missing(images_dir, n, w).is_ok_and(|m| m.is_empty()))
-        .map(|n| (!made_from_default(images_dir, &n), n))
+        .filter_map(|n| {
+            let d = ImageDir::load(images_dir, &n).ok()?;
+            lacking(&d, w)
+                .is_empty()
+                .then(|| (!made_from_default(&d), n))
+        })
         .collect();
     with.sort();
     with.into_iter().map(|(_, n)| n).collect()
 }
 
-/// Whether `image` is the default image or inherits from it.
-fn made_from_default(images_dir: &Path, image: &str) -> bool {
-    ImageDir::load(images_dir, image).is_ok_and(|d| {
-        d.sources
-            .iter()
-            .any(|s| s.parent().and_then(Path::file_name) == Some(DEFAULT_IMAGE.as_ref()))
-    })
+/// Whether the image is the default image or inherits from it.
+fn made_from_default(image: &ImageDir) -> bool {
+    image
+        .sources
+        .iter()
+        .any(|s| s.parent().and_then(Path::file_name) == Some(DEFAULT_IMAGE.as_ref()))
 }
 
 /// How the user names an image where the refusal is made, for its fix line.
