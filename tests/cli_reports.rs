@@ -1237,6 +1237,8 @@ fn write_comparison(dir: &Path) {
         accel: "tcg".into(),
         copies: 2,
         workload: None,
+        arms: vec![compare::Arm::Criu, compare::Arm::Vm],
+        vm_template: None,
         shared_os: SharedOs {
             report: "shared-os".into(),
             restore_ms: vec![1900, 1800],

@@ -17,7 +17,7 @@ pub mod fork;
 pub mod ksm;
 
 use crate::image;
-use crate::judge::compare::{self as cmp, Reading, SharedOs, Summary, VmCopy, VmEach};
+use crate::judge::compare::{self as cmp, Arm, Reading, SharedOs, Summary, VmCopy, VmEach};
 use crate::judge::verdict::{self, How};
 use crate::progress::Progress;
 use crate::run::{self, gates, Observed, VmRunOptions, RIG_FAILURE_EXIT};
@@ -42,6 +42,8 @@ pub struct CompareOptions {
     pub workload: Option<String>,
     /// A fault to put into the VM-each column; the shared-OS column is then not run.
     pub lies: Vec<Lie>,
+    /// The arms to run (`--arms`), each once, in `Arm`'s order.
+    pub arms: Vec<Arm>,
 }
 
 /// The memory (MiB) and CPUs a VM gets to match a copy's cgroup, as near as QEMU allows: whole
@@ -59,6 +61,18 @@ fn vm_base(opts: &CompareOptions) -> VmRunOptions {
         (b.memory_mib, b.cpus) = vm_resources(l);
     }
     b
+}
+
+/// The arms asked for, each once, in `Arm`'s order; none asked: all of them.
+pub fn arms(asked: &[Arm]) -> Vec<Arm> {
+    let mut v: Vec<Arm> = if asked.is_empty() {
+        Arm::ALL.to_vec()
+    } else {
+        asked.to_vec()
+    };
+    v.sort();
+    v.dedup();
+    v
 }
 
 fn progress() -> Progress {
@@ -179,8 +193,10 @@ fn compare(opts: &CompareOptions) -> Result<i32> {
         accel,
         copies: n,
         workload: opts.workload.clone(),
+        arms: opts.arms.clone(),
         shared_os,
         vm_each,
+        vm_template: None,
         verdict: sharedos_report::report::Verdict::Fail,
         problems: Vec::new(),
     };

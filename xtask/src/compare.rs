@@ -5,6 +5,7 @@ use crate::{vm_options, VmArgs};
 use anyhow::Result;
 use sharedos_report::report::{parse_cgroup_limits, CgroupLimits};
 use sharedos_rig::compare::{self, ksm, CompareOptions};
+use sharedos_rig::judge::compare::Arm;
 
 #[derive(clap::Args)]
 pub struct CompareArgs {
@@ -31,6 +32,11 @@ pub struct CompareArgs {
     /// the verdict is FAIL. For the rig's own tests.
     #[arg(long, value_enum, hide = true)]
     pub lie: Vec<compare::Lie>,
+    /// The designs to run, comma-separated: `criu` (N CRIU copies in one guest), `vm` (N VMs
+    /// resumed from one save, each with its RAM in memory of its own) and `vm-template` (N VMs
+    /// cloned from a template whose RAM file each maps copy-on-write). Default: all three.
+    #[arg(long, value_enum, value_delimiter = ',', value_name = "ARM,...")]
+    pub arms: Vec<Arm>,
     /// How the guests boot (each VM gets --memory and --cpus), the gate binary, --out (the
     /// comparison's directory); the arguments after `--` are not taken (the columns set them).
     #[command(flatten)]
@@ -68,5 +74,6 @@ pub fn vm_compare(a: CompareArgs) -> Result<i32> {
         cgroup: a.cgroup,
         workload: a.workload,
         lies: a.lie,
+        arms: compare::arms(&a.arms),
     }))
 }

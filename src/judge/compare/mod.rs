@@ -22,8 +22,44 @@ pub const COMPARE_FILE: &str = "compare.json";
 /// compare.json's format; a reader refuses another. 2: each copy is bound to its save by the
 /// fork-time token (`fork_token`), and the further readings (`ksm`, `reclaim`) are recorded.
 /// 3: each copy's resume is recorded by the nonce the host gave it (`VmCopy::nonce`), so that
-/// one report cannot stand for two copies.
-pub const FORMAT: u32 = 3;
+/// one report cannot stand for two copies. 4: the arms run are named (`arms`), and the
+/// templated VM arm (`vm_template`) may be among them. A reader takes 3 as well: its arms are
+/// the CRIU and the VM-each ones.
+pub const FORMAT: u32 = 4;
+
+/// The designs a comparison can put side by side (`--arms`).
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum Arm {
+    /// The shared-OS design: N CRIU copies of one tree in one guest (`shared_os`).
+    Criu,
+    /// A VM each: N QEMUs resumed from one save, each reading the whole RAM image into memory
+    /// of its own (`vm_each`).
+    Vm,
+    /// A VM each from a template: the saved guest's RAM is a file on the host's tmpfs that
+    /// every clone maps private, so a clone pays only for the pages it writes (`vm_template`).
+    VmTemplate,
+}
+
+impl Arm {
+    pub const ALL: [Arm; 3] = [Arm::Criu, Arm::Vm, Arm::VmTemplate];
+
+    /// As `--arms` and compare.json spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Arm::Criu => "criu",
+            Arm::Vm => "vm",
+            Arm::VmTemplate => "vm-template",
+        }
+    }
+}
+
+/// The arms of a comparison written before they were named (format 3).
+fn format_3_arms() -> Vec<Arm> {
+    vec![Arm::Criu, Arm::Vm]
+}
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct Summary {
@@ -36,8 +72,16 @@ pub struct Summary {
     /// What the tree ran in both columns (`--workload`); None: the default, the xterm.
     #[serde(default)]
     pub workload: Option<String>,
+    /// The arms this comparison ran, in `Arm`'s order; a column of an arm not among them was
+    /// not run and is not judged.
+    #[serde(default = "format_3_arms")]
+    pub arms: Vec<Arm>,
     pub shared_os: SharedOs,
     pub vm_each: VmEach,
+    /// The templated VM arm: the same column as `vm_each`, its copies cloned from a template
+    /// whose RAM they map copy-on-write (`VmEach::template` says how).
+    #[serde(default)]
+    pub vm_template: Option<VmEach>,
     pub verdict: Verdict,
     /// Why the verdict is not PASS, column by column.
     pub problems: Vec<String>,
@@ -99,7 +143,28 @@ pub struct VmEach {
     /// (free page reporting through virtio-balloon).
     #[serde(default)]
     pub reclaim: Reading,
+    /// The templated arm's template: None in the VM-each arm.
+    #[serde(default)]
+    pub template: Option<TemplateRam>,
     pub problems: Vec<String>,
+}
+
+/// The RAM file a templated arm's clones map: the host's own figures, which no report holds.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+pub struct TemplateRam {
+    /// The file's size: the guest's whole memory.
+    pub bytes: u64,
+    /// What of it the host holds in memory (its tmpfs blocks), read with the copies' memory.
+    /// The clones' PSS counts only the pages they map, shared among them; the rest of the
+    /// file is a cost no clone's figure shows, so a desktop's share of the host's memory is
+    /// the clones' private pages plus this, over N.
+    pub resident_bytes: u64,
+    /// Where the file lived and how each clone maps it.
+    pub how: String,
+    /// The QEMU features the arm needed, as QEMU names them.
+    pub features: Vec<String>,
+    /// What the arm keeps off, and why (free page reporting and the balloon).
+    pub off: Vec<String>,
 }
 
 /// A further reading of every copy's QEMU, taken after something was done to all of them.
@@ -477,6 +542,8 @@ mod tests {
             accel: "tcg".into(),
             copies: 2,
             workload: None,
+            arms: vec![Arm::Criu, Arm::Vm],
+            vm_template: None,
             shared_os: SharedOs::default(),
             vm_each: VmEach {
                 copies: vec![copy("copy-1"), copy("copy-2")],

@@ -133,8 +133,10 @@ pub fn read_dir(files: &ReportDir, ledger: Option<&Ledger>) -> Result<Judged> {
         accel,
         copies: said.copies,
         workload,
+        arms: said.arms.clone(),
         shared_os,
         vm_each,
+        vm_template: None,
         verdict: said.verdict,
         problems: Vec::new(),
     };
@@ -170,10 +172,10 @@ fn parse(files: &ReportDir, shown: &str) -> Result<Summary> {
     let v: serde_json::Value = serde_json::from_slice(read.bytes().unwrap_or_default())
         .with_context(|| format!("{shown} is not JSON; {FIX}"))?;
     match v.get("format").and_then(serde_json::Value::as_u64) {
-        Some(f) if f == u64::from(FORMAT) => {}
+        Some(f) if f == u64::from(FORMAT) || f == 3 => {}
         Some(f) => bail!(
-            "{shown} has format {f}, this rig reads {FORMAT}: show it with the sharedos-rig that \
-             wrote it"
+            "{shown} has format {f}, this rig reads {FORMAT} (and 3): show it with the sharedos-rig \
+             that wrote it"
         ),
         None => bail!("{shown} names no format: it is not a compare.json; {FIX}"),
     }

@@ -1,7 +1,7 @@
 use super::*;
 use crate::escape;
 use crate::judge::compare::read::Judged;
-use crate::judge::compare::{Reading, SharedOs, VmCopy, VmEach, FORMAT};
+use crate::judge::compare::{Arm, Reading, SharedOs, VmCopy, VmEach, FORMAT};
 use sharedos_report::model::density::Mem;
 use sharedos_report::report::{Status, Verdict};
 
@@ -27,6 +27,8 @@ fn summary() -> Summary {
         accel: "tcg".into(),
         copies: 2,
         workload: None,
+        arms: vec![Arm::Criu, Arm::Vm],
+        vm_template: None,
         shared_os: SharedOs {
             report: "shared-os".into(),
             restore_ms: vec![3000, 3400],

@@ -152,6 +152,11 @@ fn summary() -> Summary {
         accel: "tcg".into(),
         copies: 2,
         workload: None,
+        arms: vec![
+            crate::judge::compare::Arm::Criu,
+            crate::judge::compare::Arm::Vm,
+        ],
+        vm_template: None,
         shared_os: SharedOs {
             report: "shared-os".into(),
             restore_ms: d.restore_ms.clone(),
@@ -575,7 +580,7 @@ fn another_format_or_no_compare_json_at_all_is_refused() {
     v["format"] = 1.into();
     std::fs::write(f.0.join(COMPARE_FILE), v.to_string()).unwrap();
     let e = err(&f.0);
-    assert!(e.contains("has format 1, this rig reads 3"), "{e}");
+    assert!(e.contains("has format 1, this rig reads 4 (and 3)"), "{e}");
     v.as_object_mut().unwrap().remove("format");
     std::fs::write(f.0.join(COMPARE_FILE), v.to_string()).unwrap();
     assert!(err(&f.0).contains("names no format"));
