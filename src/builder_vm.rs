@@ -208,6 +208,7 @@ pub fn spec(accel: AccelChoice, logs: &Path) -> SessionSpec {
         start: Start::Cold,
         snapshot: None,
         layer: None,
+        ram: None,
     }
 }
 

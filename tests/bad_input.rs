@@ -259,3 +259,82 @@ fn a_workload_the_image_lacks_is_refused_before_anything_and_no_image_means_the_
     assert!(stdout.contains("/bookworm-desktop-"), "{stdout}");
     std::fs::remove_dir_all(&scratch).unwrap();
 }
+
+/// vm-compare's own bad input, each refused before anything is built or booted, with one line
+/// that names the problem and the fix: an arm that does not exist, `--copies 0`, and the
+/// templated arm on a QEMU too old for it (a stand-in `qemu-system-x86_64` first on PATH that
+/// says it is 3.1 and records any start beyond `--version`).
+#[test]
+fn vm_compare_refuses_a_bad_arm_no_copies_and_a_qemu_without_the_templates_features() {
+    use std::os::unix::fs::PermissionsExt;
+    let scratch = std::env::temp_dir().join(format!("sharedos-bad-compare-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&scratch);
+    let bin = scratch.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let started = scratch.join("qemu-started");
+    let qemu = bin.join("qemu-system-x86_64");
+    std::fs::write(
+        &qemu,
+        format!(
+            "#!/bin/sh\nif [ \"$1\" = --version ]; then echo 'QEMU emulator version 3.1.0 (Debian 1:3.1+dfsg-8)'; exit 0; fi\necho \"$@\" >>{}\nexit 1\n",
+            started.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&qemu, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let images = Path::new(env!("CARGO_MANIFEST_DIR")).join("images");
+    let cache = scratch.join("cache");
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let run = |extra: &[&str]| {
+        Command::new(common::xtask_binary())
+            .arg("vm-compare")
+            .arg("--images-dir")
+            .arg(&images)
+            .arg("--cache-dir")
+            .arg(&cache)
+            .args(["--image", "bookworm", "--accel", "tcg"])
+            .args(extra)
+            .env("PATH", &path)
+            // A gate binary build would run this cargo and fail naming it.
+            .env("CARGO", scratch.join("no-cargo-here"))
+            .current_dir(&scratch)
+            .output()
+            .unwrap()
+    };
+    for (extra, says) in [
+        (
+            &["--arms", "criu,vms"][..],
+            "invalid value 'vms' for '--arms <ARM,...>'",
+        ),
+        (&["--copies", "0"][..], "--copies 0: give 1 to"),
+        (
+            &["--arms", "vm-template", "--copies", "2"][..],
+            "--arms vm-template needs QEMU 4.0 or later",
+        ),
+    ] {
+        let out = run(extra);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{extra:?}: {stderr}");
+        assert!(stderr.contains(says), "{extra:?}: {stderr}");
+        assert!(
+            stderr.contains("fix:") || stderr.contains("possible values: criu, vm, vm-template"),
+            "{extra:?}: no fix: {stderr}"
+        );
+        assert!(
+            !stderr.contains("no-cargo-here"),
+            "built something: {stderr}"
+        );
+        assert!(
+            !started.exists(),
+            "{extra:?}: QEMU was started: {}",
+            std::fs::read_to_string(&started).unwrap_or_default()
+        );
+        assert!(!cache.exists(), "{extra:?}: touched the cache");
+        assert!(!scratch.join("reports").exists(), "{extra:?}: archived");
+    }
+    std::fs::remove_dir_all(&scratch).unwrap();
+}

@@ -54,11 +54,15 @@ pub fn log_tail_command() -> String {
     format!("tail -n 30 {LOG}")
 }
 
-/// Gives a copy its label: written aside, then renamed into place, so the run never reads half
-/// of it. Labels are the host's own (`copy-N`, `reset`).
+/// Gives a copy its own host name and its label: the label written aside, then renamed into
+/// place, so the run never reads half of it. Every copy of one save comes up with the saved
+/// guest's host name; from its go on, each has its own, as its own SSH key, entropy and
+/// generation ID already are. Labels are the host's own (`copy-N`, `reset`, `template-N`).
 pub fn go_command(label: &str) -> Option<String> {
-    let ok = !label.is_empty() && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-');
-    ok.then(|| format!("printf '%s\\n' {label} >{GO}.new && mv {GO}.new {GO}"))
+    let ok = label.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && label.len() <= 63
+        && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-');
+    ok.then(|| format!("hostname {label} && printf '%s\\n' {label} >{GO}.new && mv {GO}.new {GO}"))
 }
 
 /// Has a copy's guest give the host back what it does not use: its page cache dropped, then the
@@ -145,8 +149,10 @@ mod tests {
     fn only_the_hosts_labels_go_in() {
         assert_eq!(
             go_command("copy-2").unwrap(),
-            "printf '%s\\n' copy-2 >/root/fork-go.new && mv /root/fork-go.new /root/fork-go"
+            "hostname copy-2 && printf '%s\\n' copy-2 >/root/fork-go.new && mv /root/fork-go.new /root/fork-go"
         );
+        assert!(go_command("-v").is_none());
+        assert!(go_command(&"a".repeat(64)).is_none());
         assert!(go_command("x; rm -rf /").is_none());
         assert!(go_command("").is_none());
     }

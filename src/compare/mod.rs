@@ -15,20 +15,21 @@
 
 pub mod fork;
 pub mod ksm;
+mod readings;
+pub mod template;
+mod vm_arm;
 
 use crate::image;
-use crate::judge::compare::{self as cmp, Arm, Reading, SharedOs, Summary, VmCopy, VmEach};
+use crate::judge::compare::{self as cmp, Arm, SharedOs, Summary, VmEach};
 use crate::judge::verdict::{self, How};
 use crate::progress::Progress;
-use crate::run::{self, gates, Observed, VmRunOptions, RIG_FAILURE_EXIT};
-use crate::vm::{self, Fork, GuestMedia, Session, SessionSpec};
+use crate::run::{self, VmRunOptions, RIG_FAILURE_EXIT};
 use anyhow::{bail, Context, Result};
-use sharedos_report::model::density::{Mem, MAX_COPIES};
-use sharedos_report::procfs::QemuMem;
-use sharedos_report::report::{CgroupLimits, Status, CPU_PERIOD_US};
-use sharedos_report::{clock, digest, procfs, wait};
+use sharedos_report::model::density::MAX_COPIES;
+use sharedos_report::report::{CgroupLimits, CPU_PERIOD_US};
+use sharedos_report::{clock, digest, procfs};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 #[derive(Debug, Clone)]
 pub struct CompareOptions {
@@ -99,7 +100,9 @@ const QEMU_OVERHEAD_MIB: u64 = 256;
 /// host's memory cannot hold as VMs.
 pub fn check_copies(copies: u32, memory_mib: u64, host_available_kib: u64) -> Result<()> {
     if !(1..=MAX_COPIES).contains(&copies) {
-        bail!("--copies {copies}: give 1 to {MAX_COPIES}");
+        bail!(
+            "--copies {copies}: give 1 to {MAX_COPIES}, the copies each column runs at once\nfix: give --copies between 1 and {MAX_COPIES}"
+        );
     }
     let need_mib = u64::from(copies).saturating_mul(memory_mib.saturating_add(QEMU_OVERHEAD_MIB));
     let have_mib = host_available_kib / 1024;
@@ -123,12 +126,21 @@ fn compare(opts: &CompareOptions) -> Result<i32> {
     sharedos_report::signals::install().context("installing signal handlers")?;
     image::require_image(&opts.base.image)?;
     let vm_opts = vm_base(opts);
+    let arms = run_arms(opts);
     check_copies_here(opts.copies, vm_opts.memory_mib)?;
     ksm::check(opts.ksm, Path::new(ksm::SYSFS))?;
+    if arms.contains(&Arm::VmTemplate) {
+        template::check(vm_opts.memory_mib)?;
+    }
     crate::gate_binary::require(&opts.base.gate_binary)?;
-    if let Some(why) = run::boot::why_no_resume(&vm_opts)? {
+    let vm_arm = arms.iter().any(|a| *a != Arm::Criu);
+    if let Some(why) = vm_arm
+        .then(|| run::boot::why_no_resume(&vm_opts))
+        .transpose()?
+        .flatten()
+    {
         bail!(
-            "--image {}: the VM-each column is made of copies of a guest resumed from the image's \
+            "--image {}: a VM arm's column is made of copies of a guest resumed from the image's \
              snapshot, and {why}; nothing was booted\n\
              fix: give a --cache-dir this user can write, or have the cache's owner make the \
              snapshot once with the same --memory, --cpus and --accel (`cargo xtask vm-exec \
@@ -138,9 +150,18 @@ fn compare(opts: &CompareOptions) -> Result<i32> {
         );
     }
     let out = create_out(opts)?;
-    let n = opts.copies;
 
-    let (shared_os, mut rig_failed, mut accel) = if opts.lies.is_empty() {
+    let (shared_os, mut rig_failed, mut accel) = if !arms.contains(&Arm::Criu) {
+        (
+            SharedOs {
+                report: "shared-os".into(),
+                problems: vec![NOT_AMONG_ARMS.into()],
+                ..SharedOs::default()
+            },
+            false,
+            String::new(),
+        )
+    } else if opts.lies.is_empty() {
         shared_os_column(opts, &out)
     } else {
         (
@@ -155,48 +176,33 @@ fn compare(opts: &CompareOptions) -> Result<i32> {
             String::new(),
         )
     };
-
-    progress().note(&format!(
-        "VM-each column: one guest saved with its tree up, resumed {n} times at once"
-    ));
-    progress().note(
-        "each copy's own report is FAIL by design (CRIU's gates do not run in a VM copy); the comparison's verdict comes last",
-    );
-    let mut vm_each = VmEach {
-        fork: FORK_DIR.into(),
-        memory_mib: vm_opts.memory_mib,
-        cpus: vm_opts.cpus,
-        resources: match &opts.cgroup {
-            Some(l) => format!(
-                "matched to a copy's cgroup ({l}) as near as QEMU allows: whole MiB and whole CPUs, rounded up; a VM's memory holds its own kernel as well, a cgroup's does not"
-            ),
-            None => "--memory and --cpus, not matched to the CRIU copies, which share their guest's (give --cgroup to match them)".into(),
-        },
-        memory_source: "the host's /proc/PID/smaps_rollup of each copy's QEMU process (a host figure, not the guest's word; under TCG it includes QEMU's translation cache), read with every copy up and its tree idle".into(),
-        ..VmEach::default()
+    let mut vm_column = |kind: vm_arm::Kind| {
+        let (col, failed) = vm_arm_column(kind, opts, &vm_opts, &out, &mut accel);
+        rig_failed |= failed;
+        col
     };
-    // An interrupt ends the comparison here: the second column is not started for nothing.
-    let ran = match sharedos_report::signals::interrupted() {
-        Some(sig) => Err(anyhow::anyhow!("interrupted by {sig}: not started")),
-        None => vm_each_column(opts, &vm_opts, &out, &mut vm_each, &mut accel),
+    let vm_each = if arms.contains(&Arm::Vm) {
+        vm_column(vm_arm::Kind::Each)
+    } else {
+        VmEach {
+            fork: vm_arm::Kind::Each.fork_dir().into(),
+            problems: vec![NOT_AMONG_ARMS.into()],
+            ..VmEach::default()
+        }
     };
-    if let Err(e) = ran {
-        rig_failed = true;
-        vm_each.problems.push(format!(
-            "the column could not be run (rig): {}",
-            crate::escape::error_chain(&e)
-        ));
-    }
+    let vm_template = arms
+        .contains(&Arm::VmTemplate)
+        .then(|| vm_column(vm_arm::Kind::Template));
     let mut s = Summary {
         format: cmp::FORMAT,
         image: opts.base.image.image.clone(),
         accel,
-        copies: n,
+        copies: opts.copies,
         workload: opts.workload.clone(),
-        arms: opts.arms.clone(),
+        arms,
         shared_os,
         vm_each,
-        vm_template: None,
+        vm_template,
         verdict: sharedos_report::report::Verdict::Fail,
         problems: Vec::new(),
     };
@@ -210,6 +216,73 @@ fn compare(opts: &CompareOptions) -> Result<i32> {
     } else {
         s.verdict.exit_code()
     })
+}
+
+/// What a column not asked for says.
+const NOT_AMONG_ARMS: &str = "not run: not among --arms";
+
+/// The arms this run runs: those asked for, but a lie run (`--lie`) puts its faults into the
+/// VM-each arm alone, and runs no templated one.
+fn run_arms(opts: &CompareOptions) -> Vec<Arm> {
+    let mut arms = arms(&opts.arms);
+    if !opts.lies.is_empty() {
+        arms.retain(|a| *a != Arm::VmTemplate);
+        if !arms.contains(&Arm::Vm) {
+            arms.push(Arm::Vm);
+            arms.sort();
+        }
+    }
+    arms
+}
+
+/// A VM arm's column, and whether the rig failed in it.
+fn vm_arm_column(
+    kind: vm_arm::Kind,
+    opts: &CompareOptions,
+    vm_opts: &VmRunOptions,
+    out: &Path,
+    accel: &mut String,
+) -> (VmEach, bool) {
+    let n = opts.copies;
+    let name = kind.name();
+    progress().note(&match kind {
+        vm_arm::Kind::Each => {
+            format!("{name} column: one guest saved with its tree up, resumed {n} times at once")
+        }
+        vm_arm::Kind::Template => format!(
+            "{name} column: one template guest saved with its tree up, its RAM a file on {}, cloned {n} times at once, each clone mapping it copy-on-write",
+            template::TMPFS
+        ),
+    });
+    progress().note(
+        "each copy's own report is FAIL by design (CRIU's gates do not run in a VM copy); the comparison's verdict comes last",
+    );
+    let mut col = VmEach {
+        fork: kind.fork_dir().into(),
+        memory_mib: vm_opts.memory_mib,
+        cpus: vm_opts.cpus,
+        resources: match &opts.cgroup {
+            Some(l) => format!(
+                "matched to a copy's cgroup ({l}) as near as QEMU allows: whole MiB and whole CPUs, rounded up; a VM's memory holds its own kernel as well, a cgroup's does not"
+            ),
+            None => "--memory and --cpus, not matched to the CRIU copies, which share their guest's (give --cgroup to match them)".into(),
+        },
+        memory_source: "the host's /proc/PID/smaps_rollup of each copy's QEMU process (a host figure, not the guest's word; under TCG it includes QEMU's translation cache), read with every copy up and its tree idle".into(),
+        ..VmEach::default()
+    };
+    // An interrupt ends the comparison here: no further column is started for nothing.
+    let ran = match sharedos_report::signals::interrupted() {
+        Some(sig) => Err(anyhow::anyhow!("interrupted by {sig}: not started")),
+        None => vm_arm::column(kind, opts, vm_opts, out, &mut col, accel),
+    };
+    let failed = ran.is_err();
+    if let Err(e) = ran {
+        col.problems.push(format!(
+            "the column could not be run (rig): {}",
+            crate::escape::error_chain(&e)
+        ));
+    }
+    (col, failed)
 }
 
 /// The shared-OS column: a vm-run with `--copies N` into `shared-os/`, judged. Returns the
@@ -267,11 +340,6 @@ fn workload_args(workload: Option<&str>) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// The saved guest's console and QEMU log, under the comparison's directory.
-const FORK_DIR: &str = "vm-each-fork";
-/// The second saved guest's, made only for `--lie wrong-save`.
-const OTHER_FORK_DIR: &str = "vm-each-fork-other";
-
 /// A fault put into the VM-each column on purpose, to show that its checks catch it (`--lie`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Lie {
@@ -311,469 +379,8 @@ fn create_out(opts: &CompareOptions) -> Result<PathBuf> {
     Ok(dir)
 }
 
-/// A copy up and waiting for its go.
-struct Up {
-    label: String,
-    obs: Observed,
-    session: Session,
-    resume: Duration,
-    /// The nonce the host gave this resume, as its session recorded it.
-    nonce: String,
-    host_mem: Result<Mem, String>,
-    /// The same QEMU's memory by what holds it, read with `host_mem`.
-    split: Option<QemuMem>,
-}
-
-/// The VM-each column into `col`. An error is the rig's: what was measured stays in `col`, and
-/// each copy already up is archived as far as it got.
-fn vm_each_column(
-    opts: &CompareOptions,
-    base: &VmRunOptions,
-    out: &Path,
-    col: &mut VmEach,
-    accel: &mut String,
-) -> Result<()> {
-    let fork_dir = out.join(FORK_DIR);
-    std::fs::create_dir(&fork_dir).with_context(|| format!("creating {}", fork_dir.display()))?;
-    let mut obs = run::observe(base, fork_dir);
-    let entry = run::image_phase(base, &mut obs)?;
-    let made = make_fork(base, &entry, &mut obs, opts.workload.as_deref())?;
-    *accel = made.accel.as_str().to_string();
-    col.idle_guest = made.idle;
-    col.fork_token = made.token.clone();
-    let saved = &made.fork;
-    // What each copy is judged against: the save the column's copies must come from.
-    let origin = cmp::Origin {
-        token: &made.token,
-        state_sha256: &saved.record.state_sha256,
-    };
-    let b = run::bounds(made.accel);
-    col.state_bytes = saved.record.state_bytes;
-    col.state_sha256 = saved.record.state_sha256.clone();
-    col.save_ms = ms(saved.save_took);
-    progress().note(&format!(
-        "saved the guest with its tree up: {} MiB of state in {:.1} s",
-        saved.record.state_bytes >> 20,
-        saved.save_took.as_secs_f64()
-    ));
-    if !opts.lies.is_empty() {
-        let said: Vec<String> = opts.lies.iter().map(|l| l.said(opts.copies)).collect();
-        col.lie = Some(said.join("; "));
-    }
-    // The wrong save: the last copy is resumed from a second guest's save, made the same way.
-    let other = if opts.lies.contains(&Lie::WrongSave) {
-        let dir = out.join(OTHER_FORK_DIR);
-        std::fs::create_dir(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        let mut obs = run::observe(base, dir);
-        Some(make_fork(base, &entry, &mut obs, opts.workload.as_deref())?.fork)
-    } else {
-        None
-    };
-    let media = GuestMedia::of(&entry);
-    let mut up: Vec<Up> = Vec::new();
-    let mut failed = None;
-    for i in 1..=opts.copies {
-        let from = match &other {
-            Some(o) if i == opts.copies => o,
-            _ => saved,
-        };
-        match open_copy(base, &entry, &media, from, out, &format!("copy-{i}")) {
-            Ok(c) => up.push(c),
-            Err(c) => {
-                failed = Some(c);
-                break;
-            }
-        }
-    }
-    for c in &mut up {
-        c.host_mem = host_mem(c.session.qemu_pid());
-        c.split = host_split(c.session.qemu_pid());
-    }
-    if failed.is_none() {
-        let pids: Vec<u32> = up.iter().map(|c| c.session.qemu_pid()).collect();
-        col.ksm = ksm_reading(opts.ksm, &pids, opts.copies);
-        col.reclaim = reclaim_reading(&up, b);
-    }
-    if let Some(c) = failed {
-        // The copies up are told to go on, so that each run ends and its report is kept.
-        col.copies
-            .extend(up.into_iter().map(|c| finish_copy(c, b, true, origin)));
-        col.copies.push(*c);
-        bail!("a copy did not come up: see its report");
-    }
-    // The first copy runs to its end alone; then it is put back to the save while the others
-    // still wait, so that the reset is timed among as many guests as the copies were.
-    let mut rest = up.into_iter();
-    if let Some(first) = rest.next() {
-        if opts.lies.contains(&Lie::RestartedApp) {
-            // A lie that did not happen is said; the copies still end and are archived.
-            match first.session.guest().exec(&fork::restart_app_command()) {
-                Ok(r) if r.status == 0 => {}
-                Ok(r) => col.problems.push(format!(
-                    "--lie restarted-app: restarting the app in {} failed (exit {}): {}",
-                    first.label,
-                    r.status,
-                    crate::escape::line(&r.output)
-                )),
-                Err(e) => col.problems.push(format!(
-                    "--lie restarted-app: {}: {}",
-                    first.label,
-                    crate::escape::error_chain(&e)
-                )),
-            }
-        }
-        col.copies.push(finish_copy(first, b, true, origin));
-    }
-    match open_copy(base, &entry, &media, saved, out, "reset") {
-        Ok(mut r) => {
-            r.host_mem = host_mem(r.session.qemu_pid());
-            r.split = host_split(r.session.qemu_pid());
-            let all: Vec<Up> = rest.chain([r]).collect();
-            for c in &all {
-                give_go(&c.session, &c.label);
-            }
-            let mut done: Vec<VmCopy> = all
-                .into_iter()
-                .map(|c| finish_copy(c, b, false, origin))
-                .collect();
-            col.reset = done.pop();
-            col.copies.extend(done);
-        }
-        Err(r) => {
-            col.copies
-                .extend(rest.map(|c| finish_copy(c, b, true, origin)));
-            col.reset = Some(*r);
-        }
-    }
-    Ok(())
-}
-
-/// A guest with its tree up, saved: the fork its copies are resumed from.
-struct Made {
-    fork: Fork,
-    accel: vm::qemu::Accel,
-    /// The app's token at the fork, as the saved guest recorded it: what binds a copy to this
-    /// save, since a copy of another save holds a fork-time state of its own.
-    token: String,
-    /// Its QEMU just after it resumed from the image's snapshot, before the tree started.
-    idle: Option<Mem>,
-}
-
-/// A guest resumed from the image's snapshot runs `diagnose --vm-fork-go` up to its fork-time
-/// state, and is saved there, its QEMU ended. Its console and QEMU log go to `obs`'s directory.
-fn make_fork(
-    base: &VmRunOptions,
-    entry: &image::ImageEntry,
-    obs: &mut Observed,
-    workload: Option<&str>,
-) -> Result<Made> {
-    let session = run::boot::open(base, entry, obs)?;
-    let accel = session.accel();
-    let idle = host_mem(session.qemu_pid()).ok();
-    gates::copy(session.guest(), Some(session.start()), base, obs)?;
-    let b = run::bounds(accel);
-    let mut args = fork::diagnose_args(b.gates);
-    args.extend(workload_args(workload));
-    let argv = gates::diagnose_argv(b.guest_step, &args);
-    let started = session.guest().exec(&fork::start_command(&argv))?;
-    if started.status != 0 {
-        bail!(
-            "starting the run in the guest failed: {}",
-            crate::escape::line(&started.output)
-        );
-    }
-    session.guest().set_timeout(b.gates);
-    let ready = session.guest().exec(&fork::ready_command(b.gates))?;
-    session.guest().set_timeout(b.ssh);
-    if ready.status != 0 {
-        let tail = session
-            .guest()
-            .exec(&fork::log_tail_command())
-            .map(|r| r.output)
-            .unwrap_or_default();
-        bail!(
-            "the guest's run did not reach its fork-time state (exit {}); its last lines:\n{}",
-            ready.status,
-            crate::escape::lines(&tail)
-        );
-    }
-    let state = session.guest().exec(&fork::state_command())?;
-    let token = fork::token_of_state(&state.output).context("reading the fork-time state")?;
-    let save_dir = std::env::temp_dir().join(format!(
-        "sharedos-rig-fork-{}-{}",
-        std::process::id(),
-        vm::session::short_id()
-    ));
-    let fork = session.save_fork(&save_dir)?;
-    Ok(Made {
-        fork,
-        accel,
-        token,
-        idle,
-    })
-}
-
-/// A copy of `saved` resumed into its own report directory `out/label`; on failure, its
-/// partial report archived and the copy as the column records it.
-fn open_copy(
-    base: &VmRunOptions,
-    entry: &image::ImageEntry,
-    media: &GuestMedia,
-    saved: &Fork,
-    out: &Path,
-    label: &str,
-) -> std::result::Result<Up, Box<VmCopy>> {
-    let dir = out.join(label);
-    let failed = |why: String| {
-        Box::new(VmCopy {
-            label: label.into(),
-            report: label.into(),
-            problems: vec![why],
-            ..VmCopy::default()
-        })
-    };
-    if let Err(e) = std::fs::create_dir(&dir) {
-        return Err(failed(format!("creating {}: {e}", dir.display())));
-    }
-    let mut obs = run::observe(base, dir.clone());
-    run::provenance::image(&mut obs.vm, entry);
-    let spec = SessionSpec {
-        accel_cache: None,
-        snapshot: None,
-        ..run::boot::spec(base, &vm::session::short_id(), &dir)
-    };
-    let t = Instant::now();
-    let opened = Session::open_fork(&spec, media, saved, &mut obs.vm_sink());
-    match opened {
-        Ok(session) => {
-            let resume = t.elapsed();
-            progress().note(&format!(
-                "{label}: resumed in {:.2} s",
-                resume.as_secs_f64()
-            ));
-            let nonce = session.start().nonce.clone().unwrap_or_default();
-            Ok(Up {
-                label: label.into(),
-                obs,
-                session,
-                resume,
-                nonce,
-                host_mem: Err("not read".into()),
-                split: None,
-            })
-        }
-        Err(e) => {
-            obs.phase("boot_to_ssh", t);
-            run::archive::finish(
-                obs,
-                Err(e.context(format!("resuming {label} of the VM fork"))),
-                None,
-            );
-            Err(failed(format!("it did not come up (rig): see {label}/")))
-        }
-    }
-}
-
-/// The host's view of one QEMU's memory.
-fn host_mem(pid: u32) -> Result<Mem, String> {
-    procfs::read_proc(&format!("/proc/{pid}/smaps_rollup"))
-        .and_then(|t| procfs::parse_smaps_rollup(&t))
-        .map_err(|e| format!("{e:#}"))
-}
-
-/// The host's view of one QEMU's memory by what holds it; None when it does not read (the
-/// copy's figure is then only its whole).
-fn host_split(pid: u32) -> Option<QemuMem> {
-    procfs::read_proc_up_to(&format!("/proc/{pid}/smaps"), procfs::MAX_SMAPS_READ)
-        .and_then(|t| procfs::parse_qemu_smaps(&t))
-        .ok()
-}
-
-/// Every copy's QEMU, as the host reads it.
-fn host_mems(pids: &[u32]) -> Result<Vec<Mem>> {
-    pids.iter()
-        .map(|&pid| host_mem(pid).map_err(|e| anyhow::anyhow!("QEMU {pid}: {e}")))
-        .collect()
-}
-
-/// Every copy read again with the host's KSM merging: NOT_RUN where it was not asked for or
-/// this host does not let the rig turn it on (`ksm::check` refused `--ksm on` there already).
-fn ksm_reading(want: ksm::Want, pids: &[u32], copies: u32) -> Reading {
-    let dir = Path::new(ksm::SYSFS);
-    let why_not = match want {
-        ksm::Want::Off => Some("not asked for (--ksm off)".to_string()),
-        _ => ksm::why_not(dir),
-    };
-    if let Some(why) = why_not {
-        return Reading::not_run(why);
-    }
-    let how = ksm::how();
-    // ksmd goes over every copy's RAM twice; 30 s a copy is far more than it takes under TCG.
-    let bound = Duration::from_secs(60 + 30 * u64::from(copies));
-    progress().note("host KSM: merging the copies' pages, then reading each QEMU again");
-    let t = Instant::now();
-    let result = (|| -> Result<(Vec<Mem>, Vec<String>)> {
-        let before = ksm::counters(dir)?;
-        let mut notes = Vec::new();
-        let merging = ksm::Merging::start(dir)?;
-        if merging.host_run() != "0" {
-            notes.push(format!(
-                "the host's KSM run was {} before, so the first reading was not with KSM off",
-                merging.host_run()
-            ));
-        }
-        let after = merging.wait_merged(&before, bound)?;
-        let mems = host_mems(pids)?;
-        merging.restore()?;
-        notes.push(format!(
-            "ksmd: {} pages shared, {} more pages sharing them, after {} full scans",
-            after.pages_shared,
-            after.pages_sharing,
-            after.full_scans.saturating_sub(before.full_scans)
-        ));
-        Ok((mems, notes))
-    })();
-    match result {
-        Ok((per_copy, notes)) => Reading {
-            status: Status::Pass,
-            reason: "every copy read with KSM merging".into(),
-            how,
-            per_copy,
-            took_ms: ms(t.elapsed()),
-            notes,
-        },
-        Err(e) => Reading::failed(how, crate::escape::error_chain(&e)),
-    }
-}
-
-/// How long each QEMU's resident memory must hold still before the guest is taken to have
-/// handed back all it will: longer than the guest's 2-s delay before it reports free pages.
-const SETTLED: Duration = Duration::from_secs(4);
-
-/// What the reading of memory given back did before it read the copies, as the report says it.
-fn reclaim_how() -> String {
-    format!(
-        "in each copy's guest: drop_caches 3, then the virtio_balloon driver loaded, which reports \
-         free pages to QEMU (free-page-reporting); read once every QEMU's RSS had held still for \
-         {} s",
-        SETTLED.as_secs()
-    )
-}
-
-/// Every copy read again after its guest dropped its caches and reported its free pages.
-fn reclaim_reading(up: &[Up], b: run::Bounds) -> Reading {
-    let how = reclaim_how();
-    progress()
-        .note("each copy's guest gives back what it does not use, then each QEMU is read again");
-    let t = Instant::now();
-    for c in up {
-        match c.session.guest().exec(&fork::reclaim_command()) {
-            Ok(r) if r.status == 0 => {}
-            Ok(r) => {
-                return Reading::failed(
-                    how,
-                    format!(
-                        "{}: the guest could not give memory back (exit {}): {}",
-                        c.label,
-                        r.status,
-                        crate::escape::line(&r.output)
-                    ),
-                )
-            }
-            Err(e) => {
-                return Reading::failed(
-                    how,
-                    format!("{}: {}", c.label, crate::escape::error_chain(&e)),
-                )
-            }
-        }
-    }
-    let pids: Vec<u32> = up.iter().map(|c| c.session.qemu_pid()).collect();
-    let mut last: Option<(Instant, Vec<u64>)> = None;
-    let settled = wait::until("every copy's QEMU to stop shrinking", b.gates, || {
-        let mems = host_mems(&pids).ok()?;
-        let rss: Vec<u64> = mems.iter().map(|m| m.rss_kib).collect();
-        match &last {
-            // A fall of more than 1 MiB starts the wait for stillness again.
-            Some((since, was))
-                if rss
-                    .iter()
-                    .zip(was)
-                    .all(|(now, was)| now.saturating_add(1024) >= *was) =>
-            {
-                (since.elapsed() >= SETTLED).then_some(mems)
-            }
-            _ => {
-                last = Some((Instant::now(), rss));
-                None
-            }
-        }
-    });
-    match settled {
-        Ok(per_copy) => Reading {
-            status: Status::Pass,
-            reason: "every copy read after its guest gave memory back".into(),
-            how,
-            per_copy,
-            took_ms: ms(t.elapsed()),
-            notes: Vec::new(),
-        },
-        Err(e) => Reading::failed(how, e.to_string()),
-    }
-}
-
-/// Writes the copy's go; a failure shows when its run is followed, as a run that never ends.
-fn give_go(session: &Session, label: &str) {
-    if let Some(cmd) = fork::go_command(label) {
-        let _ = session.guest().exec(&cmd);
-    }
-}
-
-/// Gives the copy its go (unless given already), follows its run to the end, fetches its
-/// report, ends its QEMU and archives the report; the copy as the column records it.
-fn finish_copy(c: Up, b: run::Bounds, go_first: bool, origin: cmp::Origin) -> VmCopy {
-    let Up {
-        label,
-        mut obs,
-        session,
-        resume,
-        nonce,
-        host_mem,
-        split,
-    } = c;
-    if go_first {
-        give_go(&session, &label);
-    }
-    let dir = obs.report_dir.clone();
-    let result = (|| {
-        // The run's exit code is not waited for (`tail --pid`): the judged report is the verdict.
-        gates::follow(session.guest(), &fork::follow_command(), b, &mut obs)
-            .context("following the copy's run")?;
-        gates::read_guest_memory(session.guest(), b, &mut obs)?;
-        run::fetch::fetch(session.guest(), b, &mut obs)
-    })();
-    run::boot::end(session, &mut obs);
-    run::archive::finish(obs, result, None);
-    let mut problems = cmp::vm_copy_problems(&dir, origin, &nonce);
-    let host_mem = match host_mem {
-        Ok(m) => Some(m),
-        Err(e) => {
-            problems.push(format!("its QEMU's memory could not be read: {e}"));
-            None
-        }
-    };
-    VmCopy {
-        report: label.clone(),
-        label,
-        nonce,
-        resume_ms: ms(resume),
-        host_mem,
-        host_split: split,
-        problems,
-    }
-}
-
-fn ms(d: Duration) -> u64 {
+/// Milliseconds, saturating.
+pub(crate) fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
@@ -791,16 +398,6 @@ mod tests {
         );
         assert!(check_copies(0, 1024, 24 << 20).is_err());
         assert!(check_copies(MAX_COPIES + 1, 64, u64::MAX).is_err());
-    }
-
-    #[test]
-    fn the_reclaim_reading_says_its_wait_in_one_plain_sentence() {
-        let h = reclaim_how();
-        assert!(
-            h.ends_with(&format!("held still for {} s", SETTLED.as_secs())),
-            "{h}"
-        );
-        assert!(!h.contains("  "), "{h}");
     }
 
     #[test]

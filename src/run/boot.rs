@@ -34,17 +34,29 @@ pub fn spec(opts: &VmRunOptions, name: &str, logs: &Path) -> SessionSpec {
         },
         snapshot: None,
         layer: None,
+        ram: None,
     }
 }
 
 /// Boots the image and logs in; its logs go to the report directory. `boot_to_ssh` is timed by
 /// the session, or here when it fails.
 pub fn open(opts: &VmRunOptions, entry: &ImageEntry, obs: &mut Observed) -> Result<Session> {
+    open_with_ram(opts, entry, obs, None)
+}
+
+/// [`open`], the guest's RAM in `ram` (a template's file) when given.
+pub fn open_with_ram(
+    opts: &VmRunOptions,
+    entry: &ImageEntry,
+    obs: &mut Observed,
+    ram: Option<crate::vm::qemu::RamFile>,
+) -> Result<Session> {
     let t = Instant::now();
     let spec = SessionSpec {
         accel_cache: Spot::of_image(entry),
         snapshot: snapshot::Spot::of_image(entry),
         layer: gate_layer(opts)?,
+        ram,
         ..spec(opts, &short_id(), &obs.report_dir)
     };
     let session = Session::open(&spec, &GuestMedia::of(entry), &mut obs.vm_sink());

@@ -79,6 +79,53 @@ pub struct QemuSpec {
     /// `-S`: the guest stays stopped after the resume (only the tests ask for this, to show a
     /// resume that never answers falling back to a cold boot).
     pub stopped: bool,
+    /// The guest's RAM in a file (a templated VM's); None: QEMU's own anonymous memory.
+    pub ram: Option<RamFile>,
+}
+
+/// A guest RAM held in a file instead of QEMU's anonymous memory: a template's, which it writes
+/// through (`share=on`), or a clone's, which maps the template's file private (`share=off`):
+/// copy-on-write, so a clone holds only the pages it writes, and its state arrives without any
+/// RAM (the `x-ignore-shared` capability, set over QMP before the deferred incoming starts).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RamFile {
+    pub path: PathBuf,
+    /// The template writes its RAM to the file; a clone never does.
+    pub share: bool,
+}
+
+impl RamFile {
+    /// A clone takes its state after QMP set the capability: its incoming is deferred.
+    pub fn deferred_incoming(&self) -> bool {
+        !self.share
+    }
+}
+
+/// QEMU's id for a pc machine's RAM block, which `-m` gives its own backend as well: the saved
+/// state names its RAM by it, so a guest saved with anonymous RAM resumes into a file-backed
+/// one, and the other way round.
+pub const RAM_ID: &str = "pc.ram";
+
+/// The migration capability that leaves shared file-backed RAM out of the saved state.
+pub const IGNORE_SHARED: &str = "x-ignore-shared";
+
+/// The guest's RAM as a file-backed memory backend of `memory_mib`, named as `-m` names its
+/// own, so that the saved state's RAM block is this one.
+pub fn ram_args(ram: Option<&RamFile>, memory_mib: u64) -> Vec<String> {
+    let Some(ram) = ram else {
+        return Vec::new();
+    };
+    vec![
+        "-object".into(),
+        format!(
+            "memory-backend-file,id={RAM_ID},size={memory_mib}M,mem-path={},share={}",
+            // QEMU's option syntax takes a comma in a value doubled.
+            p(&ram.path).replace(',', ",,"),
+            if ram.share { "on" } else { "off" }
+        ),
+        "-machine".into(),
+        format!("memory-backend={RAM_ID}"),
+    ]
 }
 
 fn p(path: &Path) -> String {
@@ -187,11 +234,17 @@ pub fn qmp_args(socket: &Path) -> Vec<String> {
 }
 
 /// A resume: QEMU listens on `socket` for the saved state and runs the guest once it is in
-/// (unless `stopped`).
-pub fn incoming_args(socket: Option<&Path>, stopped: bool) -> Vec<String> {
+/// (unless `stopped`). `deferred`: QEMU waits for QMP's `migrate-incoming`, which names the
+/// socket, so that capabilities can be set first.
+pub fn incoming_args(socket: Option<&Path>, stopped: bool, deferred: bool) -> Vec<String> {
     let mut v = Vec::new();
     if let Some(socket) = socket {
-        v.extend(["-incoming".into(), format!("unix:{}", p(socket))]);
+        let from = if deferred {
+            "defer".to_string()
+        } else {
+            format!("unix:{}", p(socket))
+        };
+        v.extend(["-incoming".into(), from]);
         if stopped {
             v.push("-S".into());
         }
@@ -215,6 +268,7 @@ pub fn sandbox_args(on: bool) -> Vec<String> {
 pub fn qemu_cmd(s: &QemuSpec) -> Cmd {
     let mut v = vec![QEMU.into(), "-name".into(), s.name.clone()];
     v.extend(machine_args(s.accel, s.memory_mib, s.cpus));
+    v.extend(ram_args(s.ram.as_ref(), s.memory_mib));
     v.extend(console_args(&s.serial_log, s.incoming.is_some()));
     v.extend(kernel_args(&s.kernel, Some(&s.initrd), &s.append));
     v.extend(drive_args(&s.overlay));
@@ -222,7 +276,8 @@ pub fn qemu_cmd(s: &QemuSpec) -> Cmd {
     v.extend(vmgenid_args());
     v.extend(balloon_args());
     v.extend(qmp_args(&s.qmp));
-    v.extend(incoming_args(s.incoming.as_deref(), s.stopped));
+    let deferred = s.ram.as_ref().is_some_and(RamFile::deferred_incoming);
+    v.extend(incoming_args(s.incoming.as_deref(), s.stopped, deferred));
     v.extend(sandbox_args(s.sandbox));
     Cmd::new(v)
 }
@@ -303,6 +358,7 @@ mod tests {
             append: "console=ttyS0 root=/dev/vda".into(),
             serial_log: "/r/serial.log".into(),
             ssh_port: 40022,
+            ram: None,
             network: Network::Restricted,
             sandbox: false,
             qmp: "/r/qmp.sock".into(),
@@ -379,6 +435,41 @@ mod tests {
             "unix:/r/qmp.sock,server=on,wait=off",
         ];
         assert_eq!(a, want);
+    }
+
+    #[test]
+    fn a_template_writes_its_ram_file_and_a_clone_maps_it_private_deferring_its_state() {
+        let resume = QemuSpec {
+            incoming: Some("/r/incoming.sock".into()),
+            ..spec(Accel::Tcg)
+        };
+        let ram = |share| RamFile {
+            path: "/dev/shm/t.ram".into(),
+            share,
+        };
+        let plain = qemu_argv(&resume);
+        let template = qemu_argv(&QemuSpec {
+            ram: Some(ram(true)),
+            ..resume.clone()
+        });
+        assert_eq!(template.len(), plain.len() + 4);
+        assert_eq!(
+            after(&template, "-object"),
+            "memory-backend-file,id=pc.ram,size=1024M,mem-path=/dev/shm/t.ram,share=on"
+        );
+        assert!(template.contains(&"memory-backend=pc.ram".to_string()));
+        // The template resumes the image's snapshot, saved with anonymous RAM, as any resume.
+        assert_eq!(after(&template, "-incoming"), "unix:/r/incoming.sock");
+        let clone = qemu_argv(&QemuSpec {
+            ram: Some(ram(false)),
+            ..resume
+        });
+        assert_eq!(
+            after(&clone, "-object"),
+            "memory-backend-file,id=pc.ram,size=1024M,mem-path=/dev/shm/t.ram,share=off"
+        );
+        assert_eq!(after(&clone, "-incoming"), "defer");
+        assert!(ram_args(None, 1024).is_empty());
     }
 
     #[test]

@@ -68,6 +68,10 @@ pub struct SessionSpec {
     /// A resume's file to find in the guest: the layer over the image's snapshot that holds
     /// it is resumed instead, made first when there is none. None: the plain snapshot.
     pub layer: Option<Layer>,
+    /// The guest's RAM in a file: a template's or a clone's (`qemu::RamFile`). Not part of a
+    /// snapshot's key: the saved state is the same either way, and snapshots are made with
+    /// QEMU's own memory.
+    pub ram: Option<qemu::RamFile>,
 }
 
 /// A file a snapshot layer holds in the guest (the gate binary): what decides the layer is its
@@ -251,6 +255,7 @@ pub fn qemu_cmd(spec: &SessionSpec, media: &GuestMedia, inst: &Instance, accel: 
         qmp: inst.qmp.clone(),
         incoming: inst.incoming.clone(),
         stopped: inst.stopped,
+        ram: spec.ram.clone(),
     })
 }
 
@@ -323,6 +328,8 @@ pub struct Session {
     keep: bool,
     memory_mib: u64,
     serial_log: PathBuf,
+    /// Its RAM file, when the spec gave one (a template's or a clone's).
+    ram: Option<qemu::RamFile>,
     /// The snapshot this guest was resumed from; None after a cold boot.
     resumed_from: Option<Record>,
     /// The image's snapshot this session resumed (a layer and its base), held as in use until
@@ -346,11 +353,17 @@ pub struct Fork {
     pub record: Record,
     /// Saving: from the migrate command to QEMU's exit.
     pub save_took: Duration,
+    /// A template's: the file its RAM is in, which its state leaves out and each copy maps
+    /// private. Removed with the fork.
+    pub ram: Option<PathBuf>,
 }
 
 impl Drop for Fork {
     fn drop(&mut self) {
         snapshot::discard(&self.dir);
+        if let Some(ram) = &self.ram {
+            let _ = std::fs::remove_file(ram);
+        }
     }
 }
 
@@ -383,6 +396,7 @@ impl Session {
             keep,
             memory_mib: spec.memory_mib,
             serial_log: spec.serial_log(),
+            ram: spec.ram.clone(),
             resumed_from: opened.resumed_from,
             _snapshot_hold: opened.hold,
         }
@@ -428,15 +442,30 @@ impl Session {
             .mode(0o700)
             .create(dir)
             .with_context(|| format!("creating the fork's directory {}", dir.display()))?;
+        // A template's RAM file goes with the fork from here, so that it is removed whatever
+        // happens next.
+        let template = self
+            .ram
+            .as_ref()
+            .filter(|r| r.share)
+            .map(|r| r.path.clone());
         let mut fork = Fork {
             dir: dir.to_path_buf(),
             record: from,
             save_took: Duration::ZERO,
+            ram: template.clone(),
         };
         let since = Instant::now();
         let run = self.run_dir.path.clone();
-        let state = save_and_quit(&mut self.qemu, self.accel, &run, dir, self.memory_mib)
-            .context("saving the guest for the VM fork")?;
+        let state = save_and_quit(
+            &mut self.qemu,
+            self.accel,
+            &run,
+            dir,
+            self.memory_mib,
+            template.is_some(),
+        )
+        .context("saving the guest for the VM fork")?;
         let disk = dir.join(snapshot::DISK);
         std::fs::copy(run.join("overlay.qcow2"), &disk)
             .context("keeping the saved guest's overlay for the fork")?;
@@ -530,6 +559,7 @@ mod tests {
             start: Start::Cold,
             snapshot: None,
             layer: None,
+            ram: None,
         }
     }
 

@@ -60,6 +60,9 @@ pub fn vm_compare(a: CompareArgs) -> Result<i32> {
         .cgroup
         .map_or(a.vm.boot.memory, |l| compare::vm_resources(&l).0);
     compare::check_copies_here(a.copies, vm_memory)?;
+    if compare::arms(&a.arms).contains(&Arm::VmTemplate) && a.lie.is_empty() {
+        compare::template::check(vm_memory)?;
+    }
     ksm::check(a.ksm, std::path::Path::new(ksm::SYSFS))?;
     // Both columns run the workload: an image without it is refused before anything boots.
     if let Some(w) = &a.workload {

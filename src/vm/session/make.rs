@@ -41,6 +41,7 @@ pub(super) fn make_layer(
             logs: making.clone(),
             keep: false,
             layer: None,
+            ram: None,
             ..spec.clone()
         };
         // Only the resume of the layer that follows is this run's boot.
@@ -86,6 +87,7 @@ pub(super) fn make_layer(
             run_dir,
             &making,
             spec.memory_mib,
+            false,
         )?;
         let (disk_sha256, _) = sharedos_report::digest::sha256_file(&making.join(snapshot::DISK))?;
         let mut r = snapshot::record(
@@ -189,6 +191,7 @@ pub(super) fn make(
         let boot_spec = SessionSpec {
             logs: making.clone(),
             keep: false,
+            ram: None,
             ..spec.clone()
         };
         let up = boot(&boot_spec, media, inst, sink)?;
@@ -213,6 +216,7 @@ pub(super) fn make(
             run_dir,
             &making,
             spec.memory_mib,
+            false,
         )?;
         let (disk_sha256, _) = sharedos_report::digest::sha256_file(&disk)?;
         let key = spot.key(version, key_argv(spec, up.started.accel, sandbox));
@@ -255,9 +259,20 @@ pub(super) fn save_and_quit(
     run_dir: &Path,
     into: &Path,
     memory_mib: u64,
+    ignore_shared: bool,
 ) -> Result<(String, u64)> {
     let b = bounds(accel);
     let mut qmp = crate::vm::qmp::Qmp::connect(&run_dir.join("qmp.sock"), b.ssh)?;
+    if ignore_shared {
+        // A template's RAM is its file already: the state holds the devices only.
+        qmp.execute(
+            "migrate-set-capabilities",
+            Some(serde_json::json!({
+                "capabilities": [{ "capability": crate::vm::qemu::IGNORE_SHARED, "state": true }]
+            })),
+        )
+        .context("asking QEMU to leave the template's RAM file out of its saved state")?;
+    }
     let max = memory_mib.saturating_add(256).saturating_mul(1 << 20);
     let state = snapshot::save(&mut qmp, &run_dir.join("migrate.sock"), into, max, b.boot)?;
     let _ = qmp.execute("quit", None);

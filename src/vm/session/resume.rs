@@ -26,6 +26,7 @@ pub(super) fn key_argv(spec: &SessionSpec, accel: Accel, sandbox: bool) -> Vec<S
     let spec = SessionSpec {
         name: "<name>".into(),
         logs: ph("<logs>"),
+        ram: None,
         ..spec.clone()
     };
     let media = GuestMedia {
@@ -333,6 +334,13 @@ pub(super) fn resume(
         });
         stage = Instant::now();
     };
+    if spec
+        .ram
+        .as_ref()
+        .is_some_and(qemu::RamFile::deferred_incoming)
+    {
+        deferred_incoming(&inst.qmp, &incoming, b.ssh).map_err(|e| with_qemu_said(e, &qemu_log))?;
+    }
     snapshot::feed(&dir.join(snapshot::STATE), &incoming, b.ssh)
         .map_err(|e| with_qemu_said(e, &qemu_log))?;
     lap("resume_load", sink);
@@ -410,6 +418,32 @@ pub(super) fn resume(
         resumed_from: Some(r.clone()),
         hold: Vec::new(),
     })
+}
+
+/// A clone's incoming: its state was saved leaving the template's RAM file out, so QEMU is told
+/// to expect that (the capability must match on both ends), then to listen on `incoming`. The
+/// QMP connection is let go after, since QEMU serves one client at a time and the save of a
+/// fork needs it later.
+fn deferred_incoming(qmp: &Path, incoming: &Path, timeout: std::time::Duration) -> Result<()> {
+    let mut q = crate::vm::qmp::Qmp::connect(qmp, timeout)?;
+    q.execute(
+        "migrate-set-capabilities",
+        Some(serde_json::json!({
+            "capabilities": [{ "capability": qemu::IGNORE_SHARED, "state": true }]
+        })),
+    )
+    .with_context(|| {
+        format!(
+            "QEMU refused the migration capability {}\nfix: this arm needs QEMU 4.0 or later",
+            qemu::IGNORE_SHARED
+        )
+    })?;
+    q.execute(
+        "migrate-incoming",
+        Some(serde_json::json!({ "uri": format!("unix:{}", incoming.display()) })),
+    )
+    .context("starting the clone's deferred incoming")?;
+    Ok(())
 }
 
 /// What the resumed guest runs first, as root over the snapshot's key: its clock from the
