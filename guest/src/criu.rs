@@ -296,7 +296,7 @@ mod tests {
 ";
 
     /// A log ending as bookworm-browser's did (criu 3.17.1, Firefox with its sandbox on; the
-    /// README quotes its error lines); the lines before them are examples.
+    /// docs/running.md quotes its error lines); the lines before them are examples.
     const BOOKWORM_BROWSER_DUMP: &str = "\
 (00.512301) Dumping pid 1234 namespaces
 (00.512388) Dumping 1234's namespaces

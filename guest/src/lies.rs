@@ -325,8 +325,8 @@ mod tests {
         assert!(t.contains("| `restore-reset-is-copy-b` |"));
         assert!(t.contains("| reset | `new_copy` |"));
         assert!(
-            include_str!("../../README.md").contains(&t),
-            "README.md's lie table is not the suite's: replace it with the output of \
+            include_str!("../../docs/reports.md").contains(&t),
+            "docs/reports.md's lie table is not the suite's: replace it with the output of \
              `cargo run -p sharedos-gate -- lie-suite --list`"
         );
     }

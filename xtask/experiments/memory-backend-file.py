@@ -10,7 +10,7 @@ holds only devices.  Then it resumes them in turn, three ways: streamed; the RAM
 private (share=off, so the run's writes never reach it); a copy of the RAM file mapped shared.
 Per resume it prints prep (overlay, hashing, copying), load (to QMP 'running'), answer (to the
 first ssh command) and the QEMU process's PSS.  HASH_RAM=1 also hashes the RAM file, as a
-resume that checks its snapshot must.  Results are in README.md, "Measured"."""
+resume that checks its snapshot must.  Results are in docs/measurements.md."""
 import hashlib, json, os, shutil, socket, subprocess, sys, threading, time
 
 IMG = sys.argv[1]          # image cache entry

@@ -16,7 +16,7 @@ pub enum Tier {
     /// Every test but the extended tier's: `.ci/run`'s, within 40 minutes on 2 cores.
     Ci,
     /// What `.ci/run` leaves to the hosted workflow (on a schedule and on dispatch): second
-    /// runs of capabilities the ci tier already runs once (README, "Test tiers").
+    /// runs of capabilities the ci tier already runs once (docs/ci.md, "Test tiers").
     Extended,
 }
 
