@@ -1,8 +1,9 @@
-//! `xtask vm-compare` end to end, as an unprivileged user on bookworm with N = 4: the shared-OS
-//! column (four CRIU copies of one dump in one guest) and the VM-each column (one guest saved
-//! with its tree up, resumed four times at once, then once more as a reset), both checked, side
-//! by side in compare.json. And the cheap part: an N that cannot fit is refused before anything
-//! boots.
+//! `xtask vm-compare` end to end, as an unprivileged user on bookworm with N = 4, all three
+//! arms: the shared-OS column (four CRIU copies of one dump in one guest), the VM-each column
+//! (one guest saved with its tree up, resumed four times at once, then once more as a reset)
+//! and the VM-template column (the same, its copies clones mapping the template's RAM file
+//! copy-on-write), each checked, side by side in compare.json. And the cheap part: an N that
+//! cannot fit is refused before anything boots.
 //!
 //! Minutes, so `#[ignore]`d in a plain `cargo test` but for the bad-input test.
 
@@ -17,8 +18,8 @@ use std::path::Path;
 use std::process::Command;
 
 #[test]
-#[ignore = "boots six VMs: minutes; run with --include-ignored"]
-fn vm_compare_bookworm_four_copies_both_columns_checked() {
+#[ignore = "boots twelve VMs: minutes; run with --include-ignored"]
+fn vm_compare_bookworm_four_copies_every_arm_checked() {
     let Some(sb) = Sandbox::new_or_skip("vmcompare") else {
         return;
     };
@@ -50,59 +51,43 @@ fn vm_compare_bookworm_four_copies_both_columns_checked() {
         "{s:#}"
     );
 
-    // The VM-each column: four copies and a reset, each a QEMU the host measured, each a report
+    // Both VM arms: four copies and a reset each, each a QEMU the host measured, each a report
     // whose live probe held the copy to the fork-time state.
-    let copies = s["vm_each"]["copies"].as_array().unwrap();
-    assert_eq!(copies.len(), 4, "{s:#}");
-    let mut tokens = Vec::new();
     let mut nonces = Vec::new();
-    for c in copies.iter().chain([&s["vm_each"]["reset"]]) {
-        let pss = c["host_mem"]["pss_kib"].as_u64().unwrap_or(0);
-        // A guest of 1024 MiB with a tree up: its QEMU holds far more than the tree alone.
-        assert!(pss > 100 * 1024, "{c:#}");
-        // The same QEMU by what holds its memory: the guest's RAM, and under TCG a translation
-        // cache; the parts add up to about the whole (read a moment apart).
-        let part = |p: &str| c["host_split"][p]["pss_kib"].as_u64().unwrap_or(0);
-        let (ram, tcg, own) = (
-            part("guest_ram"),
-            part("translation_cache"),
-            part("qemu_own"),
-        );
-        assert!(ram > 50 * 1024 && tcg > 0 && own > 0, "{c:#}");
-        let sum = ram + tcg + own;
-        assert!(
-            sum.abs_diff(pss) < pss / 10,
-            "{sum} KiB in parts, {pss} whole: {c:#}"
-        );
-        assert!(c["resume_ms"].as_u64().unwrap_or(0) > 0, "{c:#}");
-        let r = read_report(&out_dir.join(c["report"].as_str().unwrap()));
-        let probe = r.gate(GateName::LiveStateProbe).unwrap();
-        assert_eq!(probe.status, Status::Pass, "{}", probe.reason);
-        for check in [
-            "fork_token_kept",
-            "fork_counter_continues",
-            "fork_same_windows",
-            "fork_same_framebuffer",
-        ] {
-            assert!(probe.check(check).is_some_and(|c| c.passed), "{check}");
-        }
-        tokens.push(probe.check("fork_token_kept").unwrap().value["seen"].clone());
-        // CRIU's gates did not run, and say why.
-        let dump = r.gate(GateName::Dump).unwrap();
-        assert_eq!(dump.status, Status::NotRun);
-        assert!(dump.reason.contains("VM fork"), "{}", dump.reason);
-        // Each copy came up with its own key and nonce, from the fork this run saved, and
-        // compare.json records that nonce for it.
-        let start = r.vm.as_ref().unwrap().start.clone().unwrap();
-        assert_eq!(start.how, "resumed");
-        assert_eq!(start.nonce.as_deref(), c["nonce"].as_str(), "{c:#}");
-        assert_eq!(start.nonce, start.nonce_echo);
-        nonces.push(start.nonce.clone());
-        assert_eq!(
-            start.snapshot.as_ref().unwrap().state_sha256,
-            s["vm_each"]["state_sha256"].as_str().unwrap()
-        );
-    }
+    let each = vm_column_checked(&s, "vm_each", &out_dir, &mut nonces);
+    let template = vm_column_checked(&s, "vm_template", &out_dir, &mut nonces);
+    // Every copy of an arm holds the one token the app had when its guest was saved; the two
+    // arms saved two guests.
+    assert_ne!(each, template);
+    // A clone maps the template's RAM copy-on-write: it holds privately only what it wrote,
+    // far less of the guest's RAM than a VM that read the whole save into memory of its own.
+    let ram_uss = |col: &str| {
+        s[col]["copies"].as_array().unwrap()[0]["host_split"]["guest_ram"]["uss_kib"]
+            .as_u64()
+            .unwrap()
+    };
+    assert!(
+        ram_uss("vm_template") < ram_uss("vm_each") / 2,
+        "{} KiB against {} KiB",
+        ram_uss("vm_template"),
+        ram_uss("vm_each")
+    );
+    let t = &s["vm_template"]["template"];
+    assert_eq!(t["bytes"].as_u64(), Some(1024 << 20), "{t:#}");
+    let resident = t["resident_bytes"].as_u64().unwrap();
+    assert!(resident > 0 && resident < 1024 << 20, "{t:#}");
+    assert_eq!(s["vm_template"]["reclaim"]["status"], "NOT_RUN");
+    // No template RAM file is left on the host's tmpfs.
+    let left: Vec<_> = std::fs::read_dir("/dev/shm")
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("sharedos-rig-template-")
+        })
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
     // KSM is the host's, and this user may not turn it on: NOT_RUN, saying why. The guests gave
     // memory back, each read again.
     assert_eq!(s["vm_each"]["ksm"]["status"], "NOT_RUN", "{s:#}");
@@ -121,16 +106,15 @@ fn vm_compare_bookworm_four_copies_both_columns_checked() {
             .len(),
         4
     );
-    // Every copy holds the one token the app had when the guest was saved, each a resume of
-    // its own.
-    tokens.dedup();
-    assert_eq!(tokens.len(), 1, "{tokens:?}");
+    // Each copy a resume of its own, across both arms.
     nonces.sort();
     nonces.dedup();
-    assert_eq!(nonces.len(), 5, "{nonces:?}");
+    assert_eq!(nonces.len(), 10, "{nonces:?}");
     // The table says which design is which, and the accelerator.
     assert!(
-        said.contains("shared-OS (CRIU)") && said.contains("VM each"),
+        said.contains("shared-OS (CRIU)")
+            && said.contains("VM each")
+            && said.contains("VM template"),
         "{said}"
     );
     assert!(said.contains("the ratios are the result"), "{said}");
@@ -177,6 +161,72 @@ fn vm_compare_bookworm_four_copies_both_columns_checked() {
         "{d}"
     );
     common::chromium::check_compare_page(rig, &out_dir, &sb.dir.join("chromium"));
+}
+
+/// One VM arm's column (`vm_each` or `vm_template`): four copies and a reset, each a QEMU the
+/// host measured, each a report whose live probe held the copy to the fork-time state, and
+/// each resumed from that arm's save with a nonce of its own (pushed to `nonces`). Returns the
+/// one fork-time token every copy of the arm holds.
+fn vm_column_checked(
+    s: &serde_json::Value,
+    col: &str,
+    out_dir: &Path,
+    nonces: &mut Vec<Option<String>>,
+) -> serde_json::Value {
+    let copies = s[col]["copies"].as_array().unwrap();
+    assert_eq!(copies.len(), 4, "{s:#}");
+    let mut tokens = Vec::new();
+    for c in copies.iter().chain([&s[col]["reset"]]) {
+        let pss = c["host_mem"]["pss_kib"].as_u64().unwrap_or(0);
+        // A guest of 1024 MiB with a tree up: its QEMU holds far more than the tree alone,
+        // even a clone that shares the template's pages.
+        assert!(pss > 60 * 1024, "{c:#}");
+        // The same QEMU by what holds its memory: the guest's RAM, and under TCG a translation
+        // cache; the parts add up to about the whole (read a moment apart).
+        let part = |p: &str| c["host_split"][p]["pss_kib"].as_u64().unwrap_or(0);
+        let (ram, tcg, own) = (
+            part("guest_ram"),
+            part("translation_cache"),
+            part("qemu_own"),
+        );
+        assert!(ram > 20 * 1024 && tcg > 0 && own > 0, "{c:#}");
+        let sum = ram + tcg + own;
+        assert!(
+            sum.abs_diff(pss) < pss / 10,
+            "{sum} KiB in parts, {pss} whole: {c:#}"
+        );
+        assert!(c["resume_ms"].as_u64().unwrap_or(0) > 0, "{c:#}");
+        let r = read_report(&out_dir.join(c["report"].as_str().unwrap()));
+        let probe = r.gate(GateName::LiveStateProbe).unwrap();
+        assert_eq!(probe.status, Status::Pass, "{}", probe.reason);
+        for check in [
+            "fork_token_kept",
+            "fork_counter_continues",
+            "fork_same_windows",
+            "fork_same_framebuffer",
+        ] {
+            assert!(probe.check(check).is_some_and(|c| c.passed), "{check}");
+        }
+        tokens.push(probe.check("fork_token_kept").unwrap().value["seen"].clone());
+        // CRIU's gates did not run, and say why.
+        let dump = r.gate(GateName::Dump).unwrap();
+        assert_eq!(dump.status, Status::NotRun);
+        assert!(dump.reason.contains("VM fork"), "{}", dump.reason);
+        // Each copy came up with its own key and nonce, from the fork this run saved, and
+        // compare.json records that nonce for it.
+        let start = r.vm.as_ref().unwrap().start.clone().unwrap();
+        assert_eq!(start.how, "resumed");
+        assert_eq!(start.nonce.as_deref(), c["nonce"].as_str(), "{c:#}");
+        assert_eq!(start.nonce, start.nonce_echo);
+        nonces.push(start.nonce.clone());
+        assert_eq!(
+            start.snapshot.as_ref().unwrap().state_sha256,
+            s[col]["state_sha256"].as_str().unwrap()
+        );
+    }
+    tokens.dedup();
+    assert_eq!(tokens.len(), 1, "{col}: {tokens:?}");
+    tokens.remove(0)
 }
 
 /// `xtask vm-compare` on the sandbox's cache and gate binary, under TCG, into `out_dir`, with

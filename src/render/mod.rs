@@ -144,6 +144,14 @@ pub fn provenance(r: &Report) -> Vec<(&'static str, String)> {
                 ("accelerator", format!("{} ({})", vm.accel, vm.accel_reason)),
                 ("qemu version", vm.qemu_version.clone()),
                 ("qemu machine", vm.machine_type.clone()),
+                (
+                    "tcg translation cache bound",
+                    match (vm.tcg_tb_size_mib, vm.accel.as_str()) {
+                        (Some(m), _) => format!("{m} MiB"),
+                        (None, "kvm") => "none: KVM runs the guest's code as it is".into(),
+                        (None, _) => "none given (QEMU's default)".into(),
+                    },
+                ),
                 ("cpu model", vm.cpu_model.clone()),
                 (
                     "vm memory / cpus",

@@ -113,7 +113,10 @@ impl Observed {
                 self.vm.accel_reason = reason.clone();
                 self.vm.cpu_model = accel.cpu_model().into();
             }
-            Event::Vm(vm::Event::Booting { argv, .. }) => self.vm.qemu_argv = argv.clone(),
+            Event::Vm(vm::Event::Booting { argv, .. }) => {
+                self.vm.qemu_argv = argv.clone();
+                self.vm.tcg_tb_size_mib = vm::qemu::tb_size_of(argv);
+            }
             Event::Vm(vm::Event::GuestStart(start)) => self.vm.start = Some((**start).clone()),
             Event::Vm(vm::Event::LoggedIn { after }) => self.push_phase("boot_to_ssh", *after),
             Event::Vm(vm::Event::Stage { name, took }) => self.push_phase(name, *took),

@@ -220,6 +220,9 @@ pub struct Instance {
     /// A resume's socket for the saved state.
     pub incoming: Option<PathBuf>,
     pub stopped: bool,
+    /// TCG's translation cache bound: not part of a snapshot's key, since no saved state holds
+    /// the cache.
+    pub tb_size_mib: Option<u64>,
 }
 
 impl Instance {
@@ -233,6 +236,7 @@ impl Instance {
             sandbox: super::sandbox_available(),
             incoming: None,
             stopped: false,
+            tb_size_mib: Some(qemu::TB_SIZE_MIB),
         }
     }
 }
@@ -256,6 +260,7 @@ pub fn qemu_cmd(spec: &SessionSpec, media: &GuestMedia, inst: &Instance, accel: 
         incoming: inst.incoming.clone(),
         stopped: inst.stopped,
         ram: spec.ram.clone(),
+        tb_size_mib: inst.tb_size_mib,
     })
 }
 

@@ -285,6 +285,10 @@ pub struct VmProvenance {
     /// How the guest came up: booted cold, or resumed from a snapshot (and which), and why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start: Option<GuestStart>,
+    /// The bound on TCG's translation cache (MiB) the QEMU line gave, read from it; None under
+    /// KVM or with QEMU's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tcg_tb_size_mib: Option<u64>,
 }
 
 /// How a session's guest came up. Every resume of one snapshot is the same machine up to the

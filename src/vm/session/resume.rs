@@ -42,6 +42,7 @@ pub(super) fn key_argv(spec: &SessionSpec, accel: Accel, sandbox: bool) -> Vec<S
         sandbox,
         incoming: Some(ph("<incoming>")),
         stopped: false,
+        tb_size_mib: None,
     };
     qemu_cmd(&spec, &media, &inst, accel).argv
 }
