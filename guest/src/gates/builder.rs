@@ -44,6 +44,11 @@ impl GateBuilder {
         ok
     }
 
+    /// Whether every check so far passed and no problem was met.
+    pub fn checks_passed(&self) -> bool {
+        self.problems.is_empty() && self.gate.checks.iter().all(|c| c.passed)
+    }
+
     /// Records a check whose failure another problem of this gate already explains.
     pub fn record(&mut self, c: Check) {
         self.gate.checks.push(c);

@@ -15,6 +15,8 @@
 //! answer also ends it, and fails the gate: the floor exists so that the search stops before
 //! anything breaks.
 
+mod reset;
+
 use super::copies::{kill_step, restore_steps};
 use super::step::Step;
 use super::{Config, Ctx, GateBuilder};
@@ -196,6 +198,14 @@ pub fn plan(cfg: &Config) -> Vec<Step> {
         "density-1",
         &format!("restore copy density-1, then density-2 and on, all kept up (--copies {copies}); each copy's processes' /proc/PID/smaps_rollup and /proc/meminfo are read in-process"),
     ));
+    if let Some(Copies::Count(_)) = cfg.options.copies {
+        v.extend(restore_steps(
+            cfg,
+            &cfg.planned_criu(),
+            "density-1",
+            "reset: each copy in turn killed and restored again from the dump under its label, the others up, and asked for the dump-time state (with --copies N)",
+        ));
+    }
     v.push(kill_step(
         "each density copy",
         "SIGKILL to each density copy's PID 1 once all were measured (kill(2)); then wait until its pid namespace is empty",
@@ -233,9 +243,25 @@ pub fn run(ctx: &mut Ctx) -> Gate {
     for c in copy_checks(req, &search, &fresh, &measured) {
         g.check(c);
     }
+    // Reset only a whole set that held: a copy already failing says nothing about a reset.
+    let reset = match req {
+        Copies::Count(_) if g.checks_passed() => {
+            Some(reset::reset_copies(ctx, &mut g, &search.up, &snap))
+        }
+        _ => None,
+    };
+    let up = reset.as_ref().map_or(&search.up, |r| &r.up).clone();
+    let reset_ms = match reset {
+        Some(r) => {
+            g.check(r.check);
+            r.reset_ms
+        }
+        None => Vec::new(),
+    };
     // Every copy ends here; cleanup looks again.
-    g.check(end_copies(ctx, &search.up));
-    let data = density_data(&plan, search, measured, ended_before);
+    g.check(end_copies(ctx, &up));
+    let mut data = density_data(&plan, search, measured, ended_before);
+    data.reset_ms = reset_ms;
     let reason = pass_reason(&data);
     match serde_json::to_value(&data) {
         Ok(v) => g.data("density", v),
@@ -558,14 +584,23 @@ pub fn density_data(
         mem_used_before_kib: plan.mem_total_kib.saturating_sub(plan.avail_before_kib),
         mem_used_with_copies_kib: measured.used_with.unwrap_or(0),
         ended_before,
+        reset_ms: Vec::new(),
     }
 }
 
 fn pass_reason(d: &DensityData) -> String {
     format!(
-        "{} copies up at once from one dump (stopped: {}), each answering with the dump-time token, counter and windows; all killed",
+        "{} copies up at once from one dump (stopped: {}), each answering with the dump-time token, counter and windows{}; all killed",
         d.copies,
-        serde_json::to_value(d.stopped_by).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
+        serde_json::to_value(d.stopped_by).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default(),
+        if d.reset_ms.is_empty() {
+            String::new()
+        } else {
+            format!(
+                ", and again after each was reset (ended and restored from the dump, {} ms median)",
+                median(&d.reset_ms).unwrap_or_default()
+            )
+        }
     )
 }
 

@@ -157,6 +157,10 @@ pub struct DensityData {
     pub mem_used_with_copies_kib: u64,
     /// Copies of the earlier gates ended first, so that they do not count against this one.
     pub ended_before: Vec<String>,
+    /// With `--copies N`, each copy's reset once all were measured: its tree ended and restored
+    /// again from the dump, the others up (ms, in order). Empty when no reset ran, or any failed.
+    #[serde(default)]
+    pub reset_ms: Vec<u64>,
 }
 
 #[cfg(test)]
@@ -207,6 +211,7 @@ mod tests {
             mem_used_before_kib: 100,
             mem_used_with_copies_kib: 200,
             ended_before: vec!["a".into()],
+            reset_ms: vec![2800, 2900],
         };
         let v = serde_json::to_value(&d).unwrap();
         assert_eq!(v["stopped_by"], "memory_floor");
