@@ -71,8 +71,9 @@ const FAST_SLEEP_MS: &str = "0";
 pub fn how() -> String {
     format!(
         "the host's KSM turned on at full pace (pages_to_scan {FAST_PAGES}, sleep_millisecs \
-         {FAST_SLEEP_MS}), read once ksmd had been over all mergeable memory twice; the host's \
-         settings put back after"
+         {FAST_SLEEP_MS}), read once ksmd had been over all mergeable memory twice, then again \
+         after each further full scan until two readings in a row agreed within 10% (within a \
+         bound); the host's settings put back after"
     )
 }
 
@@ -144,8 +145,18 @@ impl Merging {
 
     /// Waits up to `bound` for ksmd to have been over all mergeable memory twice since `from`.
     pub fn wait_merged(&self, from: &Counters, bound: Duration) -> Result<Counters> {
-        let want = from.full_scans.saturating_add(2);
-        wait::until("ksmd's second full scan", bound, || {
+        self.wait_merged_from(from, 2, bound)
+    }
+
+    /// Waits up to `bound` for `scans` more full scans of ksmd since `from`.
+    pub fn wait_merged_from(
+        &self,
+        from: &Counters,
+        scans: u64,
+        bound: Duration,
+    ) -> Result<Counters> {
+        let want = from.full_scans.saturating_add(scans);
+        wait::until("ksmd's next full scans", bound, || {
             counters(&self.dir).ok().filter(|c| c.full_scans >= want)
         })
         .map_err(|e| anyhow::anyhow!("{e}: KSM's merging was not measured"))

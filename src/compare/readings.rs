@@ -61,8 +61,26 @@ pub(super) fn ksm_reading(want: ksm::Want, pids: &[u32], copies: u32) -> Reading
                 merging.host_run()
             ));
         }
-        let after = merging.wait_merged(&before, bound)?;
-        let mems = host_mems(pids)?;
+        let mut after = merging.wait_merged(&before, bound)?;
+        // KSM merges over several scans: read again after each further full scan until two
+        // readings in a row agree, within what is left of the bound.
+        let mut mems = host_mems(pids)?;
+        let steady = loop {
+            let left = bound.saturating_sub(t.elapsed());
+            if left.is_zero() {
+                break false;
+            }
+            match merging.wait_merged_from(&after, 1, left) {
+                Ok(c) => after = c,
+                Err(_) => break false,
+            }
+            let next = host_mems(pids)?;
+            let agree = steady(total_pss(&mems), total_pss(&next));
+            mems = next;
+            if agree {
+                break true;
+            }
+        };
         merging.restore()?;
         notes.push(format!(
             "ksmd: {} pages shared, {} more pages sharing them, after {} full scans",
@@ -70,6 +88,17 @@ pub(super) fn ksm_reading(want: ksm::Want, pids: &[u32], copies: u32) -> Reading
             after.pages_sharing,
             after.full_scans.saturating_sub(before.full_scans)
         ));
+        notes.push(if steady {
+            format!(
+                "steady after {:.1} s: two readings one full scan apart agreed within {STEADY_PCT}%",
+                t.elapsed().as_secs_f64()
+            )
+        } else {
+            format!(
+                "not steady within its bound of {} s: the last reading is shown",
+                bound.as_secs()
+            )
+        });
         Ok((mems, notes))
     })();
     match result {
@@ -83,6 +112,20 @@ pub(super) fn ksm_reading(want: ksm::Want, pids: &[u32], copies: u32) -> Reading
         },
         Err(e) => Reading::failed(how, crate::escape::error_chain(&e)),
     }
+}
+
+/// Two readings agree when they differ by at most this share of the larger (%).
+pub(super) const STEADY_PCT: u64 = 10;
+
+/// Whether two readings of a settling figure agree within [`STEADY_PCT`].
+pub(super) fn steady(a: u64, b: u64) -> bool {
+    let diff = u128::from(a.abs_diff(b));
+    diff * 100 <= u128::from(STEADY_PCT) * u128::from(a.max(b))
+}
+
+/// The copies' PSS added up (KiB).
+fn total_pss(mems: &[Mem]) -> u64 {
+    mems.iter().fold(0u64, |t, m| t.saturating_add(m.pss_kib))
 }
 
 /// How long each QEMU's resident memory must hold still before the guest is taken to have
@@ -164,6 +207,17 @@ pub(super) fn reclaim_reading(up: &[Up], b: run::Bounds) -> Reading {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn readings_agree_within_ten_percent_of_the_larger() {
+        assert!(steady(1000, 1000));
+        assert!(steady(1000, 910));
+        assert!(steady(910, 1000));
+        assert!(!steady(1000, 890));
+        assert!(steady(0, 0));
+        assert!(!steady(0, 1));
+        assert!(steady(u64::MAX, u64::MAX - 1));
+    }
 
     #[test]
     fn the_reclaim_reading_says_its_wait_in_one_plain_sentence() {
