@@ -35,15 +35,26 @@ pub(super) fn heads(s: &Summary) -> Vec<String> {
     h
 }
 
-/// The arms the comparison did not run, said once beside the table, which has no column of
-/// theirs. None: every arm ran.
+/// The arms the comparison has no column of, said once beside the table: those it did not run,
+/// and an arm run whose column compare.json does not hold (a problem of the verdict's as well).
+/// None: a column for every arm.
 pub(super) fn not_run(s: &Summary) -> Option<String> {
-    let missing: Vec<&str> = Arm::ALL
-        .iter()
-        .filter(|&&a| !s.ran(a) || (a == Arm::VmTemplate && s.vm_template.is_none()))
-        .map(|&a| head(a))
-        .collect();
-    (!missing.is_empty()).then(|| format!("not run (--arms): {}", missing.join(", ")))
+    let heads = |f: &dyn Fn(Arm) -> bool| -> Vec<&str> {
+        Arm::ALL.into_iter().filter(|&a| f(a)).map(head).collect()
+    };
+    let not_run = heads(&|a| !s.ran(a));
+    let missing = heads(&|a| a == Arm::VmTemplate && s.ran(a) && s.vm_template.is_none());
+    let mut said = Vec::new();
+    if !not_run.is_empty() {
+        said.push(format!("not run (--arms): {}", not_run.join(", ")));
+    }
+    if !missing.is_empty() {
+        said.push(format!(
+            "run, with no column recorded: {}",
+            missing.join(", ")
+        ));
+    }
+    (!said.is_empty()).then(|| said.join("; "))
 }
 
 /// What the table's cells cannot hold: how each VM column's resources were chosen, what was

@@ -147,10 +147,15 @@ fn an_arm_not_run_has_no_column_and_is_said_in_every_form() {
         .iter()
         .chain(&chart::latency_series(&s))
         .any(|x| x.label.contains("template")));
-    // Asked for, with no column of it: as not run.
+    // Run, with no column of it: said, and not as not run.
     let mut s = three_arms();
     s.vm_template = None;
-    assert!(text(&s).contains("not run (--arms): VM template"));
+    let t = text(&s);
+    assert!(
+        t.contains("  run, with no column recorded: VM template\n"),
+        "{t}"
+    );
+    assert!(!t.contains("not run"), "{t}");
 
     // No CRIU arm: no CRIU column, and so no ratio against it.
     let mut s = three_arms();
