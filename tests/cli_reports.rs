@@ -1212,16 +1212,25 @@ fn matrix_pairs_shows_each_migration_with_its_cause() {
 /// vm-run reports and no copies of a VM fork: compare.json says PASS over them.
 fn write_comparison(dir: &Path) {
     use sharedos_report::model::density::Mem;
-    use sharedos_rig::judge::compare::{self, SharedOs, Summary, VmCopy, VmEach};
+    use sharedos_rig::judge::compare::{self, SharedOs, Summary, TemplateRam, VmCopy, VmEach};
     let mem = |pss| Mem {
         rss_kib: pss,
         pss_kib: pss,
         uss_kib: pss,
     };
-    for d in ["shared-os", "copy-1", "copy-2", "reset"] {
+    for d in [
+        "shared-os",
+        "copy-1",
+        "copy-2",
+        "reset",
+        "template-1",
+        "template-2",
+        "template-reset",
+    ] {
         write_report(&dir.join(d), "2026-12-02T09:00:00Z", |_| {});
     }
     std::fs::create_dir_all(dir.join("vm-each-fork")).unwrap();
+    std::fs::create_dir_all(dir.join("vm-template-fork")).unwrap();
     let copy = |label: &str| VmCopy {
         label: label.into(),
         report: label.into(),
@@ -1237,8 +1246,22 @@ fn write_comparison(dir: &Path) {
         accel: "tcg".into(),
         copies: 2,
         workload: None,
-        arms: vec![compare::Arm::Criu, compare::Arm::Vm],
-        vm_template: None,
+        arms: compare::Arm::ALL.to_vec(),
+        vm_template: Some(VmEach {
+            fork: "vm-template-fork".into(),
+            copies: vec![copy("template-1"), copy("template-2")],
+            reset: Some(copy("template-reset")),
+            memory_mib: 1024,
+            cpus: 2,
+            template: Some(TemplateRam {
+                bytes: 1 << 30,
+                resident_bytes: 300 << 20,
+                how: "a tmpfs file each clone maps private".into(),
+                features: vec!["x-ignore-shared".into()],
+                off: vec!["free page reporting".into()],
+            }),
+            ..VmEach::default()
+        }),
         shared_os: SharedOs {
             report: "shared-os".into(),
             restore_ms: vec![1900, 1800],
@@ -1284,6 +1307,12 @@ fn show_and_diff_judge_a_comparison_again_from_its_reports() {
         "{t}"
     );
     assert!(t.contains("problem: VM-each copy-1: "), "{t}");
+    // The templated arm's column, judged again as the VM-each one is.
+    assert!(
+        t.contains("VM template") && t.contains("template RAM file (shared)"),
+        "{t}"
+    );
+    assert!(t.contains("problem: VM-template template-1: "), "{t}");
     assert!(
         t.lines()
             .last()
@@ -1304,7 +1333,8 @@ fn show_and_diff_judge_a_comparison_again_from_its_reports() {
     let o = rig(&["diff", cs, cs]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     assert!(
-        stdout(&o).contains("VM-each fork: median"),
+        stdout(&o).contains("VM-each fork: median")
+            && stdout(&o).contains("VM-template fork: median"),
         "{}",
         stdout(&o)
     );
@@ -1324,6 +1354,20 @@ fn show_and_diff_judge_a_comparison_again_from_its_reports() {
             stderr(&o)
         );
     }
+    // A clone of the template named as a VM-each copy's report: one report, two columns,
+    // refused, exit 2.
+    let said = std::fs::read_to_string(c.join("compare.json")).unwrap();
+    let text = said.replace("\"report\": \"template-1\"", "\"report\": \"copy-1\"");
+    assert_ne!(text, said);
+    std::fs::write(c.join("compare.json"), text).unwrap();
+    let o = rig(&["show", cs]);
+    assert_eq!(code(&o), 2);
+    assert!(
+        stderr(&o).contains("as VM-template template-1's report and as another's"),
+        "{}",
+        stderr(&o)
+    );
+    std::fs::write(c.join("compare.json"), said).unwrap();
     // A report named outside the directory: refused, exit 2.
     let text = std::fs::read_to_string(c.join("compare.json"))
         .unwrap()

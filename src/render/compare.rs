@@ -1,12 +1,14 @@
-//! A comparison (`compare.json`) as people read it: the two columns side by side, per copy and
-//! per desktop, with the ratio between them and the accelerator that ran. [`text`] is what
-//! vm-compare prints as it ends; `show` renders a comparison judged again from its reports
-//! ([`show_text`], [`md`], [`html`] with two charts) and `diff` holds two of them figure by
-//! figure ([`diff`]). Presentation only: the verdict, problems and warnings are the judge's.
+//! A comparison (`compare.json`) as people read it: a column per arm it ran (CRIU, VM each, VM
+//! template) side by side, per copy and per desktop, with each VM column's ratio against the
+//! CRIU one and the accelerator that ran; an arm not run has no column and is said to be not
+//! run. [`text`] is what vm-compare prints as it ends; `show` renders a comparison judged again
+//! from its reports ([`show_text`], [`md`], [`html`] with two charts) and `diff` holds two of
+//! them figure by figure ([`diff`]). Presentation only: the verdict, problems and warnings are
+//! the judge's.
 //!
 //! Every string that came from compare.json or a report (the image, the accelerator, labels,
-//! problems, warnings, the column's descriptions) is escaped for its format; the charts carry
-//! only fixed labels and numbers.
+//! problems, warnings, the columns' descriptions, the template's features and what it keeps off)
+//! is escaped for its format; the charts carry only fixed labels and numbers.
 
 use crate::judge::compare::Summary;
 

@@ -1,13 +1,17 @@
-//! `compare.json`: one `vm-compare` run's two columns side by side, the shared-OS design (N CRIU
-//! copies of one tree in one guest, the density gate's figures) and the VM-each design (N
-//! copies of a whole guest saved with the tree up, each a QEMU of its own), and the one
-//! verdict on it. Every figure sits beside the report it came from; a column whose copies do
-//! not hold their state carries no figures, only its problems.
+//! `compare.json`: one `vm-compare` run's columns side by side, one per arm it ran: the
+//! shared-OS design (N CRIU copies of one tree in one guest, the density gate's figures), the
+//! VM-each design (N copies of a whole guest saved with the tree up, each a QEMU of its own) and
+//! the templated VM design (the same, each clone mapping one template's RAM file copy-on-write),
+//! and the one verdict on it ([`judge`]). Every figure sits beside the report it came from; a
+//! column whose copies do not hold their state carries no figures, only its problems.
 //!
 //! [`read`] reads a comparison directory back (`show`, `diff`) and judges it again from its
 //! reports.
 
+mod checks;
 pub mod read;
+
+pub use checks::judge;
 
 use super::reader::ReportDir;
 use super::verdict::{self, How, Outcome, Refused};
@@ -54,6 +58,15 @@ impl Arm {
             Arm::VmTemplate => "vm-template",
         }
     }
+
+    /// The arm's column as problems and warnings name it.
+    pub fn column(self) -> &'static str {
+        match self {
+            Arm::Criu => "shared-OS",
+            Arm::Vm => "VM-each",
+            Arm::VmTemplate => "VM-template",
+        }
+    }
 }
 
 /// The arms of a comparison written before they were named (format 3).
@@ -85,6 +98,27 @@ pub struct Summary {
     pub verdict: Verdict,
     /// Why the verdict is not PASS, column by column.
     pub problems: Vec<String>,
+}
+
+impl Summary {
+    /// Whether the comparison ran `arm`: a column of an arm it did not run is neither judged
+    /// nor shown.
+    pub fn ran(&self, arm: Arm) -> bool {
+        self.arms.contains(&arm)
+    }
+
+    /// The VM columns of the arms it ran that it has, in `Arm`'s order: the VM-each arm's,
+    /// then the templated one's.
+    pub fn vm_columns(&self) -> Vec<(Arm, &VmEach)> {
+        let mut v = Vec::new();
+        if self.ran(Arm::Vm) {
+            v.push((Arm::Vm, &self.vm_each));
+        }
+        if let (true, Some(t)) = (self.ran(Arm::VmTemplate), &self.vm_template) {
+            v.push((Arm::VmTemplate, t));
+        }
+        v
+    }
 }
 
 /// The shared-OS column: a vm-run with `--copies N`, its density gate's figures.
@@ -410,35 +444,6 @@ pub fn resume_problem(o: &Outcome, recorded: &str) -> Option<String> {
     })
 }
 
-/// What compare.json's own record of the resumes says against itself: every copy and the reset
-/// recorded with a nonce, and no two with one.
-fn resume_record_problems(vm: &VmEach) -> Vec<String> {
-    let mut p = Vec::new();
-    let all: Vec<&VmCopy> = vm.copies.iter().chain(&vm.reset).collect();
-    for (i, c) in all.iter().enumerate() {
-        if c.nonce.is_empty() {
-            // A copy that did not come up has no resume to record; its own problems say why.
-            if !c.problems.is_empty() {
-                continue;
-            }
-            p.push(format!(
-                "VM-each {}: {COMPARE_FILE} records no nonce for its resume: nothing binds its \
-                 report to a resume the host made",
-                c.label
-            ));
-            continue;
-        }
-        if let Some(first) = all[..i].iter().find(|o| o.nonce == c.nonce) {
-            p.push(format!(
-                "VM-each {} and {}: {COMPARE_FILE} records one resume twice (nonce {}): one \
-                 resumed guest cannot be two copies",
-                first.label, c.label, c.nonce
-            ));
-        }
-    }
-    p
-}
-
 /// Whether a copy's judged report says it was resumed from the fork whose state hashes to
 /// `state_sha256`: a copy resumed from another save (another comparison's, say) is not a copy
 /// of this column, whatever its own checks say.
@@ -454,177 +459,5 @@ pub fn fork_origin_problem(o: &Outcome, state_sha256: &str) -> Option<String> {
             "its report says it resumed from the save {h}, not the column's fork {state_sha256}"
         )),
         None => Some("its report does not say it was resumed from a VM fork".into()),
-    }
-}
-
-/// The one verdict on a comparison: PASS when both columns hold, every copy of each checked;
-/// the problems say what did not.
-pub fn judge(s: &mut Summary) {
-    let mut p = Vec::new();
-    for q in &s.shared_os.problems {
-        p.push(format!("shared-OS: {q}"));
-    }
-    for q in &s.vm_each.problems {
-        p.push(format!("VM-each: {q}"));
-    }
-    if s.vm_each.copies.len() != s.copies as usize {
-        p.push(format!(
-            "VM-each: {} copies came up, not {}",
-            s.vm_each.copies.len(),
-            s.copies
-        ));
-    }
-    for c in s.vm_each.copies.iter().chain(&s.vm_each.reset) {
-        for q in &c.problems {
-            p.push(format!("VM-each {}: {q}", c.label));
-        }
-        if c.host_mem.is_none() {
-            p.push(format!("VM-each {}: no host memory figure", c.label));
-        }
-    }
-    if s.vm_each.reset.is_none() {
-        p.push("VM-each: no reset was measured".into());
-    }
-    p.extend(resume_record_problems(&s.vm_each));
-    if let Some(lie) = &s.vm_each.lie {
-        p.push(format!("VM-each: a lie run, not a measurement: {lie}"));
-    }
-    for (name, r) in [
-        ("KSM", &s.vm_each.ksm),
-        ("memory given back", &s.vm_each.reclaim),
-    ] {
-        match r.status {
-            Status::NotRun => {}
-            Status::Pass if r.per_copy.len() == s.vm_each.copies.len() => {}
-            Status::Pass => p.push(format!(
-                "VM-each: the {name} reading has {} copies, not {}",
-                r.per_copy.len(),
-                s.vm_each.copies.len()
-            )),
-            _ => p.push(format!(
-                "VM-each: the {name} reading is {}: {}",
-                r.status, r.reason
-            )),
-        }
-    }
-    s.verdict = if p.is_empty() {
-        Verdict::Pass
-    } else {
-        Verdict::Fail
-    };
-    s.problems = p;
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn copy(label: &str) -> VmCopy {
-        VmCopy {
-            label: label.into(),
-            report: label.into(),
-            nonce: format!("{label:0>32}"),
-            resume_ms: 3000,
-            host_mem: Some(Mem {
-                rss_kib: 400_000,
-                pss_kib: 390_000,
-                uss_kib: 380_000,
-            }),
-            host_split: None,
-            problems: vec![],
-        }
-    }
-
-    fn summary() -> Summary {
-        Summary {
-            format: FORMAT,
-            image: "bookworm".into(),
-            accel: "tcg".into(),
-            copies: 2,
-            workload: None,
-            arms: vec![Arm::Criu, Arm::Vm],
-            vm_template: None,
-            shared_os: SharedOs::default(),
-            vm_each: VmEach {
-                copies: vec![copy("copy-1"), copy("copy-2")],
-                reset: Some(copy("reset")),
-                ..VmEach::default()
-            },
-            verdict: Verdict::Fail,
-            problems: vec![],
-        }
-    }
-
-    #[test]
-    fn both_columns_checked_pass() {
-        let mut s = summary();
-        judge(&mut s);
-        assert_eq!(s.verdict, Verdict::Pass, "{:?}", s.problems);
-        // A reading not taken is said, and is no failure; one taken of every copy passes.
-        s.vm_each.ksm = Reading::not_run("not root");
-        s.vm_each.reclaim = Reading {
-            status: Status::Pass,
-            per_copy: vec![Mem::default(); 2],
-            ..Reading::default()
-        };
-        judge(&mut s);
-        assert_eq!(s.verdict, Verdict::Pass, "{:?}", s.problems);
-    }
-
-    #[test]
-    fn a_copy_that_did_not_hold_its_state_fails_the_comparison() {
-        let mut s = summary();
-        s.vm_each.copies[1]
-            .problems
-            .push("live_state_probe failed its check fork_token_kept".into());
-        judge(&mut s);
-        assert_eq!(s.verdict, Verdict::Fail);
-        assert!(s.problems[0].contains("copy-2") && s.problems[0].contains("fork_token_kept"));
-    }
-
-    #[test]
-    fn missing_copies_memory_or_reset_fail_the_comparison() {
-        for (what, f) in [
-            (
-                "came up",
-                (|s: &mut Summary| {
-                    s.vm_each.copies.pop();
-                }) as fn(&mut Summary),
-            ),
-            ("memory", |s| s.vm_each.copies[0].host_mem = None),
-            ("reset", |s| s.vm_each.reset = None),
-            (
-                "VM-each copy-1 and reset: compare.json records one resume twice (nonce \
-                 00000000000000000000000000copy-1)",
-                |s| s.vm_each.reset.as_mut().unwrap().nonce = s.vm_each.copies[0].nonce.clone(),
-            ),
-            (
-                "copy-2: compare.json records no nonce for its resume",
-                |s| s.vm_each.copies[1].nonce.clear(),
-            ),
-            ("KSM reading is FAIL", |s| {
-                s.vm_each.ksm = Reading::failed("ksmd", "ksmd's second full scan: timed out")
-            }),
-            ("memory given back reading has 1 copies", |s| {
-                s.vm_each.reclaim = Reading {
-                    status: Status::Pass,
-                    per_copy: vec![Mem::default()],
-                    ..Reading::default()
-                }
-            }),
-            ("shared-OS", |s| {
-                s.shared_os.problems.push("density is FAIL".into())
-            }),
-        ] {
-            let mut s = summary();
-            f(&mut s);
-            judge(&mut s);
-            assert_eq!(s.verdict, Verdict::Fail, "{what}");
-            assert!(
-                s.problems.iter().any(|p| p.contains(what)),
-                "{what}: {:?}",
-                s.problems
-            );
-        }
     }
 }

@@ -1,17 +1,21 @@
 //! A comparison directory read back (`sharedos-rig show COMPARE_DIR`, `diff`): compare.json is
 //! as untrusted as any report, so nothing it says about a column is taken on its word. It is
 //! read through the one reader (bounded, no link followed); every report it names must be one
-//! plain name inside the directory; the shared-OS column is derived again from its report's
-//! density gate, each VM copy and the reset judged again from their own reports by the one
-//! verdict, and the comparison's verdict recomputed by [`super::judge`]. Every place where
-//! compare.json says otherwise is returned as a warning.
+//! plain name inside the directory, and no directory is named twice, in one column or two; the
+//! shared-OS column is derived again from its report's density gate, each VM column (VM-each,
+//! VM-template) read the same way, each copy and the reset judged again from their own reports
+//! by the one verdict, no resume counted twice across them, and the comparison's verdict
+//! recomputed by [`super::judge`]. Only the arms compare.json says it ran are read; a column of
+//! another is neither judged nor shown. Every place where compare.json says otherwise is
+//! returned as a warning.
 //!
 //! What no report holds is the host's own measurements during the run (each copy's resume time
-//! and its QEMU's memory, the idle guest's, the fork's size and save time): those are kept as
-//! compare.json recorded them, and said to be ([`HOST_RECORDED`]).
+//! and its QEMU's memory, the idle guest's, the fork's size and save time, the template RAM
+//! file's size and what of it was resident): those are kept as compare.json recorded them, and
+//! said to be ([`HOST_RECORDED`]).
 
 use super::{
-    judge, resume_nonce, shared_os_column, vm_copy_judged, SharedOs, Summary, VmCopy, VmEach,
+    judge, resume_nonce, shared_os_column, vm_copy_judged, Arm, SharedOs, Summary, VmCopy, VmEach,
     COMPARE_FILE, FORMAT,
 };
 use crate::judge::ledger::Ledger;
@@ -30,9 +34,10 @@ pub const MAX_COMPARE_BYTES: u64 = 1 << 20;
 /// compare.json recorded it, judged by nothing.
 pub const HOST_RECORDED: &str = "the host's own figure, or one computed from it: the VM copies' \
      resume times, their QEMUs' memory and its further readings, the idle guest's memory, the \
-     fork's size and save time, and the VMs' memory and CPUs were measured or chosen by the host \
-     during the run and are in compare.json only: shown as recorded, not judged again (the VMs' \
-     memory and CPUs are checked against each copy's report)";
+     fork's size and save time, the template RAM file's size and what of it was resident (and \
+     the host's memory per desktop counted with it), and the VMs' memory and CPUs were measured \
+     or chosen by the host during the run and are in compare.json only: shown as recorded, not \
+     judged again (the VMs' memory and CPUs are checked against each copy's report)";
 
 const FIX: &str = "fix: give the directory `cargo xtask vm-compare` wrote, as it wrote it";
 
@@ -77,8 +82,14 @@ pub fn read_dir(files: &ReportDir, ledger: Option<&Ledger>) -> Result<Judged> {
     let how = How::full(ledger);
     let mut warnings = Vec::new();
 
-    let (shared_os, so_outcome) = shared_os(files, &said, &how);
-    warnings.extend(figure_warnings(&said.shared_os, &shared_os));
+    let (shared_os, so_outcome) = if said.ran(Arm::Criu) {
+        let (c, o) = shared_os(files, &said, &how);
+        warnings.extend(figure_warnings(&said.shared_os, &c));
+        (c, o)
+    } else {
+        // Not judged, so not shown: a column of an arm not run carries nothing of this run.
+        (SharedOs::default(), None)
+    };
     let mut image = said.image.clone();
     let mut accel = said.accel.clone();
     let mut workload = said.workload.clone();
@@ -114,18 +125,43 @@ pub fn read_dir(files: &ReportDir, ledger: Option<&Ledger>) -> Result<Judged> {
         }
     }
 
-    let (mut vm_each, seen) = vm_each(files, &said.vm_each, &how);
-    for c in &seen {
-        if !c.accel.is_empty() && c.accel != accel {
-            warnings.push(format!(
-                "VM-each {}: its report ran under {}, the comparison under {accel}: the two \
-                 columns' times do not compare",
-                c.label, c.accel
-            ));
+    let mut columns: Vec<(Arm, Column)> = said
+        .vm_columns()
+        .into_iter()
+        .map(|(arm, c)| (arm, vm_column(files, c, &how)))
+        .collect();
+    mark_repeated_resumes(&mut columns);
+    for (arm, c) in &mut columns {
+        for seen in &c.seen {
+            if !seen.accel.is_empty() && seen.accel != accel {
+                warnings.push(format!(
+                    "{} {}: its report ran under {}, the comparison under {accel}: the two \
+                     columns' times do not compare",
+                    arm.column(),
+                    seen.label,
+                    seen.accel
+                ));
+            }
+        }
+        warnings.extend(resource_warnings(*arm, &mut c.col, &c.seen));
+    }
+    let mut shared_os = shared_os;
+    let unnamed = unnamed_reports(files, &said);
+    // Whose directory it is no name tells; it fails the comparison in whichever column is
+    // judged, the first VM column's when there is one, as a copy left out would be its.
+    match columns.first_mut() {
+        Some((_, c)) => c.col.problems.extend(unnamed),
+        None if said.ran(Arm::Criu) => shared_os.problems.extend(unnamed),
+        None => {}
+    }
+    let mut vm_each = VmEach::default();
+    let mut vm_template = None;
+    for (arm, c) in columns {
+        match arm {
+            Arm::VmTemplate => vm_template = Some(c.col),
+            _ => vm_each = c.col,
         }
     }
-    warnings.extend(resource_warnings(&mut vm_each, &seen));
-    vm_each.problems.extend(unnamed_reports(files, &said));
 
     let mut s = Summary {
         format: said.format,
@@ -136,7 +172,7 @@ pub fn read_dir(files: &ReportDir, ledger: Option<&Ledger>) -> Result<Judged> {
         arms: said.arms.clone(),
         shared_os,
         vm_each,
-        vm_template: None,
+        vm_template,
         verdict: said.verdict,
         problems: Vec::new(),
     };
@@ -187,12 +223,14 @@ fn parse(files: &ReportDir, shown: &str) -> Result<Summary> {
             s.copies
         );
     }
-    if s.vm_each.copies.len() > s.copies as usize {
-        bail!(
-            "{shown} lists {} VM copies for a comparison of {}; {FIX}",
-            s.vm_each.copies.len(),
-            s.copies
-        );
+    for c in std::iter::once(&s.vm_each).chain(&s.vm_template) {
+        if c.copies.len() > s.copies as usize {
+            bail!(
+                "{shown} lists {} VM copies for a comparison of {}; {FIX}",
+                c.copies.len(),
+                s.copies
+            );
+        }
     }
     Ok(s)
 }
@@ -202,17 +240,33 @@ fn plain_name(rel: &str) -> bool {
     !rel.is_empty() && !rel.contains('/') && !rel.starts_with('.') && !rel.contains('\0')
 }
 
-/// Every directory compare.json names is one plain name, and each report is a column's own.
-fn check_names(s: &Summary, shown: &str) -> Result<()> {
-    let mut names: Vec<(String, &str)> = vec![
-        ("the shared-OS report".into(), s.shared_os.report.as_str()),
-        ("the VM fork".into(), s.vm_each.fork.as_str()),
-    ];
-    for c in s.vm_each.copies.iter().chain(&s.vm_each.reset) {
-        names.push((format!("VM-each {}'s report", c.label), c.report.as_str()));
+/// The directories compare.json names for the arms it ran, each with what it names it as.
+fn named(s: &Summary) -> Vec<(String, &str)> {
+    let mut names = Vec::new();
+    if s.ran(Arm::Criu) {
+        names.push(("the shared-OS report".into(), s.shared_os.report.as_str()));
     }
+    for (arm, c) in s.vm_columns() {
+        let fork = match arm {
+            Arm::Vm => "the VM fork".to_string(),
+            _ => format!("the {} fork", arm.column()),
+        };
+        names.push((fork, c.fork.as_str()));
+        for v in c.copies.iter().chain(&c.reset) {
+            names.push((
+                format!("{} {}'s report", arm.column(), v.label),
+                v.report.as_str(),
+            ));
+        }
+    }
+    names
+}
+
+/// Every directory compare.json names is one plain name, and each report is a column's own:
+/// one directory named by two columns is refused as one named twice in one column is.
+fn check_names(s: &Summary, shown: &str) -> Result<()> {
     let mut seen = BTreeSet::new();
-    for (what, rel) in names {
+    for (what, rel) in named(s) {
         if !plain_name(rel) {
             bail!(
                 "{shown} names {rel:?} as {what}: a report of a comparison is one plain name \
@@ -283,19 +337,25 @@ struct Seen {
     cpus: u32,
 }
 
-/// Where compare.json's memory and CPUs for each VM are not those its copies' reports say,
-/// named by copy with both values. When every copy that reads back says the same, that is
-/// shown; when they differ among themselves, compare.json's stays (marked as the host's).
-fn resource_warnings(vm: &mut VmEach, seen: &[Seen]) -> Vec<String> {
+/// Where compare.json's memory and CPUs for each VM of the column `arm` ran are not those its
+/// copies' reports say, named by copy with both values. When every copy that reads back says
+/// the same, that is shown; when they differ among themselves, compare.json's stays (marked as
+/// the host's).
+fn resource_warnings(arm: Arm, vm: &mut VmEach, seen: &[Seen]) -> Vec<String> {
     let said = (vm.memory_mib, vm.cpus);
     let warnings: Vec<String> = seen
         .iter()
         .filter(|c| (c.memory_mib, c.cpus) != said)
         .map(|c| {
             format!(
-                "VM-each {}: {COMPARE_FILE} says each VM had {} MiB and {} CPUs, its report says \
+                "{} {}: {COMPARE_FILE} says each VM had {} MiB and {} CPUs, its report says \
                  {} MiB and {} CPUs",
-                c.label, said.0, said.1, c.memory_mib, c.cpus
+                arm.column(),
+                c.label,
+                said.0,
+                said.1,
+                c.memory_mib,
+                c.cpus
             )
         })
         .collect();
@@ -308,19 +368,11 @@ fn resource_warnings(vm: &mut VmEach, seen: &[Seen]) -> Vec<String> {
     warnings
 }
 
-/// Every directory beneath the comparison that holds a report compare.json does not name: a
-/// copy left out of the count (one that failed, say) would otherwise go unseen.
+/// Every directory beneath the comparison that holds a report compare.json does not name for
+/// an arm it ran: a copy left out of the count (one that failed, say) would otherwise go unseen,
+/// and so would the reports of an arm taken out of the list of those run.
 fn unnamed_reports(files: &ReportDir, said: &Summary) -> Vec<String> {
-    let named: BTreeSet<&str> = [said.shared_os.report.as_str(), said.vm_each.fork.as_str()]
-        .into_iter()
-        .chain(
-            said.vm_each
-                .copies
-                .iter()
-                .chain(&said.vm_each.reset)
-                .map(|c| c.report.as_str()),
-        )
-        .collect();
+    let named: BTreeSet<&str> = named(said).into_iter().map(|(_, rel)| rel).collect();
     let entries = match files.entries("") {
         Ok(e) => e,
         Err(e) => return vec![format!("the comparison's directory does not list: {e}")],
@@ -356,11 +408,19 @@ fn repeated_resumes(resumes: &[Option<String>]) -> Vec<(usize, usize)> {
     out
 }
 
-/// The VM-each column: each copy and the reset judged again from its report, the host's
-/// figures as recorded; what each copy's report says of its machine.
-fn vm_each(files: &ReportDir, said: &VmEach, how: &How) -> (VmEach, Vec<Seen>) {
+/// A VM column read back: the column, what each copy's report says of its machine, and each
+/// copy's and the reset's resume as its report records it, in the column's order.
+struct Column {
+    col: VmEach,
+    seen: Vec<Seen>,
+    resumes: Vec<Option<String>>,
+}
+
+/// A VM column, whichever arm ran it: each copy and the reset judged again from its report,
+/// the host's figures as recorded. Resumes repeated are [`mark_repeated_resumes`]'s, across
+/// every column.
+fn vm_column(files: &ReportDir, said: &VmEach, how: &How) -> Column {
     let mut seen = Vec::new();
-    // Each copy's and the reset's resume as its report records it, in the column's order.
     let mut resumes: Vec<Option<String>> = Vec::new();
     let mut one = |c: &VmCopy| -> VmCopy {
         let (problems, o) = match files.open_beneath(&c.report) {
@@ -384,21 +444,8 @@ fn vm_each(files: &ReportDir, said: &VmEach, how: &How) -> (VmEach, Vec<Seen>) {
             ..c.clone()
         }
     };
-    let mut copies: Vec<VmCopy> = said.copies.iter().map(&mut one).collect();
-    let mut reset = said.reset.as_ref().map(&mut one);
-    let mut all: Vec<&mut VmCopy> = copies.iter_mut().chain(reset.as_mut()).collect();
-    for (later, first) in repeated_resumes(&resumes) {
-        let Some((l, r)) = all.get(first).map(|c| (c.label.clone(), c.report.clone())) else {
-            continue;
-        };
-        let n = resumes.get(later).cloned().flatten().unwrap_or_default();
-        if let Some(c) = all.get_mut(later) {
-            c.problems.push(format!(
-                "its report is the same resume as {l}'s ({r}/): both carry the nonce {n}: one \
-                 resumed guest counted twice"
-            ));
-        }
-    }
+    let copies: Vec<VmCopy> = said.copies.iter().map(&mut one).collect();
+    let reset = said.reset.as_ref().map(&mut one);
     // The column's own problems are the host's record of what stopped it (a copy that did not
     // come up, an interrupt): no report holds them, and they only ever fail the comparison.
     let mut problems = said.problems.clone();
@@ -412,15 +459,73 @@ fn vm_each(files: &ReportDir, said: &VmEach, how: &How) -> (VmEach, Vec<Seen>) {
         Ok(None) => problems.push(format!("its fork's directory {} is missing", said.fork)),
         Err(e) => problems.push(format!("its fork's directory: {e}")),
     }
-    (
-        VmEach {
+    Column {
+        col: VmEach {
             copies,
             reset,
             problems,
             ..said.clone()
         },
         seen,
-    )
+        resumes,
+    }
+}
+
+/// The `i`th of a column's copies, the reset last.
+fn nth_copy(c: &mut VmEach, i: usize) -> Option<&mut VmCopy> {
+    c.copies.iter_mut().chain(c.reset.as_mut()).nth(i)
+}
+
+/// Every report whose resume an earlier one's repeats, in its column or another, fails naming
+/// the first place: one resumed guest's report in two places is one copy, whichever column it
+/// is put in.
+fn mark_repeated_resumes(columns: &mut [(Arm, Column)]) {
+    // Each report's place, (column, copy), beside its resume, every column in order.
+    let (places, resumes): (Vec<(usize, usize)>, Vec<Option<String>>) = columns
+        .iter()
+        .enumerate()
+        .flat_map(|(k, (_, c))| {
+            c.resumes
+                .iter()
+                .cloned()
+                .enumerate()
+                .map(move |(i, n)| ((k, i), n))
+        })
+        .unzip();
+    for (later, first) in repeated_resumes(&resumes) {
+        let (Some(&(fk, fi)), Some(&(lk, li))) = (places.get(first), places.get(later)) else {
+            continue;
+        };
+        let Some((first_arm, first_col)) = columns.get(fk) else {
+            continue;
+        };
+        let first_arm = *first_arm;
+        let c = &first_col.col;
+        let Some((label, report)) = c
+            .copies
+            .iter()
+            .chain(&c.reset)
+            .nth(fi)
+            .map(|c| (c.label.clone(), c.report.clone()))
+        else {
+            continue;
+        };
+        let n = resumes.get(later).cloned().flatten().unwrap_or_default();
+        let Some((arm, c)) = columns.get_mut(lk) else {
+            continue;
+        };
+        let first = if *arm == first_arm {
+            label
+        } else {
+            format!("{} {label}", first_arm.column())
+        };
+        if let Some(c) = nth_copy(&mut c.col, li) {
+            c.problems.push(format!(
+                "its report is the same resume as {first}'s ({report}/): both carry the nonce \
+                 {n}: one resumed guest counted twice"
+            ));
+        }
+    }
 }
 
 #[cfg(test)]

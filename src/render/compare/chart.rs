@@ -1,6 +1,8 @@
 use super::Summary;
+use crate::judge::compare::{Arm, VmEach};
 use plotters::prelude::*;
 use sharedos_report::model::density::median;
+use sharedos_report::report::Status;
 
 /// Each design's colour, the same in both charts; a test finds them on a screenshot.
 pub const SHARED_OS: RGBColor = RGBColor(0x09, 0x69, 0xda);
@@ -9,6 +11,9 @@ pub const IDLE_VM: RGBColor = RGBColor(0x8c, 0x95, 0x9f);
 pub const VM_RESET: RGBColor = RGBColor(0x82, 0x50, 0xdf);
 pub const VM_KSM: RGBColor = RGBColor(0x1a, 0x7f, 0x37);
 pub const SHARED_OS_RESET: RGBColor = RGBColor(0x54, 0xae, 0xff);
+pub const VM_TEMPLATE: RGBColor = RGBColor(0xbf, 0x39, 0x89);
+pub const VM_TEMPLATE_HOST: RGBColor = RGBColor(0x9a, 0x67, 0x00);
+pub const VM_TEMPLATE_RESET: RGBColor = RGBColor(0xe8, 0x7f, 0xc0);
 
 const SIZE: (u32, u32) = (760, 380);
 
@@ -31,39 +36,63 @@ fn running_mib(kib: impl Iterator<Item = Option<u64>>) -> Vec<(f64, f64)> {
     out
 }
 
-/// The series of the memory chart: for k desktops, the shared-OS copies' PSS summed, the
-/// VM copies' QEMU PSS summed, and k guests running nothing.
+/// The series of the memory chart, of the arms run: for k desktops, the shared-OS copies' PSS
+/// summed, each VM column's QEMU PSS summed, the templated arm's clones' private memory with
+/// its template's, and k guests running nothing.
 pub fn memory_series(s: &Summary) -> Vec<Series> {
     let n = s.copies.max(1);
-    let mut out = vec![
-        Series {
+    let mut out = Vec::new();
+    if s.ran(Arm::Criu) {
+        out.push(Series {
             label: "shared-OS: sum of the copies' PSS",
             colour: SHARED_OS,
             points: running_mib(s.shared_os.per_copy.iter().map(|m| Some(m.pss_kib))),
-        },
-        Series {
-            label: "VM each: sum of the QEMUs' PSS (host) *",
-            colour: VM_EACH,
-            points: running_mib(
-                s.vm_each
-                    .copies
-                    .iter()
-                    .map(|c| c.host_mem.map(|m| m.pss_kib)),
-            ),
-        },
-    ];
-    // Only a reading taken of every copy is drawn: a partial one is no sum over k.
-    let ksm = &s.vm_each.ksm;
-    if ksm.status == sharedos_report::report::Status::Pass
-        && ksm.per_copy.len() == s.vm_each.copies.len()
-    {
-        out.push(Series {
-            label: "VM each, host KSM merging (host) *",
-            colour: VM_KSM,
-            points: running_mib(ksm.per_copy.iter().map(|m| Some(m.pss_kib))),
         });
     }
-    if let Some(idle) = s.vm_each.idle_guest {
+    let pss = |vm: &VmEach| running_mib(vm.copies.iter().map(|c| c.host_mem.map(|m| m.pss_kib)));
+    for (arm, vm) in s.vm_columns() {
+        match arm {
+            Arm::VmTemplate => {
+                out.push(Series {
+                    label: "VM template: sum of the QEMUs' PSS (host) *",
+                    colour: VM_TEMPLATE,
+                    points: pss(vm),
+                });
+                // What k clones cost the host: their private pages, and the template's pages
+                // however few of them map those, from the first clone on.
+                if let Some(t) = &vm.template {
+                    let resident = t.resident_bytes as f64 / (1 << 20) as f64;
+                    out.push(Series {
+                        label: "VM template: the QEMUs' USS and the template's RAM (host) *",
+                        colour: VM_TEMPLATE_HOST,
+                        points: running_mib(
+                            vm.copies.iter().map(|c| c.host_mem.map(|m| m.uss_kib)),
+                        )
+                        .into_iter()
+                        .map(|(k, y)| (k, y + resident))
+                        .collect(),
+                    });
+                }
+            }
+            _ => {
+                out.push(Series {
+                    label: "VM each: sum of the QEMUs' PSS (host) *",
+                    colour: VM_EACH,
+                    points: pss(vm),
+                });
+                // Only a reading taken of every copy is drawn: a partial one is no sum over k.
+                let ksm = &vm.ksm;
+                if ksm.status == Status::Pass && ksm.per_copy.len() == vm.copies.len() {
+                    out.push(Series {
+                        label: "VM each, host KSM merging (host) *",
+                        colour: VM_KSM,
+                        points: running_mib(ksm.per_copy.iter().map(|m| Some(m.pss_kib))),
+                    });
+                }
+            }
+        }
+    }
+    if let Some(idle) = s.vm_columns().iter().find_map(|(_, vm)| vm.idle_guest) {
         out.push(Series {
             label: "VMs running nothing (idle guest's PSS, host) *",
             colour: IDLE_VM,
@@ -73,40 +102,61 @@ pub fn memory_series(s: &Summary) -> Vec<Series> {
     out
 }
 
-/// The series of the latency chart: each copy's fork time in seconds, both designs, and each
-/// design's reset (its median) across the copies.
+/// The series of the latency chart, of the arms run: each copy's fork time in seconds, every
+/// design, and each design's reset (its median) across the copies.
 pub fn latency_series(s: &Summary) -> Vec<Series> {
     let secs = |xs: &mut dyn Iterator<Item = u64>| -> Vec<(f64, f64)> {
         xs.enumerate()
             .map(|(i, v)| ((i + 1) as f64, v as f64 / 1000.0))
             .collect()
     };
-    let mut out = vec![
-        Series {
+    let across = |ms: f64| {
+        vec![
+            (1.0, ms / 1000.0),
+            (f64::from(s.copies.max(1)), ms / 1000.0),
+        ]
+    };
+    let mut out = Vec::new();
+    if s.ran(Arm::Criu) {
+        out.push(Series {
             label: "shared-OS: CRIU restore",
             colour: SHARED_OS,
             points: secs(&mut s.shared_os.restore_ms.iter().copied()),
-        },
-        Series {
-            label: "VM each: resume to SSH (host) *",
-            colour: VM_EACH,
-            points: secs(&mut s.vm_each.copies.iter().map(|c| c.resume_ms)),
-        },
-    ];
-    if let Some(r) = &s.vm_each.reset {
-        let y = r.resume_ms as f64 / 1000.0;
-        out.push(Series {
-            label: "VM reset: a copy put back (host) *",
-            colour: VM_RESET,
-            points: vec![(1.0, y), (f64::from(s.copies.max(1)), y)],
         });
     }
-    if let Some(ms) = median(&s.shared_os.reset_ms) {
-        let y = ms / 1000.0;
+    for (arm, vm) in s.vm_columns() {
+        let (resume, colour, reset, reset_colour) = match arm {
+            Arm::VmTemplate => (
+                "VM template: clone resumed to SSH (host) *",
+                VM_TEMPLATE,
+                "VM template reset: a clone put back (host) *",
+                VM_TEMPLATE_RESET,
+            ),
+            _ => (
+                "VM each: resume to SSH (host) *",
+                VM_EACH,
+                "VM reset: a copy put back (host) *",
+                VM_RESET,
+            ),
+        };
+        out.push(Series {
+            label: resume,
+            colour,
+            points: secs(&mut vm.copies.iter().map(|c| c.resume_ms)),
+        });
+        if let Some(r) = &vm.reset {
+            out.push(Series {
+                label: reset,
+                colour: reset_colour,
+                points: across(r.resume_ms as f64),
+            });
+        }
+    }
+    if let (true, Some(ms)) = (s.ran(Arm::Criu), median(&s.shared_os.reset_ms)) {
         out.push(Series {
             label: "shared-OS reset: a copy restored again",
             colour: SHARED_OS_RESET,
-            points: vec![(1.0, y), (f64::from(s.copies.max(1)), y)],
+            points: across(ms),
         });
     }
     out

@@ -1,10 +1,11 @@
 //! The comparison as one self-contained HTML page, with its two charts.
 
 use super::chart;
-use super::table::{accel_note, details, headline, rows, SO_HEAD, VM_HEAD};
+use super::table::{accel_note, details, head, headline, heads, memory_sources, not_run, rows};
 use super::text::meaning;
 use super::{host, mib, ms, HOST_MARK};
 use crate::judge::compare::read::{Judged, HOST_RECORDED};
+use crate::judge::compare::Arm;
 use std::fmt::Write;
 
 /// One self-contained page: the verdict, the table, the two charts (inline SVG), the problems
@@ -63,33 +64,38 @@ fn write_page(out: &mut String, j: &Judged) -> std::fmt::Result {
         }
     }
     writeln!(out, "<h2>Side by side</h2>\n<table>")?;
-    writeln!(
-        out,
-        "<tr><th></th><th>{SO_HEAD}</th><th>{VM_HEAD}</th><th>shared:VM</th></tr>"
-    )?;
+    write!(out, "<tr><th></th>")?;
+    for h in heads(s) {
+        write!(out, "<th>{h}</th>")?;
+    }
+    writeln!(out, "</tr>")?;
     for r in rows(s) {
-        writeln!(
-            out,
-            "<tr><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>\
-             <td class=\"num\">{}</td></tr>",
-            r.what,
-            esc(&r.so),
-            esc(&r.vm),
-            esc(&r.ratio)
-        )?;
+        write!(out, "<tr><td>{}</td>", r.what)?;
+        for c in &r.cells {
+            write!(out, "<td class=\"num\">{}</td>", esc(c))?;
+        }
+        writeln!(out, "</tr>")?;
     }
     writeln!(out, "</table>")?;
+    if let Some(n) = not_run(s) {
+        writeln!(out, "<p class=\"note\">{n}.</p>")?;
+    }
     writeln!(
         out,
         "<p class=\"note\">{HOST_MARK} {}.</p>",
         esc(HOST_RECORDED)
     )?;
-    writeln!(
-        out,
-        "<p class=\"note\">Memory: shared-OS from the guest's smaps_rollup of each copy's \
-         processes; VM each: {}.</p>",
-        esc(&s.vm_each.memory_source)
-    )?;
+    let sources: Vec<String> = memory_sources(s)
+        .into_iter()
+        .map(|(who, said)| {
+            if said.is_empty() {
+                who.to_string()
+            } else {
+                format!("{who}: {}", esc(&said))
+            }
+        })
+        .collect();
+    writeln!(out, "<p class=\"note\">Memory: {}.</p>", sources.join("; "))?;
     for d in details(s) {
         writeln!(out, "<p class=\"note\">{}</p>", esc(&d))?;
     }
@@ -98,36 +104,46 @@ fn write_page(out: &mut String, j: &Judged) -> std::fmt::Result {
     writeln!(out, "<h2>Fork latency per copy</h2>")?;
     write_chart(out, chart::latency(s))?;
     writeln!(out, "<h2>Reports judged</h2>\n<ul>")?;
-    writeln!(
-        out,
-        "<li>shared-OS: <code>{}/</code></li>",
-        esc(&s.shared_os.report)
-    )?;
-    for c in s.vm_each.copies.iter().chain(&s.vm_each.reset) {
+    if s.ran(Arm::Criu) {
         writeln!(
             out,
-            "<li>VM each, {}: <code>{}/</code>{}</li>",
-            esc(&c.label),
-            esc(&c.report),
-            if c.problems.is_empty() {
-                String::new()
-            } else {
-                format!(
-                    " <span class=\"bad\">{} problem(s)</span>",
-                    c.problems.len()
-                )
-            }
+            "<li>shared-OS: <code>{}/</code></li>",
+            esc(&s.shared_os.report)
         )?;
     }
-    writeln!(
-        out,
-        "<li>the VM fork's console: <code>{}/</code>, {} of state (sha256 <code>{}</code>), \
-         saved in {}</li>\n</ul>",
-        esc(&s.vm_each.fork),
-        host(mib(s.vm_each.state_bytes as f64 / 1024.0)),
-        esc(&s.vm_each.state_sha256),
-        host(ms(Some(s.vm_each.save_ms as f64)))
-    )?;
+    for (arm, vm) in s.vm_columns() {
+        for c in vm.copies.iter().chain(&vm.reset) {
+            writeln!(
+                out,
+                "<li>{}, {}: <code>{}/</code>{}</li>",
+                head(arm),
+                esc(&c.label),
+                esc(&c.report),
+                if c.problems.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        " <span class=\"bad\">{} problem(s)</span>",
+                        c.problems.len()
+                    )
+                }
+            )?;
+        }
+        writeln!(
+            out,
+            "<li>the {} fork's console: <code>{}/</code>, {} of state (sha256 <code>{}</code>), \
+             saved in {}</li>",
+            match arm {
+                Arm::Vm => "VM",
+                _ => head(arm),
+            },
+            esc(&vm.fork),
+            host(mib(vm.state_bytes as f64 / 1024.0)),
+            esc(&vm.state_sha256),
+            host(ms(Some(vm.save_ms as f64)))
+        )?;
+    }
+    writeln!(out, "</ul>")?;
     writeln!(out, "</body>\n</html>")
 }
 

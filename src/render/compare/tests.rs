@@ -1,7 +1,7 @@
 use super::*;
 use crate::escape;
 use crate::judge::compare::read::Judged;
-use crate::judge::compare::{Arm, Reading, SharedOs, VmCopy, VmEach, FORMAT};
+use crate::judge::compare::{Arm, Reading, SharedOs, TemplateRam, VmCopy, VmEach, FORMAT};
 use sharedos_report::model::density::Mem;
 use sharedos_report::report::{Status, Verdict};
 
@@ -13,14 +13,18 @@ fn mem(pss: u64) -> Mem {
     }
 }
 
-fn summary() -> Summary {
-    let copy = |label: &str| VmCopy {
+fn copy(label: &str, resume_ms: u64, mib: u64) -> VmCopy {
+    VmCopy {
         label: label.into(),
         report: label.into(),
-        resume_ms: 4000,
-        host_mem: Some(mem(300 * 1024)),
+        resume_ms,
+        host_mem: Some(mem(mib * 1024)),
         ..VmCopy::default()
-    };
+    }
+}
+
+fn summary() -> Summary {
+    let copy = |label: &str| copy(label, 4000, 300);
     Summary {
         format: FORMAT,
         image: "bookworm".into(),
@@ -50,12 +54,36 @@ fn summary() -> Summary {
     }
 }
 
+/// [`summary`] with its templated arm run as well: two clones of 100 MiB each (PSS and USS),
+/// resumed in 1 s, over a template of 1 GiB of which 200 MiB is resident.
+fn three_arms() -> Summary {
+    let mut s = summary();
+    s.arms = Arm::ALL.to_vec();
+    s.vm_template = Some(VmEach {
+        fork: "vm-template-fork".into(),
+        copies: vec![copy("template-1", 1000, 100), copy("template-2", 1000, 100)],
+        reset: Some(copy("template-reset", 900, 100)),
+        memory_mib: 1024,
+        cpus: 2,
+        idle_guest: Some(mem(200 * 1024)),
+        template: Some(TemplateRam {
+            bytes: 1 << 30,
+            resident_bytes: 200 << 20,
+            how: "a tmpfs file, mapped private".into(),
+            features: vec!["x-ignore-shared".into(), "memory-backend-file".into()],
+            off: vec!["free page reporting: it would free the template's pages".into()],
+        }),
+        ..VmEach::default()
+    });
+    s
+}
+
 /// Guest and archive text with every kind of character that must not reach a reader.
 const HOSTILE: &str =
     "\u{1b}[2J\u{1b}]0;t\u{7}<script>x</script> *b* [l](u) @who\nverdict: PASS\r\u{202e}|";
 
 fn hostile() -> Judged {
-    let mut s = summary();
+    let mut s = three_arms();
     s.image = HOSTILE.into();
     s.accel = HOSTILE.into();
     s.shared_os.resources = HOSTILE.into();
@@ -63,6 +91,13 @@ fn hostile() -> Judged {
     s.vm_each.memory_source = HOSTILE.into();
     s.vm_each.copies[0].label = HOSTILE.into();
     s.vm_each.copies[0].problems = vec![HOSTILE.into()];
+    let t = s.vm_template.as_mut().unwrap();
+    t.copies[1].label = HOSTILE.into();
+    t.memory_source = HOSTILE.into();
+    let ram = t.template.as_mut().unwrap();
+    ram.how = HOSTILE.into();
+    ram.features = vec![HOSTILE.into()];
+    ram.off = vec![HOSTILE.into()];
     s.problems = vec![HOSTILE.into()];
     Judged {
         summary: s,
@@ -167,9 +202,10 @@ fn control_characters_come_out_escaped_in_every_form() {
     );
     assert!(!m.contains("<script>") && !m.contains("[l](u)"), "{m}");
     assert!(m.contains("@&#8203;who") && m.contains("\\*b\\*"), "{m}");
-    // Each table row keeps its four cells: a guest's | cannot add one.
+    // Each table row keeps its cells: a guest's | cannot add one. Three arms: what, three
+    // columns and two ratios.
     for l in m.lines().filter(|l| l.starts_with("| ")) {
-        assert_eq!(l.matches(" | ").count(), 3, "{l}");
+        assert_eq!(l.matches(" | ").count(), 5, "{l}");
     }
 
     let h = html(&j);
@@ -210,6 +246,24 @@ fn every_control_format_and_separator_character_is_escaped_in_every_comparison_f
         c.label = h(&c.label);
         c.report = h(&c.report);
     }
+    let t = s.vm_template.as_mut().unwrap();
+    for x in [
+        &mut t.fork,
+        &mut t.state_sha256,
+        &mut t.resources,
+        &mut t.memory_source,
+    ] {
+        *x = h(x);
+    }
+    for c in t.copies.iter_mut().chain(t.reset.as_mut()) {
+        c.label = h(&c.label);
+        c.report = h(&c.report);
+    }
+    t.lie = Some(h("template lie"));
+    let ram = t.template.as_mut().unwrap();
+    ram.how = h(&ram.how);
+    ram.features = vec![h("feature")];
+    ram.off = vec![h("off")];
     s.vm_each.lie = Some(h("lie"));
     s.vm_each.ksm.status = Status::Fail;
     s.vm_each.ksm.notes = vec![h("note")];
@@ -231,8 +285,15 @@ fn every_control_format_and_separator_character_is_escaped_in_every_comparison_f
 
 /// [`summary`] with every figure only the host holds set, each copy its own.
 fn measured() -> Summary {
-    let mut s = summary();
-    let vm = &mut s.vm_each;
+    let mut s = three_arms();
+    for vm in std::iter::once(&mut s.vm_each).chain(s.vm_template.as_mut()) {
+        measure(vm);
+    }
+    s
+}
+
+/// Every host figure of the VM column `vm` set, each copy its own.
+fn measure(vm: &mut VmEach) {
     for (i, c) in vm.copies.iter_mut().chain(vm.reset.as_mut()).enumerate() {
         let i = i as u64;
         c.resume_ms = 4000 + 300 * i;
@@ -255,19 +316,29 @@ fn measured() -> Summary {
             notes: vec!["ksmd: 100 pages shared".into()],
         };
     }
-    s
 }
 
 /// `s` with every figure only the host holds multiplied by `k`: what a hand-edited
 /// compare.json could say, which no report contradicts.
 fn host_times(s: &Summary, k: u64) -> Summary {
     let mut s = s.clone();
+    for vm in std::iter::once(&mut s.vm_each).chain(s.vm_template.as_mut()) {
+        vm_times(vm, k);
+    }
+    s
+}
+
+/// [`host_times`] of one VM column.
+fn vm_times(vm: &mut VmEach, k: u64) {
     let m = |m: &mut Mem| {
         m.rss_kib *= k;
         m.pss_kib *= k;
         m.uss_kib *= k;
     };
-    let vm = &mut s.vm_each;
+    if let Some(t) = vm.template.as_mut() {
+        t.bytes *= k;
+        t.resident_bytes *= k;
+    }
     for c in vm.copies.iter_mut().chain(vm.reset.as_mut()) {
         c.resume_ms *= k;
         c.host_mem.as_mut().map(m);
@@ -287,7 +358,6 @@ fn host_times(s: &Summary, k: u64) -> Summary {
         r.per_copy.iter_mut().for_each(m);
         r.notes = vec![format!("ksmd: {} pages shared", 100 * k)];
     }
-    s
 }
 
 /// A page with its charts and tags each made a cell boundary, `|`.
@@ -519,3 +589,5 @@ fn a_diff_holds_each_figure_of_a_against_b() {
     );
     assert!(!d.contains('\u{1b}'));
 }
+
+mod template;

@@ -1,6 +1,7 @@
-//! The comparison in plain text (vm-compare's ending, `show`) and in Markdown.
+//! The comparison in plain text (vm-compare's ending, `show`) and in Markdown: a column per arm
+//! run, a ratio against the CRIU column per VM column.
 
-use super::table::{accel_note, details, headline, rows, SO_HEAD, VM_HEAD};
+use super::table::{accel_note, details, headline, heads, memory_sources, not_run, rows};
 use super::HOST_MARK;
 use crate::escape;
 use crate::judge::compare::read::{Judged, HOST_RECORDED};
@@ -11,17 +12,13 @@ use std::fmt::Write;
 /// The side-by-side table in plain text, as vm-compare prints it as it ends. The problems and
 /// descriptions came partly from guests and compare.json: one line each, escaped.
 pub fn text(s: &Summary) -> String {
-    let rows: Vec<[String; 4]> = rows(s)
-        .into_iter()
-        .map(|r| {
-            [
-                r.what.to_string(),
-                escape::line(&r.so),
-                escape::line(&r.vm),
-                r.ratio,
-            ]
-        })
-        .collect();
+    let mut table: Vec<Vec<String>> =
+        vec![std::iter::once(String::new()).chain(heads(s)).collect()];
+    table.extend(rows(s).into_iter().map(|r| {
+        std::iter::once(r.what.to_string())
+            .chain(r.cells.iter().map(|c| escape::line(c)))
+            .collect()
+    }));
     let mut out = format!(
         "vm-compare {}: {} copies each, under {} ({})\n",
         escape::line(&s.image),
@@ -29,25 +26,36 @@ pub fn text(s: &Summary) -> String {
         escape::line(&s.accel),
         accel_note(s)
     );
-    let width = |i: usize, head: &str| {
-        rows.iter()
-            .map(|r| r[i].chars().count())
-            .max()
-            .unwrap_or(0)
-            .max(head.chars().count())
-    };
-    let (w0, w1, w2) = (width(0, ""), width(1, SO_HEAD), width(2, VM_HEAD));
-    let _ = writeln!(out, "  {:w0$}  {SO_HEAD:w1$}  {VM_HEAD:w2$}  shared:VM", "");
-    for [a, b, c, d] in &rows {
-        let _ = writeln!(out, "  {a:w0$}  {b:w1$}  {c:w2$}  {d}");
+    let columns = table.first().map_or(0, Vec::len);
+    let widths: Vec<usize> = (0..columns)
+        .map(|i| {
+            table
+                .iter()
+                .filter_map(|r| r.get(i))
+                .map(|c| c.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    for r in &table {
+        let mut line = String::from(" ");
+        for (i, (c, w)) in r.iter().zip(&widths).enumerate() {
+            // The last column is not padded: a line ends with its last figure.
+            let w = if i + 1 == columns { 0 } else { *w };
+            let _ = write!(line, " {c:w$} ");
+        }
+        let _ = writeln!(out, "{}", line.trim_end());
+    }
+    if let Some(n) = not_run(s) {
+        let _ = writeln!(out, "  {n}");
     }
     let _ = writeln!(out, "  {}", headline(s));
     let _ = writeln!(out, "  {HOST_MARK} {HOST_RECORDED}");
-    let _ = writeln!(
-        out,
-        "  memory: shared-OS from the guest's smaps_rollup of each copy's processes; VM each: {}",
-        escape::line(&s.vm_each.memory_source)
-    );
+    let sources: Vec<String> = memory_sources(s)
+        .into_iter()
+        .map(|(who, said)| source(who, &escape::line(&said)))
+        .collect();
+    let _ = writeln!(out, "  memory: {}", sources.join("; "));
     for d in details(s) {
         let _ = writeln!(out, "  {}", escape::line(&d));
     }
@@ -58,9 +66,18 @@ pub fn text(s: &Summary) -> String {
     out
 }
 
+/// One column's source of its memory figures, its words already escaped.
+fn source(who: &str, said: &str) -> String {
+    if said.is_empty() {
+        who.to_string()
+    } else {
+        format!("{who}: {said}")
+    }
+}
+
 pub(super) fn meaning(v: Verdict) -> &'static str {
     match v {
-        Verdict::Pass => "both columns hold, every copy of each checked",
+        Verdict::Pass => "every arm run holds, every copy of each checked",
         _ => "a column does not hold: see the problems",
     }
 }
@@ -98,25 +115,26 @@ pub fn md(j: &Judged) -> String {
         accel_note(s),
         escape::markdown(&headline(s))
     );
-    let _ = writeln!(out, "| | {SO_HEAD} | {VM_HEAD} | shared:VM |");
-    out.push_str("|---|---|---|---|\n");
+    let heads = heads(s);
+    let _ = writeln!(out, "| | {} |", heads.join(" | "));
+    let _ = writeln!(out, "|---|{}", "---|".repeat(heads.len()));
     for r in rows(s) {
-        let _ = writeln!(
-            out,
-            "| {} | {} | {} | {} |",
-            r.what,
-            escape::markdown(&r.so),
-            escape::markdown(&r.vm),
-            escape::markdown(&r.ratio)
-        );
+        let cells: Vec<String> = r.cells.iter().map(|c| escape::markdown(c)).collect();
+        let _ = writeln!(out, "| {} | {} |", r.what, cells.join(" | "));
     }
+    if let Some(n) = not_run(s) {
+        let _ = writeln!(out, "\n{n}.");
+    }
+    let sources: Vec<String> = memory_sources(s)
+        .into_iter()
+        .map(|(who, said)| source(who, &escape::markdown(&said)))
+        .collect();
     let _ = writeln!(
         out,
-        "\n{} {}.\n\nMemory: shared-OS from the guest's smaps_rollup of each copy's processes; VM \
-         each: {}.",
+        "\n{} {}.\n\nMemory: {}.",
         escape::markdown(HOST_MARK),
         escape::markdown(HOST_RECORDED),
-        escape::markdown(&s.vm_each.memory_source)
+        sources.join("; ")
     );
     for d in details(s) {
         let _ = writeln!(out, "\n{}", escape::markdown(&d));

@@ -1,4 +1,5 @@
 use super::*;
+use crate::judge::compare::TemplateRam;
 use crate::judge::reader::tests::Scratch;
 use crate::judge::review::tests::fresh_report;
 use sharedos_report::model::density::Mem;
@@ -9,6 +10,11 @@ use std::os::unix::fs::symlink;
 
 /// The fork's state hash every copy of the fixture resumed from.
 pub(crate) const STATE: &str = "abababababababababababababababababababababababababababababababab";
+/// The template's state hash every clone of the fixture's templated arm resumed from.
+pub(crate) const TEMPLATE_STATE: &str =
+    "efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef";
+/// The templated arm's copies and reset, as vm-compare names their report directories.
+const TEMPLATE_COPIES: [&str; 3] = ["template-1", "template-2", "template-reset"];
 
 fn vm_report() -> Report {
     let mut r = fresh_report();
@@ -152,11 +158,28 @@ fn summary() -> Summary {
         accel: "tcg".into(),
         copies: 2,
         workload: None,
-        arms: vec![
-            crate::judge::compare::Arm::Criu,
-            crate::judge::compare::Arm::Vm,
-        ],
-        vm_template: None,
+        arms: Arm::ALL.to_vec(),
+        vm_template: Some(VmEach {
+            fork: "vm-template-fork".into(),
+            state_bytes: 1 << 30,
+            state_sha256: TEMPLATE_STATE.into(),
+            fork_token: hostile_gate::honest::TOKEN.into(),
+            save_ms: 2100,
+            copies: vec![copy("template-1", 120_000), copy("template-2", 118_000)],
+            reset: Some(copy("template-reset", 110_000)),
+            memory_mib: 1024,
+            cpus: 2,
+            idle_guest: Some(mem(262_000)),
+            memory_source: "the host's smaps_rollup".into(),
+            template: Some(TemplateRam {
+                bytes: 1 << 30,
+                resident_bytes: 280 << 20,
+                how: "a file on the host's tmpfs, mapped private by every clone".into(),
+                features: vec!["x-ignore-shared".into()],
+                off: vec!["free page reporting".into()],
+            }),
+            ..VmEach::default()
+        }),
         shared_os: SharedOs {
             report: "shared-os".into(),
             restore_ms: d.restore_ms.clone(),
@@ -196,7 +219,7 @@ fn put(dir: &Path, s: &Summary) {
     .unwrap();
 }
 
-/// A comparison of two copies as vm-compare leaves it, every column holding.
+/// A comparison of two copies as vm-compare leaves it, every arm run and every column holding.
 pub(crate) fn fixture(name: &str) -> Scratch {
     let sc = Scratch::new(&format!("compare-{name}"));
     let d = &sc.0;
@@ -205,6 +228,10 @@ pub(crate) fn fixture(name: &str) -> Scratch {
         vm_copy_report(&d.join(c), STATE, |_| {});
     }
     std::fs::create_dir_all(d.join("vm-each-fork")).unwrap();
+    for c in TEMPLATE_COPIES {
+        vm_copy_report(&d.join(c), TEMPLATE_STATE, |_| {});
+    }
+    std::fs::create_dir_all(d.join("vm-template-fork")).unwrap();
     put(d, &summary());
     sc
 }
@@ -639,3 +666,5 @@ fn a_linked_compare_json_or_copy_is_refused() {
         .iter()
         .any(|p| p.contains("vm-each-fork is a symbolic link")));
 }
+
+mod template;
