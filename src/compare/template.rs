@@ -13,10 +13,7 @@ pub const TMPFS: &str = "/dev/shm";
 
 /// Why the arm keeps the balloon's free page reporting off, as its reading of memory given
 /// back says.
-pub const NO_RECLAIM: &str = "not run in this arm: free page reporting and the balloon stay off \
-     with a template (a page a clone reports would be dropped from its private map and read \
-     back as the template's); the virtio-balloon device is there, since the image's snapshot \
-     holds it, but its driver is never loaded";
+pub const NO_RECLAIM: &str = "not run: free page reporting stays off with a template";
 
 /// The QEMU features the arm needs, as the report names them.
 pub fn features() -> Vec<String> {
@@ -30,8 +27,8 @@ pub fn features() -> Vec<String> {
 /// What the arm keeps off.
 pub fn off() -> Vec<String> {
     vec![
-        "free page reporting: the guest's virtio_balloon driver is never loaded".into(),
-        "the balloon: never inflated".into(),
+        "free page reporting: the guest's virtio_balloon driver is never loaded, since a page a clone reported would be dropped from its private map of the template's file and read back as the template's".into(),
+        "the balloon: never inflated (the device is there, since the image's snapshot holds it)".into(),
     ]
 }
 

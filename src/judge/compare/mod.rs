@@ -131,8 +131,9 @@ pub struct SharedOs {
     /// The guest's memory in use, before the first restore and with every copy up (KiB).
     pub guest_used_before_kib: u64,
     pub guest_used_with_copies_kib: u64,
-    /// The reset the guest timed: its reset gate's restore of a copy after the changed one was
-    /// killed (ms). One: the gate resets one copy. Empty unless that gate passed.
+    /// The resets the guest timed (ms): each copy's, ended and restored again from the dump by
+    /// the density gate once all were measured (`DensityData::reset_ms`); from a gate binary
+    /// older than those, the one its reset gate timed. Empty unless the gate timing them passed.
     #[serde(default)]
     pub reset_ms: Vec<u64>,
     /// What each copy had: the guest's whole memory and CPUs, shared.
@@ -276,10 +277,6 @@ pub fn shared_os_column(o: &Outcome, copies: u32) -> SharedOs {
         resources: "the guest's memory and CPUs, shared by every copy (no --cgroup)".into(),
         ..SharedOs::default()
     };
-    match criu_reset(o) {
-        Ok(ms) => c.reset_ms = vec![ms],
-        Err(p) => c.problems.push(p),
-    }
     let Some(g) = o.gates.iter().find(|g| g.name == GateName::Density) else {
         c.problems.push("the report has no density gate".into());
         return c;
@@ -295,6 +292,14 @@ pub fn shared_os_column(o: &Outcome, copies: u32) -> SharedOs {
     {
         Some(Ok(d)) if d.copies == copies && d.per_copy.len() == copies as usize => {
             c.problems.extend(distinct_copy_problems(&d));
+            match (d.reset_ms.len(), criu_reset(o)) {
+                (0, Ok(ms)) => c.reset_ms = vec![ms],
+                (0, Err(p)) => c.problems.push(p),
+                (n, _) if n == copies as usize => c.reset_ms = d.reset_ms.clone(),
+                (n, _) => c.problems.push(format!(
+                    "the density gate timed {n} resets of its {copies} copies"
+                )),
+            }
             c.restore_ms = d.restore_ms;
             c.per_copy = d.per_copy.iter().map(|m| m.mem).collect();
             c.guest_used_before_kib = d.mem_used_before_kib;

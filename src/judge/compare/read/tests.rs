@@ -668,3 +668,30 @@ fn a_linked_compare_json_or_copy_is_refused() {
 }
 
 mod template;
+
+#[test]
+fn the_criu_reset_over_the_copies_is_the_density_gate_s_each_copy_reset() {
+    let f = fixture("criu-reset-each");
+    let with = |resets: &str| {
+        DENSITY.replace(
+            "\"requested\"",
+            &format!("\"reset_ms\": {resets}, \"requested\""),
+        )
+    };
+    shared_os_report_with(&f.0.join("shared-os"), &with("[2800, 3100]"), |_| {});
+    let j = read(&f.0, None).unwrap();
+    // Each copy's reset, not the reset gate's one.
+    assert_eq!(j.summary.shared_os.reset_ms, [2800, 3100]);
+    // Fewer resets than copies: one copy's reset is missing, and the column does not count.
+    shared_os_report_with(&f.0.join("shared-os"), &with("[2800]"), |_| {});
+    let j = read(&f.0, None).unwrap();
+    assert_eq!(j.summary.verdict, Verdict::Fail);
+    assert!(
+        j.summary
+            .problems
+            .iter()
+            .any(|p| p == "shared-OS: the density gate timed 1 resets of its 2 copies"),
+        "{:?}",
+        j.summary.problems
+    );
+}
