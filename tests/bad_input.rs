@@ -261,8 +261,9 @@ fn a_workload_the_image_lacks_is_refused_before_anything_and_no_image_means_the_
 }
 
 /// vm-compare's own bad input, each refused before anything is built or booted, with one line
-/// that names the problem and the fix: an arm that does not exist, `--copies 0`, and the
-/// templated arm on a QEMU too old for it (a stand-in `qemu-system-x86_64` first on PATH that
+/// that names the problem and the fix: an arm that does not exist, `--copies 0`, the guest's
+/// KSM asked of an image whose kernel cannot give it, and the templated arm on a QEMU too old
+/// for it (a stand-in `qemu-system-x86_64` first on PATH that
 /// says it is 3.1 and records any start beyond `--version`).
 #[test]
 fn vm_compare_refuses_a_bad_arm_no_copies_and_a_qemu_without_the_templates_features() {
@@ -311,6 +312,10 @@ fn vm_compare_refuses_a_bad_arm_no_copies_and_a_qemu_without_the_templates_featu
             "invalid value 'vms' for '--arms <ARM,...>'",
         ),
         (&["--copies", "0"][..], "--copies 0: give 1 to"),
+        (
+            &["--arms", "criu", "--guest-ksm", "on"][..],
+            "--guest-ksm on: the shared-OS guest's kernel (6.1.0-50-cloud-amd64, pinned by images/bookworm/packages.lock) has no PR_SET_MEMORY_MERGE",
+        ),
         (
             &["--arms", "vm-template", "--copies", "2"][..],
             "--arms vm-template needs QEMU 4.0 or later",

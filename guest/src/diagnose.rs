@@ -411,6 +411,7 @@ mod tests {
                 cow_root: true,
                 userns: true,
                 workload: sharedos_report::report::Workload::Xterm,
+                guest_ksm: true,
             },
         ] {
             cfg.options = options;

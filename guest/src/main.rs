@@ -150,6 +150,12 @@ struct DiagnoseArgs {
     /// same browser with its sandboxes off). The image must hold the workload's programs.
     #[arg(long, value_parser = parse_workload, default_value = "xterm")]
     workload: Workload,
+    /// With --copies N: the restored copies opt in to the guest's KSM (PR_SET_MEMORY_MERGE,
+    /// Linux 6.4 and later), which then merges their pages at full pace, and every copy is read
+    /// again once the readings hold steady. On an older kernel the reading is NOT_RUN, saying
+    /// why.
+    #[arg(long, requires = "copies")]
+    guest_ksm: bool,
     /// The first half of a migration (`cargo xtask vm-migrate`): run the gates up to and
     /// including the dump, and keep the CRIU images and the dump-time state in the report's
     /// checkpoint/ for another guest.
@@ -300,6 +306,7 @@ fn diagnose_main(a: DiagnoseArgs) -> Result<i32> {
             cow_root: a.cow_root,
             userns: a.userns,
             workload: a.workload,
+            guest_ksm: a.guest_ksm,
         },
     };
     if a.plan {

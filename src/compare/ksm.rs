@@ -58,6 +58,38 @@ pub fn check(want: Want, dir: &Path) -> Result<()> {
     Ok(())
 }
 
+/// The first kernel with `PR_SET_MEMORY_MERGE`, which the shared-OS guest's copies need to opt
+/// in to its KSM.
+const GUEST_KSM_SINCE: (u32, u32) = (6, 4);
+
+/// Whether a kernel release (`6.1.0-50-cloud-amd64`) lets a process opt in to KSM whole; None
+/// when it does not read as one.
+pub fn has_memory_merge(release: &str) -> Option<bool> {
+    let mut parts = release.split(['.', '-']).map(|p| p.parse::<u32>().ok());
+    let (major, minor) = (parts.next()??, parts.next()??);
+    Some((major, minor) >= GUEST_KSM_SINCE)
+}
+
+/// Refuses `--guest-ksm on` before anything boots when the image pins a kernel whose copies cannot opt
+/// in to the guest's KSM. `image` names the image; `release` is its pinned kernel's.
+pub fn check_guest(want: Want, image: &str, release: Option<&str>) -> Result<()> {
+    if want != Want::On {
+        return Ok(());
+    }
+    if let Some(r) = release {
+        if has_memory_merge(r) == Some(false) {
+            bail!(
+                "--guest-ksm on: the shared-OS guest's kernel ({r}, pinned by images/{image}/packages.lock) \
+                 has no PR_SET_MEMORY_MERGE (Linux 6.4 and later), so its CRIU copies cannot opt in \
+                 to the guest's KSM; nothing was booted\n\
+                 fix: give --guest-ksm auto (the guest's reading is then NOT_RUN, saying why), or an \
+                 image with a newer kernel (--image trixie)"
+            );
+        }
+    }
+    Ok(())
+}
+
 /// The tunables the rig changes, in the order they are put back (`run` last, so that ksmd is
 /// stopped only once it has its own pace again).
 const SAVED: [&str; 3] = ["pages_to_scan", "sleep_millisecs", "run"];
@@ -197,6 +229,28 @@ impl Drop for Merging {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn guest_ksm_on_an_image_whose_kernel_cannot_opt_in_is_refused() {
+        assert_eq!(has_memory_merge("6.1.0-50-cloud-amd64"), Some(false));
+        assert_eq!(has_memory_merge("6.4.0"), Some(true));
+        assert_eq!(has_memory_merge("6.12.57+deb13-cloud-amd64"), Some(true));
+        assert_eq!(has_memory_merge("7.3.1-1-cloud-amd64"), Some(true));
+        assert_eq!(has_memory_merge("cloud"), None);
+        let e = format!(
+            "{:#}",
+            check_guest(Want::On, "bookworm", Some("6.1.0-50-cloud-amd64")).unwrap_err()
+        );
+        assert!(
+            e.contains("(6.1.0-50-cloud-amd64, pinned by images/bookworm/packages.lock)")
+                && e.contains("fix: give --guest-ksm auto"),
+            "{e}"
+        );
+        assert!(check_guest(Want::Auto, "bookworm", Some("6.1.0-50-cloud-amd64")).is_ok());
+        assert!(check_guest(Want::On, "trixie", Some("6.12.57+deb13-cloud-amd64")).is_ok());
+        // An image not built yet pins no kernel: its guest says, once booted.
+        assert!(check_guest(Want::On, "new", None).is_ok());
+    }
 
     /// A directory laid out as the kernel's KSM directory: plain files the rig reads and writes.
     fn fake(name: &str) -> PathBuf {

@@ -37,6 +37,8 @@ pub struct CompareOptions {
     pub base: VmRunOptions,
     pub copies: u32,
     pub ksm: ksm::Want,
+    /// The shared-OS guest's KSM for the CRIU copies (`--guest-ksm`).
+    pub guest_ksm: ksm::Want,
     /// Each CRIU copy's cgroup limits, and each VM's memory and CPUs made to match them.
     pub cgroup: Option<CgroupLimits>,
     /// What the tree runs in both columns (`--workload`); None: the gate binary's default.
@@ -298,6 +300,9 @@ fn shared_os_column(opts: &CompareOptions, out: &Path) -> (SharedOs, bool, Strin
     so.diagnose_args = vec!["--copies".into(), n.to_string()];
     so.diagnose_args
         .extend(workload_args(opts.workload.as_deref()));
+    if opts.guest_ksm != ksm::Want::Off {
+        so.diagnose_args.push("--guest-ksm".into());
+    }
     if let Some(l) = &opts.cgroup {
         so.diagnose_args
             .extend(["--cgroup".to_string(), l.to_string()]);

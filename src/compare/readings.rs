@@ -6,7 +6,7 @@ use super::{fork, ksm, ms, progress};
 use crate::judge::compare::Reading;
 use crate::run;
 use anyhow::Result;
-use sharedos_report::model::density::Mem;
+use sharedos_report::model::density::{steady, Mem, STEADY_PCT};
 use sharedos_report::procfs::{self, QemuMem};
 use sharedos_report::report::Status;
 use sharedos_report::wait;
@@ -114,15 +114,6 @@ pub(super) fn ksm_reading(want: ksm::Want, pids: &[u32], copies: u32) -> Reading
     }
 }
 
-/// Two readings agree when they differ by at most this share of the larger (%).
-pub(super) const STEADY_PCT: u64 = 10;
-
-/// Whether two readings of a settling figure agree within [`STEADY_PCT`].
-pub(super) fn steady(a: u64, b: u64) -> bool {
-    let diff = u128::from(a.abs_diff(b));
-    diff * 100 <= u128::from(STEADY_PCT) * u128::from(a.max(b))
-}
-
 /// The copies' PSS added up (KiB).
 fn total_pss(mems: &[Mem]) -> u64 {
     mems.iter().fold(0u64, |t, m| t.saturating_add(m.pss_kib))
@@ -207,17 +198,6 @@ pub(super) fn reclaim_reading(up: &[Up], b: run::Bounds) -> Reading {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn readings_agree_within_ten_percent_of_the_larger() {
-        assert!(steady(1000, 1000));
-        assert!(steady(1000, 910));
-        assert!(steady(910, 1000));
-        assert!(!steady(1000, 890));
-        assert!(steady(0, 0));
-        assert!(!steady(0, 1));
-        assert!(steady(u64::MAX, u64::MAX - 1));
-    }
 
     #[test]
     fn the_reclaim_reading_says_its_wait_in_one_plain_sentence() {

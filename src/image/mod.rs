@@ -112,6 +112,21 @@ pub fn require_image_for(opts: &BuildOptions, diagnose_args: &[String]) -> Resul
     }
 }
 
+/// The kernel release the image's lock pins (`packages.lock`), known before anything is built;
+/// None when the image has no lock yet (its first build makes one).
+pub fn pinned_kernel_release(opts: &BuildOptions) -> Result<Option<String>> {
+    let images_dir = definition::find_images_dir(opts.images_dir.as_deref(), &opts.image);
+    let dir = definition::ImageDir::load(&images_dir, &opts.image)?;
+    let path = dir.lock_path();
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
+    let lock = lock::Lock::parse(&text).with_context(|| format!("reading {}", path.display()))?;
+    Ok(Some(lock.kernel_release))
+}
+
 struct Inputs {
     image: ImageDir,
     lock_text: Option<String>,

@@ -358,6 +358,7 @@ pub fn assert_all_fidelity_options_held(r: &sharedos_report::report::Report) {
             userns: true,
             copies: None,
             workload: Default::default(),
+            guest_ksm: false,
         }
     );
     // Each option's checks ran in the original and in the restored copies, and passed.

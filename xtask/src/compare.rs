@@ -16,6 +16,12 @@ pub struct CompareArgs {
     /// host's settings are put back after.
     #[arg(long, value_enum, default_value_t = ksm::Want::Auto)]
     pub ksm: ksm::Want,
+    /// The shared-OS guest's KSM for one more reading of the CRIU copies: they opt in
+    /// (PR_SET_MEMORY_MERGE, Linux 6.4 and later) and the guest's ksmd merges their pages.
+    /// `on` refuses, before anything boots, an image whose pinned kernel lacks it; `auto`
+    /// records the reading as NOT_RUN there, saying why.
+    #[arg(long, value_enum, default_value_t = ksm::Want::Auto)]
+    pub guest_ksm: ksm::Want,
     /// The same resources on both sides: each CRIU copy restored into a cgroup of its own with
     /// these limits (the density gate's `--cgroup`), and each VM given that memory and that many
     /// CPUs (rounded up) in place of --memory and --cpus. The shared-OS guest keeps --memory and
@@ -64,6 +70,10 @@ pub fn vm_compare(a: CompareArgs) -> Result<i32> {
         compare::template::check(vm_memory)?;
     }
     ksm::check(a.ksm, std::path::Path::new(ksm::SYSFS))?;
+    if compare::arms(&a.arms).contains(&Arm::Criu) {
+        let release = sharedos_rig::image::pinned_kernel_release(&a.vm.boot.image)?;
+        ksm::check_guest(a.guest_ksm, &a.vm.boot.image.image, release.as_deref())?;
+    }
     // Both columns run the workload: an image without it is refused before anything boots.
     if let Some(w) = &a.workload {
         let args = ["--workload".to_string(), w.clone()];
@@ -74,6 +84,7 @@ pub fn vm_compare(a: CompareArgs) -> Result<i32> {
         base,
         copies: a.copies,
         ksm: a.ksm,
+        guest_ksm: a.guest_ksm,
         cgroup: a.cgroup,
         workload: a.workload,
         lies: a.lie,

@@ -646,10 +646,11 @@ mod tests {
             cow_root: true,
             userns: true,
             workload: Workload::Desktop,
+            guest_ksm: true,
         };
         assert_eq!(
             all.args().join(" "),
-            "--copies 2 --userns --cgroup cpu=1.5,memory=512M --cow-root --workload desktop"
+            "--copies 2 --userns --cgroup cpu=1.5,memory=512M --cow-root --workload desktop --guest-ksm"
         );
         // The default workload leaves the options as a plain run's.
         let xterm: RunOptions = serde_json::from_str(r#"{"workload": "xterm"}"#).unwrap();

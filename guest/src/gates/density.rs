@@ -15,6 +15,7 @@
 //! answer also ends it, and fails the gate: the floor exists so that the search stops before
 //! anything breaks.
 
+mod ksm;
 mod reset;
 
 use super::copies::{kill_step, restore_steps};
@@ -29,6 +30,7 @@ use sharedos_report::model::tree::{Observation, TreeRecord};
 use sharedos_report::procfs::{parse_meminfo, parse_smaps_rollup, read_proc};
 use sharedos_report::report::{Check, Copies, Gate, GateName};
 use std::collections::BTreeSet;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// Where the search stands before the next restore.
@@ -237,8 +239,21 @@ pub fn run(ctx: &mut Ctx) -> Gate {
             return g.finish("");
         }
     };
+    // The copies opt in to the guest's KSM through what restores them: this process.
+    let ksm_dir = Path::new(ksm::SYSFS);
+    let opted = ctx.cfg.options.guest_ksm.then(|| ksm::opt_in(ksm_dir));
     let search = restore_copies(ctx, &mut g, &plan, &snap);
+    if opted.is_some() {
+        ksm::opt_out();
+    }
     let measured = measure(ctx, &search.up, &snap);
+    // ksmd over every copy: twice, then once more per reading until two agree; 20 s a copy
+    // under TCG is far more than that takes.
+    let guest_ksm = opted.map(|opted| {
+        let copies = u64::try_from(search.up.len()).unwrap_or(u64::MAX);
+        let bound = Duration::from_secs(60_u64.saturating_add(copies.saturating_mul(20)));
+        ksm::reading(ctx, ksm_dir, &search.up, &opted, bound)
+    });
     let fresh = fresh_checks(ctx, &search.up);
     for c in copy_checks(req, &search, &fresh, &measured) {
         g.check(c);
@@ -262,6 +277,7 @@ pub fn run(ctx: &mut Ctx) -> Gate {
     g.check(end_copies(ctx, &up));
     let mut data = density_data(&plan, search, measured, ended_before);
     data.reset_ms = reset_ms;
+    data.guest_ksm = guest_ksm;
     let reason = pass_reason(&data);
     match serde_json::to_value(&data) {
         Ok(v) => g.data("density", v),
@@ -585,6 +601,7 @@ pub fn density_data(
         mem_used_with_copies_kib: measured.used_with.unwrap_or(0),
         ended_before,
         reset_ms: Vec::new(),
+        guest_ksm: None,
     }
 }
 

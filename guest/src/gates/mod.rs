@@ -140,6 +140,7 @@ mod tests {
             cow_root: true,
             userns: true,
             workload: sharedos_report::report::Workload::Desktop,
+            guest_ksm: true,
         };
         for options in [RunOptions::default(), all] {
             cfg.options = options;

@@ -16,7 +16,7 @@ pub use checks::judge;
 use super::reader::ReportDir;
 use super::verdict::{self, How, Outcome, Refused};
 use serde::{Deserialize, Serialize};
-use sharedos_report::model::density::{DensityData, Mem};
+use sharedos_report::model::density::{DensityData, GuestKsm, Mem};
 use sharedos_report::procfs::QemuMem;
 use sharedos_report::report::{GateName, Status, Verdict, RESET_RESTORE_MS};
 use std::path::Path;
@@ -138,6 +138,10 @@ pub struct SharedOs {
     pub reset_ms: Vec<u64>,
     /// What each copy had: the guest's whole memory and CPUs, shared.
     pub resources: String,
+    /// Every copy read again with the guest's KSM merging their pages (`--guest-ksm`), as the
+    /// guest read it (`DensityData::guest_ksm`).
+    #[serde(default)]
+    pub ksm: Reading,
     pub problems: Vec<String>,
 }
 
@@ -300,6 +304,19 @@ pub fn shared_os_column(o: &Outcome, copies: u32) -> SharedOs {
                     "the density gate timed {n} resets of its {copies} copies"
                 )),
             }
+            c.ksm = guest_ksm_reading(d.guest_ksm.as_ref());
+            match c.ksm.status {
+                Status::NotRun => {}
+                Status::Pass if c.ksm.per_copy.len() == copies as usize => {}
+                Status::Pass => c.problems.push(format!(
+                    "the guest KSM reading has {} copies, not {copies}",
+                    c.ksm.per_copy.len()
+                )),
+                _ => c.problems.push(format!(
+                    "the guest KSM reading is {}: {}",
+                    c.ksm.status, c.ksm.reason
+                )),
+            }
             c.restore_ms = d.restore_ms;
             c.per_copy = d.per_copy.iter().map(|m| m.mem).collect();
             c.guest_used_before_kib = d.mem_used_before_kib;
@@ -318,6 +335,35 @@ pub fn shared_os_column(o: &Outcome, copies: u32) -> SharedOs {
             .push("the density gate recorded no figures".into()),
     }
     c
+}
+
+/// What the shared-OS column shows of the guest's KSM reading: the guest's figures and words,
+/// as a VM column's further readings are shown.
+fn guest_ksm_reading(k: Option<&GuestKsm>) -> Reading {
+    let Some(k) = k else {
+        return Reading::not_run("not asked for (the density gate ran without --guest-ksm)");
+    };
+    Reading {
+        status: k.status,
+        reason: k.reason.clone(),
+        how: "in the guest: the copies opted in to KSM (prctl PR_SET_MEMORY_MERGE, inherited through criu restore), ksmd at full pace, each copy read after every further full scan until two readings in a row agreed within 10% (within a bound)".into(),
+        per_copy: k.per_copy.iter().map(|c| c.mem).collect(),
+        took_ms: k.took_ms,
+        notes: match k.status {
+            Status::Pass => vec![
+                format!(
+                    "guest ksmd: {} pages shared, {} more pages sharing them, after {} full scans",
+                    k.pages_shared, k.pages_sharing, k.full_scans
+                ),
+                if k.steady {
+                    "steady: two readings one full scan apart agreed within 10%".into()
+                } else {
+                    "not steady within its bound: the last reading is shown".into()
+                },
+            ],
+            _ => Vec::new(),
+        },
+    }
 }
 
 /// The CRIU reset of a judged report: the time its reset gate's restore took, as the guest timed

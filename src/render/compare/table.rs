@@ -65,6 +65,17 @@ pub(super) fn details(s: &Summary) -> Vec<String> {
     if let Some(w) = &s.workload {
         d.push(format!("workload in every column: {w}"));
     }
+    let k = &s.shared_os.ksm;
+    if s.ran(Arm::Criu) && k.status != Status::NotRun {
+        // The guest's own reading: its words and figures, not the host's.
+        d.push(format!(
+            "shared-OS KSM: {} in {:.1} s: {}",
+            k.status,
+            k.took_ms as f64 / 1000.0,
+            k.how
+        ));
+        d.extend(k.notes.iter().map(|n| format!("shared-OS KSM: {n}")));
+    }
     let vms = s.vm_columns();
     for &(arm, vm) in &vms {
         // The VM-each column alone, as before the template, is named as it always was.
@@ -379,18 +390,33 @@ pub(super) fn rows(s: &Summary) -> Vec<Row> {
             true,
         ));
     }
-    for (what, reading) in [
+    // KSM: the CRIU copies merged by their guest's KSM (the guest's figure), each VM by the
+    // host's; the VMs' ratio against the CRIU copies merged, when they were.
+    let so_ksm = &s.shared_os.ksm;
+    let so_ksm_pss: Vec<u64> = so_ksm.per_copy.iter().map(|m| m.pss_kib).collect();
+    let (so_ksm_cell, so_ksm_med) = match (so_ksm.status, median(&so_ksm_pss)) {
+        (Status::Pass, Some(v)) => (mib(v), Some(v)),
+        (st, _) => (format!("{st}: {}", so_ksm.reason), so_med),
+    };
+    for (what, so, so_ref, reading) in [
         (
-            "PSS per desktop, host KSM merging",
+            "PSS per desktop, KSM merging",
+            so_ksm_cell,
+            so_ksm_med,
             (|c: &VmEach| &c.ksm) as fn(&VmEach) -> &Reading,
         ),
-        ("PSS per desktop, guest gave memory back", |c| &c.reclaim),
+        (
+            "PSS per desktop, guest gave memory back",
+            String::new(),
+            so_med,
+            |c| &c.reclaim,
+        ),
     ] {
         rows.push(row(
             what,
-            String::new(),
-            &|c, _| reading_cells(so_med, reading(c)).0,
-            &|c, _| reading_cells(so_med, reading(c)).1,
+            so,
+            &|c, _| reading_cells(so_ref, reading(c)).0,
+            &|c, _| reading_cells(so_ref, reading(c)).1,
             false,
         ));
     }

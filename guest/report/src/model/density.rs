@@ -161,6 +161,57 @@ pub struct DensityData {
     /// again from the dump, the others up (ms, in order). Empty when no reset ran, or any failed.
     #[serde(default)]
     pub reset_ms: Vec<u64>,
+    /// With `--guest-ksm`: every copy read again with the guest's KSM merging the copies'
+    /// pages. None when not asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guest_ksm: Option<GuestKsm>,
+}
+
+/// The copies read again with the guest's KSM merging their pages: the restored copies opted
+/// in (`PR_SET_MEMORY_MERGE`, inherited from the restoring process), ksmd ran at full pace, and
+/// each copy was read after every further full scan until two readings in a row agreed.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct GuestKsm {
+    /// PASS: every copy read with ksmd merging; NOT_RUN: it could not be, `reason` says why (a
+    /// kernel without the prctl); FAIL: tried, and it failed.
+    pub status: crate::report::Status,
+    pub reason: String,
+    /// Each copy, in `per_copy`'s order, read last.
+    pub per_copy: Vec<CopyMem>,
+    /// ksmd's own counters at that last reading.
+    pub pages_shared: u64,
+    pub pages_sharing: u64,
+    pub full_scans: u64,
+    /// From turning ksmd on to the last reading (ms).
+    pub took_ms: u64,
+    /// Whether two readings in a row agreed within 10% before the bound.
+    pub steady: bool,
+}
+
+/// Two readings of a settling figure agree when they differ by at most this share of the
+/// larger (%): KSM's readings, the host's and the guest's, are taken as steady then.
+pub const STEADY_PCT: u64 = 10;
+
+/// Whether two readings agree within [`STEADY_PCT`].
+pub fn steady(a: u64, b: u64) -> bool {
+    let diff = u128::from(a.abs_diff(b));
+    diff * 100 <= u128::from(STEADY_PCT) * u128::from(a.max(b))
+}
+
+impl GuestKsm {
+    /// A reading not taken, and why.
+    pub fn not_run(reason: impl Into<String>) -> GuestKsm {
+        GuestKsm {
+            status: crate::report::Status::NotRun,
+            reason: reason.into(),
+            per_copy: Vec::new(),
+            pages_shared: 0,
+            pages_sharing: 0,
+            full_scans: 0,
+            took_ms: 0,
+            steady: false,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -195,6 +246,17 @@ mod tests {
     }
 
     #[test]
+    fn readings_agree_within_ten_percent_of_the_larger() {
+        assert!(steady(1000, 1000));
+        assert!(steady(1000, 910));
+        assert!(steady(910, 1000));
+        assert!(!steady(1000, 890));
+        assert!(steady(0, 0));
+        assert!(!steady(0, 1));
+        assert!(steady(u64::MAX, u64::MAX - 1));
+    }
+
+    #[test]
     fn the_figures_round_trip() {
         let d = DensityData {
             requested: Copies::Max,
@@ -212,6 +274,7 @@ mod tests {
             mem_used_with_copies_kib: 200,
             ended_before: vec!["a".into()],
             reset_ms: vec![2800, 2900],
+            guest_ksm: Some(GuestKsm::not_run("no prctl")),
         };
         let v = serde_json::to_value(&d).unwrap();
         assert_eq!(v["stopped_by"], "memory_floor");

@@ -27,6 +27,10 @@ pub struct RunOptions {
     /// default `xterm`, so a plain run's report reads as before the option existed.
     #[serde(default, skip_serializing_if = "Workload::is_default")]
     pub workload: Workload,
+    /// `--guest-ksm` (with `--copies N`): the density gate's copies opt in to the guest's KSM,
+    /// and are read again with it merging their pages.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub guest_ksm: bool,
 }
 
 /// What the tree runs beside Xvfb and the state app (`diagnose --workload NAME`).
@@ -137,6 +141,9 @@ impl RunOptions {
         }
         if !self.workload.is_default() {
             v.extend(["--workload".to_string(), self.workload.to_string()]);
+        }
+        if self.guest_ksm {
+            v.push("--guest-ksm".into());
         }
         v
     }

@@ -188,6 +188,9 @@ fn summary() -> Summary {
             guest_used_with_copies_kib: d.mem_used_with_copies_kib,
             reset_ms: vec![CRIU_RESET_MS],
             resources: "the guest's memory and CPUs, shared by every copy (no --cgroup)".into(),
+            ksm: crate::judge::compare::Reading::not_run(
+                "not asked for (the density gate ran without --guest-ksm)",
+            ),
             problems: vec![],
         },
         vm_each: VmEach {
@@ -694,4 +697,56 @@ fn the_criu_reset_over_the_copies_is_the_density_gate_s_each_copy_reset() {
         "{:?}",
         j.summary.problems
     );
+}
+
+#[test]
+fn the_guest_ksm_reading_is_the_density_gate_s_and_a_failed_or_short_one_fails_the_column() {
+    let f = fixture("guest-ksm");
+    let copy = |label: &str, pss: u64| {
+        format!(
+            r#"{{"label": "{label}", "mem": {{"pss_kib": {pss}, "rss_kib": 28468, "uss_kib": 10000}}, "pid": 339, "processes": 5}}"#
+        )
+    };
+    let with = |status: &str, copies: &[String]| {
+        DENSITY.replace(
+            "\"requested\"",
+            &format!(
+                r#""guest_ksm": {{"status": "{status}", "reason": "r", "per_copy": [{}], "pages_shared": 900, "pages_sharing": 2100, "full_scans": 3, "took_ms": 8000, "steady": true}}, "requested""#,
+                copies.join(", ")
+            ),
+        )
+    };
+    let two = [copy("density-1", 15000), copy("density-2", 15100)];
+    shared_os_report_with(&f.0.join("shared-os"), &with("PASS", &two), |_| {});
+    let j = read(&f.0, None).unwrap();
+    let k = &j.summary.shared_os.ksm;
+    assert_eq!(k.status, Status::Pass, "{k:?}");
+    assert_eq!(
+        k.per_copy.iter().map(|m| m.pss_kib).collect::<Vec<_>>(),
+        [15000, 15100]
+    );
+    assert!(k.notes[0].contains("900 pages shared"), "{:?}", k.notes);
+    for (density, what) in [
+        (
+            with("PASS", &two[..1]),
+            "shared-OS: the guest KSM reading has 1 copies, not 2",
+        ),
+        (
+            with("FAIL", &[]),
+            "shared-OS: the guest KSM reading is FAIL: r",
+        ),
+    ] {
+        shared_os_report_with(&f.0.join("shared-os"), &density, |_| {});
+        let j = read(&f.0, None).unwrap();
+        assert_eq!(j.summary.verdict, Verdict::Fail, "{what}");
+        assert!(
+            j.summary.problems.iter().any(|p| p == what),
+            "{what}: {:?}",
+            j.summary.problems
+        );
+    }
+    // Not asked for: said, and no failure.
+    shared_os_report_with(&f.0.join("shared-os"), DENSITY, |_| {});
+    let j = read(&f.0, None).unwrap();
+    assert_eq!(j.summary.shared_os.ksm.status, Status::NotRun);
 }
