@@ -2,6 +2,8 @@
 //! (kernel 6.1), the checkpoint brought home and sent into a bookworm-bpo guest (kernel 6.12, the
 //! same criu 3.17.1 and userland), restored and checked there; then the same with the checkpoint
 //! tampered with on the host between the two guests, which the restore side's check must catch.
+//! The bookworm-bpo guest, already made, also shows the guest's KSM merging the density gate's
+//! copies, which its 6.12 kernel lets opt in (bookworm's 6.1 cannot: tests/vm_run.rs).
 //! And the cheap part: bad image names are refused before anything boots.
 //!
 //! Minutes, so `#[ignore]`d in a plain `cargo test` but for the bad-input test.
@@ -60,6 +62,38 @@ fn vm_migrate_bookworm_to_bookworm_bpo_as_an_unprivileged_user() {
     common::seed::seed(&sb, "cache", "bookworm-bpo", "fakechroot");
     migrates_and_names_both_kernels(&sb, &gate);
     a_checkpoint_tampered_with_between_the_guests_fails_the_restore_side(&sb, &gate);
+    guest_ksm_merges_the_copies_on_a_6_12_kernel(&sb, &gate);
+}
+
+/// `vm-run --image bookworm-bpo -- --copies 2 --guest-ksm`: the copies opt in through the
+/// restoring process, the guest's ksmd merges their pages, and each copy is read again, for
+/// less than it took before; ksmd's counters say what it merged.
+fn guest_ksm_merges_the_copies_on_a_6_12_kernel(sb: &Sandbox, gate: &Path) {
+    use sharedos_report::model::density::DensityData;
+    let out_dir = sb.dir.join("reports/guest-ksm");
+    let mut args = common::vm_run_args(sb, gate, &out_dir, "tcg");
+    args.splice(1..1, ["--image", "bookworm-bpo"].map(String::from));
+    args.extend(["--", "--copies", "2", "--guest-ksm"].map(String::from));
+    let (code, said) = run(sb, &args);
+    assert_eq!(code, 3, "{said}");
+    let r = read_report(&out_dir);
+    let g = r.gate(GateName::Density).unwrap();
+    assert_eq!(g.status, Status::Pass, "{}", g.reason);
+    let d: DensityData = serde_json::from_value(g.data["density"].clone()).unwrap();
+    let k = d.guest_ksm.as_ref().expect("the guest KSM reading");
+    assert_eq!(k.status, Status::Pass, "{k:?}");
+    assert!(k.pages_sharing > 0 && k.full_scans >= 2, "{k:?}");
+    assert_eq!(k.per_copy.len(), 2, "{k:?}");
+    let pss = |cs: &[sharedos_report::model::density::CopyMem]| -> u64 {
+        cs.iter().map(|c| c.mem.pss_kib).sum()
+    };
+    assert!(
+        pss(&k.per_copy) < pss(&d.per_copy),
+        "merged {} KiB, before {} KiB",
+        pss(&k.per_copy),
+        pss(&d.per_copy)
+    );
+    assert_eq!(d.reset_ms.len(), 2, "{d:?}");
 }
 
 fn migrates_and_names_both_kernels(sb: &Sandbox, gate: &Path) {
