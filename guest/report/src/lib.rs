@@ -9,6 +9,7 @@ pub mod compare;
 pub mod digest;
 pub mod environment;
 pub mod fidelity;
+pub mod ksm;
 pub mod model;
 pub mod procfs;
 pub mod random;

@@ -21,7 +21,13 @@ const STYLE: &str = "\
 .chart{margin:.5em 0 1.5em;border:none;padding:0}
 .chart svg{display:block;max-width:100%;height:auto}
 .note{font-size:.9em;color:#57606a}
+table.side td:first-child{white-space:nowrap}
+table.side td.words{white-space:normal;max-width:16em}
 ";
+
+/// A cell longer than this is words (a reason, how resources were chosen), not a figure: it
+/// wraps, so that a column of three arms still fits the page beside its labels.
+const FIGURE_CHARS: usize = 24;
 
 fn write_page(out: &mut String, j: &Judged) -> std::fmt::Result {
     use crate::escape::html as esc;
@@ -63,7 +69,7 @@ fn write_page(out: &mut String, j: &Judged) -> std::fmt::Result {
             writeln!(out, "</ul>")?;
         }
     }
-    writeln!(out, "<h2>Side by side</h2>\n<table>")?;
+    writeln!(out, "<h2>Side by side</h2>\n<table class=\"side\">")?;
     write!(out, "<tr><th></th>")?;
     for h in heads(s) {
         write!(out, "<th>{h}</th>")?;
@@ -72,7 +78,12 @@ fn write_page(out: &mut String, j: &Judged) -> std::fmt::Result {
     for r in rows(s) {
         write!(out, "<tr><td>{}</td>", r.what)?;
         for c in &r.cells {
-            write!(out, "<td class=\"num\">{}</td>", esc(c))?;
+            let class = if c.chars().count() > FIGURE_CHARS {
+                "num words"
+            } else {
+                "num"
+            };
+            write!(out, "<td class=\"{class}\">{}</td>", esc(c))?;
         }
         writeln!(out, "</tr>")?;
     }

@@ -66,14 +66,19 @@ pub(super) fn details(s: &Summary) -> Vec<String> {
         d.push(format!("workload in every column: {w}"));
     }
     let k = &s.shared_os.ksm;
-    if s.ran(Arm::Criu) && k.status != Status::NotRun {
+    if s.ran(Arm::Criu) {
         // The guest's own reading: its words and figures, not the host's.
-        d.push(format!(
-            "shared-OS KSM: {} in {:.1} s: {}",
-            k.status,
-            k.took_ms as f64 / 1000.0,
-            k.how
-        ));
+        if k.status == Status::NotRun {
+            d.push(format!("shared-OS KSM: {}: {}", k.status, k.reason));
+        } else {
+            d.push(format!(
+                "shared-OS KSM: {} in {:.1} s: {}: {}",
+                k.status,
+                k.took_ms as f64 / 1000.0,
+                k.reason,
+                k.how
+            ));
+        }
         d.extend(k.notes.iter().map(|n| format!("shared-OS KSM: {n}")));
     }
     let vms = s.vm_columns();
@@ -396,7 +401,8 @@ pub(super) fn rows(s: &Summary) -> Vec<Row> {
     let so_ksm_pss: Vec<u64> = so_ksm.per_copy.iter().map(|m| m.pss_kib).collect();
     let (so_ksm_cell, so_ksm_med) = match (so_ksm.status, median(&so_ksm_pss)) {
         (Status::Pass, Some(v)) => (mib(v), Some(v)),
-        (st, _) => (format!("{st}: {}", so_ksm.reason), so_med),
+        // Its reason, the guest's words, is said below the table: a cell holds the status.
+        (st, _) => (format!("{st} (below)"), so_med),
     };
     for (what, so, so_ref, reading) in [
         (

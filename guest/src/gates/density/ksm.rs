@@ -9,9 +9,9 @@
 
 use super::copy_mem;
 use crate::gates::Ctx;
-use anyhow::{Context, Result};
+use anyhow::Result;
+use sharedos_report::ksm::{counters, Merging};
 use sharedos_report::model::density::{steady, CopyMem, GuestKsm};
-use sharedos_report::procfs::read_proc;
 use sharedos_report::report::Status;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -21,9 +21,6 @@ const PR_SET_MEMORY_MERGE: i32 = 67;
 
 /// The guest's KSM.
 pub const SYSFS: &str = "/sys/kernel/mm/ksm";
-
-/// ksmd at full pace: the most pages a pass, no sleep between passes.
-const FAST: [(&str, &str); 2] = [("pages_to_scan", "4096"), ("sleep_millisecs", "0")];
 
 /// Opts this process, and so everything it starts from now on, in to KSM; Err: why the reading
 /// cannot be taken on this guest, in the words the report gives.
@@ -61,50 +58,6 @@ fn kernel_release() -> String {
         .unwrap_or_else(|_| "unknown".into())
 }
 
-/// ksmd's counters.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct Counters {
-    pub full_scans: u64,
-    pub pages_shared: u64,
-    pub pages_sharing: u64,
-}
-
-fn read_value(ksm: &Path, name: &str) -> Result<String> {
-    let p = ksm.join(name);
-    Ok(read_proc(&p.to_string_lossy())
-        .with_context(|| format!("reading {}", p.display()))?
-        .trim()
-        .to_string())
-}
-
-fn read_u64(ksm: &Path, name: &str) -> Result<u64> {
-    let v = read_value(ksm, name)?;
-    v.parse()
-        .with_context(|| format!("{}/{name} holds {v:?}, not a count", ksm.display()))
-}
-
-pub fn counters(ksm: &Path) -> Result<Counters> {
-    Ok(Counters {
-        full_scans: read_u64(ksm, "full_scans")?,
-        pages_shared: read_u64(ksm, "pages_shared")?,
-        pages_sharing: read_u64(ksm, "pages_sharing")?,
-    })
-}
-
-fn write_value(ksm: &Path, name: &str, value: &str) -> Result<()> {
-    let p = ksm.join(name);
-    std::fs::write(&p, value).with_context(|| format!("writing {value} to {}", p.display()))
-}
-
-/// Waits up to `bound` for `scans` more full scans of ksmd than `from`.
-fn wait_scans(ksm: &Path, from: &Counters, scans: u64, bound: Duration) -> Result<Counters> {
-    let want = from.full_scans.saturating_add(scans);
-    sharedos_report::wait::until("ksmd's next full scans", bound, || {
-        counters(ksm).ok().filter(|c| c.full_scans >= want)
-    })
-    .map_err(|e| anyhow::anyhow!("{e}"))
-}
-
 /// The copies' PSS added up (KiB).
 fn total_pss(mems: &[CopyMem]) -> u64 {
     mems.iter()
@@ -124,17 +77,10 @@ pub fn reading(
         return GuestKsm::not_run(why.clone());
     }
     let t = Instant::now();
-    let mut saved = Vec::new();
     let result = (|| -> Result<GuestKsm> {
-        for name in ["run", "pages_to_scan", "sleep_millisecs"] {
-            saved.push((name, read_value(ksm, name)?));
-        }
         let before = counters(ksm)?;
-        for (name, value) in FAST {
-            write_value(ksm, name, value)?;
-        }
-        write_value(ksm, "run", "1")?;
-        let mut now = wait_scans(ksm, &before, 2, bound)?;
+        let merging = Merging::start(ksm)?;
+        let mut now = merging.wait_merged(&before, bound)?;
         let read = |up: &[(String, i32)]| -> Vec<CopyMem> {
             up.iter().map(|(l, p)| copy_mem(ctx, l, *p)).collect()
         };
@@ -144,7 +90,7 @@ pub fn reading(
             if left.is_zero() {
                 break false;
             }
-            match wait_scans(ksm, &now, 1, left) {
+            match merging.wait_merged_from(&now, 1, left) {
                 Ok(c) => now = c,
                 Err(_) => break false,
             }
@@ -155,6 +101,8 @@ pub fn reading(
                 break true;
             }
         };
+        // The guest's settings back (merged pages split again where KSM was off).
+        merging.restore()?;
         let errors: Vec<&String> = mems.iter().flat_map(|m| &m.errors).collect();
         let (status, reason) = if errors.is_empty() {
             (
@@ -181,11 +129,6 @@ pub fn reading(
             steady: steady_now,
         })
     })();
-    // The guest's settings back; `run` last, so that ksmd stops (merged pages stay merged:
-    // the copies end soon after, and unmerging them all would only cost time).
-    for (name, value) in saved.iter().rev() {
-        let _ = write_value(ksm, name, value);
-    }
     result.unwrap_or_else(|e| GuestKsm {
         status: Status::Fail,
         ..GuestKsm::not_run(format!("{e:#}"))
@@ -201,30 +144,5 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("no-ksm-{}", std::process::id()));
         let e = opt_in(&dir).unwrap_err();
         assert!(e.contains("has no KSM"), "{e}");
-    }
-
-    #[test]
-    fn counters_that_do_not_read_as_counts_are_an_error() {
-        let dir = std::env::temp_dir().join(format!("ksm-counters-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        for (f, v) in [
-            ("full_scans", "3\n"),
-            ("pages_shared", "10"),
-            ("pages_sharing", "25"),
-        ] {
-            std::fs::write(dir.join(f), v).unwrap();
-        }
-        assert_eq!(
-            counters(&dir).unwrap(),
-            Counters {
-                full_scans: 3,
-                pages_shared: 10,
-                pages_sharing: 25
-            }
-        );
-        std::fs::write(dir.join("pages_sharing"), "lots").unwrap();
-        let e = format!("{:#}", counters(&dir).unwrap_err());
-        assert!(e.contains("not a count"), "{e}");
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
