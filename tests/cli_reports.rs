@@ -753,6 +753,9 @@ fn write_matrix(dir: &Path, dump_fails_on: Option<&str>) {
         write_report(&rd, "2026-12-01T06:00:00.000Z", |r| {
             r.environment.kernel_release = kernel.into();
             r.environment.criu_version = Some(criu.into());
+            if let Some(vm) = r.vm.as_mut() {
+                vm.image_name = image.into();
+            }
             if dump_fails_on == Some(image) {
                 r.gates[3].status = Status::Fail;
                 r.gates[3].reason = "criu dump: vdso: Unexpected rt vDSO area bounds".into();

@@ -179,37 +179,14 @@ pub fn row_label(dir: &Path) -> Result<String> {
     let l = verdict::read_report(&files)
         .map_err(anyhow::Error::msg)
         .with_context(|| format!("reading the report in {}", dir.display()))?;
-    let Some(vm) = l.report.vm.as_ref() else {
-        bail!(
-            "{} holds a report of `sharedos-gate diagnose` alone, not of vm-run: merge takes the \
-             directories `cargo xtask vm-run --image NAME --out DIR` writes",
+    let row = variant::report_row(&l.report).with_context(|| {
+        format!(
+            "the report in {}: merge takes the directories `cargo xtask vm-run --image NAME \
+             --out DIR` writes",
             dir.display()
-        );
-    };
-    let image = vm.image_name.as_str();
-    let plain = !image.is_empty()
-        && !image.starts_with('.')
-        && image
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
-    if !plain {
-        bail!(
-            "the report in {} records the image {image:?}, which is not a plain image name: it \
-             was not written by vm-run",
-            dir.display()
-        );
-    }
-    let diagnose: Vec<String> = match vm.command_line.iter().position(|a| a == "--") {
-        Some(i) => vm.command_line[i + 1..].to_vec(),
-        None => Vec::new(),
-    };
-    let variants = variant::variants_from_args(&diagnose)
-        .with_context(|| format!("the vm-run of the report in {}", dir.display()))?;
-    Ok(Row {
-        image: image.to_string(),
-        variants,
-    }
-    .label())
+        )
+    })?;
+    Ok(row.label())
 }
 
 /// Copies a report directory: regular files and directories only, nothing through a link,

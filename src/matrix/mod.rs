@@ -24,6 +24,7 @@ pub mod merge;
 pub mod pairs;
 pub mod render;
 pub mod run;
+pub mod same_run;
 pub mod show;
 pub mod variant;
 
@@ -516,7 +517,8 @@ fn pinned_kernel(images_dir: &Path, image: &str) -> String {
 }
 
 /// A cell from the one verdict on a row's report: the gates as judged (a valid review
-/// applied), where it ran, the CRIU figures, the verdict's exit code and what it found wrong.
+/// applied), where it ran, the CRIU figures, the verdict's exit code and what it found wrong,
+/// a report of another row among it.
 pub fn cell_from_outcome(label: &str, o: &Outcome) -> Cell {
     let mut judged = o.report.clone();
     judged.gates = o.gates.clone();
@@ -525,7 +527,23 @@ pub fn cell_from_outcome(label: &str, o: &Outcome) -> Cell {
         c.exit_code = Some(RIG_FAILURE_EXIT);
     }
     c.problems = o.found();
+    c.problems.extend(row_problem(label, &o.report));
     c
+}
+
+/// Why the report is not its row's, if it is not: a report copied into another row's
+/// directory passes every check of its own, and only the row its vm-run recorded (the image,
+/// the variants' arguments) tells it apart.
+pub fn row_problem(label: &str, r: &Report) -> Option<String> {
+    match variant::report_row(r) {
+        Ok(row) if row.label() == label => None,
+        Ok(row) => Some(format!(
+            "its report is a run of row {}, not of {label}: a report of another row put in this \
+             one's place",
+            row.label()
+        )),
+        Err(e) => Some(format!("nothing ties its report to row {label}: {e:#}")),
+    }
 }
 
 /// The cell of the report in the matrix directory's `<label>/`, judged by the one verdict

@@ -6,6 +6,10 @@
 //! matrix.json, migration.json is an archive's word: each row is judged again from its two
 //! halves through the one reader and the one verdict (`judge::verdict::migration`, with its
 //! findings), and every place where migration.json says otherwise is returned as a warning.
+//! The halves must be of one migration: the verdict holds the restore side to the dump side
+//! (one marker, the dump-time frame the host carried between them, two runs), each half's
+//! marker is held to the one migration.json records, and a half that is the same run as a half
+//! of an earlier row fails its row, naming both.
 //! The cause is CRIU's own error when a gate quoted one (a restore CRIU refused, a dump it could
 //! not make), else the first failing gate's reason; guest text, escaped wherever shown.
 //!
@@ -16,6 +20,7 @@ mod formats;
 
 pub use formats::{html, junit, md, text};
 
+use super::same_run::RunId;
 use super::CELL_CAUSE_CHARS;
 use crate::judge::ledger::Ledger;
 use crate::judge::reader::{Kind, ReportDir};
@@ -171,10 +176,16 @@ pub fn pair(
             Some(why) => rig(why),
             None => {
                 let to = to.as_ref().and_then(|t| t.as_ref().ok().copied());
-                let findings = verdict::migration_findings(f, to);
+                let mut findings = verdict::migration_findings(f, to);
+                findings.extend(unrecorded_halves(summary, f, to));
+                let v = if findings.is_empty() {
+                    Verdict::Pass
+                } else {
+                    Verdict::Fail
+                };
                 (
                     short_cause(&findings),
-                    PairOutcome::Judged(verdict::migration(f, to)),
+                    PairOutcome::Judged(v),
                     findings.iter().flat_map(finding_notes).collect(),
                 )
             }
@@ -206,6 +217,43 @@ pub fn pair(
     }
     let warnings = disagreements(&row, summary);
     (row, warnings)
+}
+
+/// Each half whose guest ran with another marker than the one migration.json records (vm-migrate
+/// writes the marker it drew for both guests): halves of another migration put in this one's
+/// place, which pass every check between the two of them. A migration.json that records no
+/// marker (one written before it did) binds nothing; it only ever fails a row.
+fn unrecorded_halves(
+    summary: Option<&serde_json::Value>,
+    from: &Outcome,
+    to: Option<&Outcome>,
+) -> Vec<MigrationFinding> {
+    let Some(recorded) = summary
+        .and_then(|s| s.get("marker"))
+        .and_then(|m| m.as_str())
+    else {
+        return Vec::new();
+    };
+    [
+        (MigrationSide::Dump, Some(from)),
+        (MigrationSide::Restore, to),
+    ]
+    .into_iter()
+    .filter_map(|(side, o)| Some((side, o?)))
+    .filter(|(_, o)| o.report.marker != recorded)
+    .map(|(side, o)| MigrationFinding {
+        side,
+        gate: None,
+        problem: format!(
+            "{}/ is not of the migration {MIGRATION_FILE} records: its guest ran with the \
+             marker {:?}, {MIGRATION_FILE} records {recorded:?}: a half of another migration \
+             put in this one's place",
+            side.dir(),
+            o.report.marker
+        ),
+        cause: None,
+    })
+    .collect()
 }
 
 /// Why the row is the rig's failure rather than a verdict, if it is: a guest's run that failed,
@@ -311,9 +359,12 @@ pub fn is_migration_path(path: &Path) -> bool {
     ReportDir::open(path).is_ok_and(|d| is_migration_dir(&d))
 }
 
+/// The runs a row's halves are, from/ then to/; None for a half that cannot be judged.
+type Runs = [Option<RunId>; 2];
+
 /// One migration directory judged again: its halves through the one reader and the one
-/// verdict, migration.json read bounded and held against them.
-pub fn load_one(dir: &ReportDir, label: &str, ledger: Option<&Ledger>) -> (Pair, Vec<String>) {
+/// verdict, migration.json read bounded and held against them; the runs its halves are.
+fn load_one(dir: &ReportDir, label: &str, ledger: Option<&Ledger>) -> (Pair, Vec<String>, Runs) {
     let mut warnings = Vec::new();
     let summary = match dir.kind(MIGRATION_FILE) {
         Ok(None) => None,
@@ -347,7 +398,47 @@ pub fn load_one(dir: &ReportDir, label: &str, ledger: Option<&Ledger>) -> (Pair,
         to.as_ref().map(|t| t.as_ref().map_err(Clone::clone)),
     );
     warnings.extend(w);
-    (row, warnings)
+    let run = |h: &std::result::Result<Outcome, String>| h.as_ref().ok().map(RunId::of);
+    let runs = [run(&from), to.as_ref().and_then(run)];
+    (row, warnings, runs)
+}
+
+/// Each half that is the same run as a half of an earlier row fails its row, naming both: a
+/// migration copied under a second name, or a half copied into a second migration, is one run
+/// counted twice, and each copy alone passes.
+fn repeated_halves(rows: &mut [Pair], runs: &[Runs]) {
+    let sides = [MigrationSide::Dump, MigrationSide::Restore];
+    for i in 0..rows.len().min(runs.len()) {
+        let mut problems = Vec::new();
+        for (side, id) in sides.iter().zip(&runs[i]) {
+            let Some(id) = id else { continue };
+            let earlier = runs[..i].iter().enumerate().find_map(|(j, r)| {
+                sides
+                    .iter()
+                    .zip(r)
+                    .find_map(|(s, e)| e.as_ref().and_then(|e| id.shared(e)).map(|w| (j, *s, w)))
+            });
+            if let Some((j, s, what)) = earlier {
+                problems.push(format!(
+                    "{}/ is the same run as {}'s {}/: both carry {what}: one run counted in two \
+                     migrations",
+                    side.dir(),
+                    rows[j].label,
+                    s.dir()
+                ));
+            }
+        }
+        let Some(row) = rows.get_mut(i) else { continue };
+        for p in problems {
+            if let PairOutcome::Judged(v) = &mut row.outcome {
+                *v = Verdict::Fail;
+            }
+            if row.cause.is_empty() {
+                row.cause = cut(&p, CELL_CAUSE_CHARS);
+            }
+            row.notes.push(p);
+        }
+    }
 }
 
 /// Every migration the paths name: each a migration directory, or a directory holding some
@@ -361,6 +452,7 @@ pub fn load(paths: &[PathBuf], ledger: Option<&Ledger>) -> Result<(Pairs, Vec<St
         bail!("no directory given: {fix}");
     }
     let mut rows = Vec::new();
+    let mut runs = Vec::new();
     let mut warnings = Vec::new();
     for path in paths {
         let dir = ReportDir::open(path)
@@ -370,8 +462,9 @@ pub fn load(paths: &[PathBuf], ledger: Option<&Ledger>) -> Result<(Pairs, Vec<St
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_else(|| path.display().to_string());
-            let (row, w) = load_one(&dir, &label, ledger);
+            let (row, w, r) = load_one(&dir, &label, ledger);
             rows.push(row);
+            runs.push(r);
             warnings.extend(w);
             continue;
         }
@@ -408,8 +501,9 @@ pub fn load(paths: &[PathBuf], ledger: Option<&Ledger>) -> Result<(Pairs, Vec<St
                 }
             };
             if is_migration_dir(&sub) {
-                let (row, w) = load_one(&sub, &name, ledger);
+                let (row, w, r) = load_one(&sub, &name, ledger);
                 rows.push(row);
+                runs.push(r);
                 warnings.extend(w);
             }
         }
@@ -417,6 +511,7 @@ pub fn load(paths: &[PathBuf], ledger: Option<&Ledger>) -> Result<(Pairs, Vec<St
             bail!("{} holds no migration: {fix}", path.display());
         }
     }
+    repeated_halves(&mut rows, &runs);
     Ok((Pairs::new(rows), warnings))
 }
 

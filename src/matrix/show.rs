@@ -2,8 +2,11 @@
 //! untrusted as any report, so nothing it says about a row is taken on its word. Each row is
 //! judged again by the one verdict from its own report (reached without following a link), its
 //! image's committed expectations are applied again, the exit code is recomputed, and every
-//! place where matrix.json said otherwise is returned as a warning.
+//! place where matrix.json said otherwise is returned as a warning. A row's report must be of
+//! that row (the image and variants its vm-run recorded, [`super::row_problem`]), and no two
+//! rows may hold one run ([`super::same_run`]): either fails the row, naming both places.
 
+use super::same_run::{self, RunId};
 use super::{
     cell_from_outcome, compare, exit_code, expect, unreadable_cell, Cell, CellOutcome, Matrix,
     MATRIX_FILE, MATRIX_SCHEMA_VERSION,
@@ -53,8 +56,13 @@ pub fn load(
     }
     let find = |image: &str| -> PathBuf { definition::find_images_dir(images_dir, image) };
     let mut warnings = Vec::new();
-    for c in &mut m.cells {
-        let fresh = recompute(&files, c, &find, ledger);
+    let (mut fresh, ids): (Vec<Cell>, Vec<Option<RunId>>) = m
+        .cells
+        .iter()
+        .map(|c| recompute(&files, c, &find, ledger))
+        .unzip();
+    repeated_rows(&mut fresh, &ids);
+    for (c, fresh) in m.cells.iter_mut().zip(fresh) {
         warnings.extend(disagreements(c, &fresh));
         *c = fresh;
     }
@@ -69,14 +77,56 @@ pub fn load(
     Ok((m, warnings))
 }
 
-/// A cell as its row's report and the committed expectations make it now. A row that names no
-/// report keeps matrix.json's cell only when it says the row never ran.
+/// Each row a matrix.json names a second time, and each row whose report is the same run as
+/// an earlier row's: one run counted twice, which no row's report shows of its own.
+fn repeated_rows(cells: &mut [Cell], ids: &[Option<RunId>]) {
+    let dir = |c: &Cell| {
+        c.report_dir
+            .as_deref()
+            .map_or_else(|| "no report".to_string(), |d| format!("{d}/"))
+    };
+    let mut found: Vec<(usize, String)> = Vec::new();
+    for (i, c) in cells.iter().enumerate() {
+        if let Some(first) = cells[..i].iter().find(|f| f.image == c.image) {
+            found.push((
+                i,
+                format!(
+                    "matrix.json names row {} a second time (first with {})",
+                    c.image,
+                    dir(first)
+                ),
+            ));
+        }
+    }
+    for (later, first, what) in same_run::repeats(ids) {
+        let f = &cells[first];
+        found.push((
+            later,
+            format!(
+                "its report is the same run as row {}'s ({}): both carry {what}: one run counted \
+                 in two rows",
+                f.image,
+                dir(f)
+            ),
+        ));
+    }
+    for (i, problem) in found {
+        if let Some(c) = cells.get_mut(i) {
+            c.problems.push(problem);
+        }
+    }
+}
+
+/// A cell as its row's report and the committed expectations make it now, and the run its
+/// report is of. A row that names no report keeps matrix.json's cell only when it says the row
+/// never ran.
 fn recompute(
     files: &ReportDir,
     c: &Cell,
     images_dir: &dyn Fn(&str) -> PathBuf,
     ledger: Option<&Ledger>,
-) -> Cell {
+) -> (Cell, Option<RunId>) {
+    let mut id = None;
     let mut fresh = match c.report_dir.as_deref() {
         None if c.outcome != CellOutcome::Ran => c.clone(),
         None => unreadable_cell(
@@ -95,7 +145,10 @@ fn recompute(
             .open_beneath(rel)
             .and_then(|d| verdict::judge_dir(d, &How::full(ledger)).map_err(|r| r.problem))
         {
-            Ok(o) => cell_from_outcome(&c.image, &o),
+            Ok(o) => {
+                id = Some(RunId::of(&o));
+                cell_from_outcome(&c.image, &o)
+            }
             Err(e) => unreadable_cell(&c.image, None, &format!("{rel}/{REPORT_FILE}: {e}")),
         },
     };
@@ -116,7 +169,7 @@ fn recompute(
             .problems
             .push(format!("its expectations cannot be read: {e:#}"));
     }
-    fresh
+    (fresh, id)
 }
 
 /// Where matrix.json's cell says otherwise than the recomputed one.

@@ -475,6 +475,7 @@ fn load_rereads_each_cell_from_its_report() {
     std::fs::create_dir_all(dir.join("bookworm")).unwrap();
     let mut r = report(&[], "6.1.0-50-cloud-amd64", "3.17.1");
     r.artifacts.clear();
+    r.vm.as_mut().unwrap().image_name = "bookworm".into();
     hostile_gate::honest::add_to(&mut r, &dir.join("bookworm")).unwrap();
     std::fs::write(
         dir.join("bookworm/report.json"),
@@ -509,4 +510,156 @@ fn load_rereads_each_cell_from_its_report() {
         "{problems:?}"
     );
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Copies a report directory as an archive editor would: every byte the same.
+pub(crate) fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &to.join(e.file_name()));
+        } else {
+            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+        }
+    }
+}
+
+/// A row's report written into `matrix/<label>/` as vm-run archives it (the image and the row's
+/// diagnose arguments on its command line, a client key of its session's own, the checks the
+/// host judges again), and its cell as vm-matrix judges it.
+fn archived_row(matrix: &Path, label: &str, kernel: &str) -> Cell {
+    let row = Row::parse(label).unwrap();
+    let mut r = report(&[], kernel, "3.17.1");
+    r.artifacts.clear();
+    let vm = r.vm.as_mut().unwrap();
+    vm.image_name = row.image.clone();
+    vm.image_sha256 = format!("{:0>64}", row.image.len());
+    vm.command_line = ["xtask", "vm-run", "--image", &row.image]
+        .map(String::from)
+        .to_vec();
+    if !row.variants.is_empty() {
+        vm.command_line.push("--".into());
+        vm.command_line.extend(row.diagnose_args());
+    }
+    vm.start = Some(sharedos_report::report::GuestStart {
+        how: "cold".into(),
+        client_key: format!("ssh-ed25519 AAAA-{label}"),
+        ..Default::default()
+    });
+    hostile_gate::honest::add_to(&mut r, &matrix.join(label)).unwrap();
+    std::fs::write(
+        matrix.join(label).join(REPORT_FILE),
+        serde_json::to_string(&r).unwrap(),
+    )
+    .unwrap();
+    let c = finished_cell(&ReportDir::open(matrix).unwrap(), label, None, None);
+    assert!(c.problems.is_empty(), "{label}: {:?}", c.problems);
+    c
+}
+
+fn write_cells(dir: &Path, cells: Vec<Cell>) {
+    let m = Matrix {
+        schema_version: MATRIX_SCHEMA_VERSION,
+        started_at: "s".into(),
+        finished_at: "f".into(),
+        jobs: 1,
+        jobs_reason: "r".into(),
+        command_line: vec![],
+        exit_code: exit_code(&cells),
+        cells,
+    };
+    write_matrix(dir, &m).unwrap();
+}
+
+/// `cell` as an editor who put `from`'s report in its place would write it in matrix.json: the
+/// cell the report makes, under the other row's name, so matrix.json says nothing the reports
+/// do not.
+fn relabelled(from: &Cell, label: &str, report_dir: &str) -> Cell {
+    let mut c = from.clone();
+    c.image = label.into();
+    c.variants = Row::parse(label).unwrap().variants;
+    c.report_dir = Some(report_dir.into());
+    c.log = Some(format!("{label}.log"));
+    c
+}
+
+/// An archive editor copies one row's report, byte for byte, into another row's place (another
+/// image's, the same image's variant row, a second row of the same name, the same directory
+/// named twice) and writes matrix.json to agree. Each report passes its own checks there; the
+/// reader fails the row, naming the row the report is of, or the row it repeats.
+#[test]
+fn a_report_copied_into_another_rows_place_fails_that_row() {
+    let root = std::env::temp_dir().join(format!("matrix-forged-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let dir = root.join("matrix");
+    let images = root.join("images");
+    std::fs::create_dir_all(&images).unwrap();
+    let bookworm = archived_row(&dir, "bookworm", "6.1.0-50-cloud-amd64");
+    let userns = archived_row(&dir, "bookworm+userns", "6.1.0-50-cloud-amd64");
+    let trixie = archived_row(&dir, "trixie", "6.12.57+deb13-cloud-amd64");
+    write_cells(&dir, vec![bookworm.clone(), userns.clone(), trixie]);
+    let (honest, w) = load(&dir, Some(&images), None).unwrap();
+    assert!(w.is_empty(), "{w:?}");
+    assert!(honest.cells.iter().all(|c| c.problems.is_empty()));
+    assert_eq!(honest.exit_code, 3, "every row awaits its review");
+
+    let problems = |label: &str| -> Vec<String> {
+        let (m, _) = load(&dir, Some(&images), None).unwrap();
+        assert_eq!(m.exit_code, 1, "{label}: {:?}", m.cells);
+        let c = m.cells.iter().rev().find(|c| c.image == label).unwrap();
+        assert_eq!(c.judgement(), 1);
+        c.problems.clone()
+    };
+    // Another image's report in trixie's place.
+    std::fs::remove_dir_all(dir.join("trixie")).unwrap();
+    copy_dir(&dir.join("bookworm"), &dir.join("trixie"));
+    let forged = relabelled(&bookworm, "trixie", "trixie");
+    write_cells(&dir, vec![bookworm.clone(), userns.clone(), forged]);
+    let p = problems("trixie");
+    assert_eq!(
+        p[0],
+        "its report is a run of row bookworm, not of trixie: a report of another row put in this \
+         one's place"
+    );
+    let same = "its report is the same run as row bookworm's (bookworm/): both carry the \
+                report.json sha256 ";
+    assert!(p[1].starts_with(same), "{p:?}");
+    assert_eq!(p.len(), 2, "{p:?}");
+    // The plain row's report in its variant row's place: the same image, another run.
+    std::fs::remove_dir_all(dir.join("bookworm+userns")).unwrap();
+    copy_dir(&dir.join("bookworm"), &dir.join("bookworm+userns"));
+    let forged = relabelled(&bookworm, "bookworm+userns", "bookworm+userns");
+    write_cells(&dir, vec![bookworm.clone(), forged]);
+    let p = problems("bookworm+userns");
+    assert_eq!(
+        p[0],
+        "its report is a run of row bookworm, not of bookworm+userns: a report of another row \
+         put in this one's place"
+    );
+    assert!(p[1].starts_with(same), "{p:?}");
+    // One run as two rows of one name, from a copy of its directory.
+    copy_dir(&dir.join("bookworm"), &dir.join("bookworm-again"));
+    let again = relabelled(&bookworm, "bookworm", "bookworm-again");
+    write_cells(&dir, vec![bookworm.clone(), again]);
+    let p = problems("bookworm");
+    assert_eq!(p.len(), 2, "{p:?}");
+    assert_eq!(
+        p[0],
+        "matrix.json names row bookworm a second time (first with bookworm/)"
+    );
+    assert!(
+        p[1].starts_with(same) && p[1].ends_with(": one run counted in two rows"),
+        "{p:?}"
+    );
+    // One directory named by two rows.
+    let twice = relabelled(&bookworm, "trixie", "bookworm");
+    write_cells(&dir, vec![bookworm, twice]);
+    let p = problems("trixie");
+    assert!(
+        p[0].contains("a run of row bookworm, not of trixie"),
+        "{p:?}"
+    );
+    assert!(p[1].starts_with(same), "{p:?}");
+    std::fs::remove_dir_all(&root).unwrap();
 }

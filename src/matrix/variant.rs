@@ -5,6 +5,7 @@
 //! so a row has the same label whichever way the matrix was built.
 
 use anyhow::{bail, Result};
+use sharedos_report::report::Report;
 
 /// The fixed variants and their diagnose arguments; `copies<N>` and `copiesmax` are the
 /// parametric ones ([`variant_args`]).
@@ -125,6 +126,35 @@ pub fn variants_from_args(args: &[String]) -> Result<Vec<String>> {
         );
     }
     Ok(out)
+}
+
+/// The row a vm-run report belongs to: the image its vm-run recorded, and the variants the
+/// diagnose arguments after `--` on its command line stand for. Both are the host's record of
+/// the run, not the guest's word.
+pub fn report_row(r: &Report) -> Result<Row> {
+    let Some(vm) = r.vm.as_ref() else {
+        bail!("it is a report of `sharedos-gate diagnose` alone, not of vm-run: it names no image");
+    };
+    let image = vm.image_name.as_str();
+    let plain = !image.is_empty()
+        && !image.starts_with('.')
+        && image
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+    if !plain {
+        bail!(
+            "it records the image {image:?}, which is not a plain image name: it was not \
+             written by vm-run"
+        );
+    }
+    let diagnose: &[String] = match vm.command_line.iter().position(|a| a == "--") {
+        Some(i) => &vm.command_line[i + 1..],
+        None => &[],
+    };
+    Ok(Row {
+        image: image.to_string(),
+        variants: variants_from_args(diagnose)?,
+    })
 }
 
 #[cfg(test)]

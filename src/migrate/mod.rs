@@ -14,8 +14,9 @@
 //!    does any vm-run's.
 //!
 //! The verdict is `judge::verdict::migration` over both judgements; `migration.json` names both
-//! guests' kernels and CRIU versions. A guest that cannot boot is the rig's failure (exit 2); a
-//! restore CRIU refuses is a FAIL whose gate quotes CRIU's log.
+//! guests' kernels and CRIU versions, and the marker both guests ran with. A guest that cannot
+//! boot is the rig's failure (exit 2); a restore CRIU refuses is a FAIL whose gate quotes CRIU's
+//! log.
 
 pub mod plan;
 
@@ -76,7 +77,14 @@ fn migrate(opts: &MigrateOptions) -> Result<i32> {
     let from_dir = out.join("from");
     let code = run::vm_run(&half(opts, &opts.from, &from_dir, plan::dump_args(&marker)));
     if code == RIG_FAILURE_EXIT {
-        return summarize(opts, &out, None, None, "the dump side's guest failed (rig)");
+        return summarize(
+            opts,
+            &marker,
+            &out,
+            None,
+            None,
+            "the dump side's guest failed (rig)",
+        );
     }
     progress().note(
         "the dump side's report alone is FAIL by design (its restore gates run in the other guest); the migration's verdict comes last",
@@ -84,7 +92,14 @@ fn migrate(opts: &MigrateOptions) -> Result<i32> {
     let from = judge(&from_dir)?;
     let dump_problems = verdict::migration_half_problems(&from, MigrationSide::Dump);
     if !dump_problems.is_empty() {
-        return summarize(opts, &out, Some(&from), None, "the dump side did not pass");
+        return summarize(
+            opts,
+            &marker,
+            &out,
+            Some(&from),
+            None,
+            "the dump side did not pass",
+        );
     }
     let staged = out.join("checkpoint");
     let files =
@@ -105,6 +120,7 @@ fn migrate(opts: &MigrateOptions) -> Result<i32> {
     if code == RIG_FAILURE_EXIT {
         return summarize(
             opts,
+            &marker,
             &out,
             Some(&from),
             None,
@@ -112,7 +128,7 @@ fn migrate(opts: &MigrateOptions) -> Result<i32> {
         );
     }
     let to = judge(&to_dir)?;
-    summarize(opts, &out, Some(&from), Some(&to), "")
+    summarize(opts, &marker, &out, Some(&from), Some(&to), "")
 }
 
 /// The migration's directory: `--out`, or `<reports root>/<UTC>-migrate-FROM-TO`; new or empty.
@@ -238,6 +254,7 @@ fn side(image: &str, o: Option<&Outcome>, which: MigrationSide) -> serde_json::V
 /// failed as a rig (`rig` says which), else the migration verdict's.
 fn summarize(
     opts: &MigrateOptions,
+    marker: &str,
     out: &Path,
     from: Option<&Outcome>,
     to: Option<&Outcome>,
@@ -257,6 +274,9 @@ fn summarize(
         "from": side(&opts.from, from, MigrationSide::Dump),
         "to": side(&opts.to, to, MigrationSide::Restore),
         "cross_kernel": opts.from != opts.to,
+        // The host's record of which migration the halves are: a reader holds each half's
+        // marker to it, so halves of another migration put in this one's place fail.
+        "marker": marker,
         "verdict": if rig_failed { "RIG_FAILURE".to_string() } else { v.to_string() },
         "exit_code": code,
         "why": rig,

@@ -3,7 +3,8 @@
 
 use super::Outcome;
 use sharedos_report::cause::Cause;
-use sharedos_report::report::{GateName, Status, Verdict};
+use sharedos_report::checkpoint::DUMP_TIME_PNG;
+use sharedos_report::report::{GateName, Status, Verdict, GUEST_DIR};
 
 /// The gates each guest of a migration (vm-migrate) must pass, beside cleanup: the one that
 /// dumps runs the tree up to its dump; the one that restores takes the checkpoint in (its dump
@@ -111,12 +112,25 @@ pub fn migration_half_problems(o: &Outcome, side: MigrationSide) -> Vec<String> 
 }
 
 /// Everything that keeps a migration from passing, the dump side's first: a restore CRIU
-/// refused is the restore gate's finding, carrying CRIU's own error as its cause. Empty exactly
+/// refused is the restore gate's finding, carrying CRIU's own error as its cause; a restore
+/// side that is not this dump side's follows ([`migration_binding_problems`]). Empty exactly
 /// when [`migration`] is PASS.
 pub fn migration_findings(from: &Outcome, to: Option<&Outcome>) -> Vec<MigrationFinding> {
     let mut f = migration_half_findings(from, MigrationSide::Dump);
     match to {
-        Some(t) => f.extend(migration_half_findings(t, MigrationSide::Restore)),
+        Some(t) => {
+            f.extend(migration_half_findings(t, MigrationSide::Restore));
+            f.extend(
+                migration_binding_problems(from, t)
+                    .into_iter()
+                    .map(|problem| MigrationFinding {
+                        side: MigrationSide::Restore,
+                        gate: None,
+                        problem,
+                        cause: None,
+                    }),
+            );
+        }
         None => f.push(MigrationFinding {
             side: MigrationSide::Restore,
             gate: None,
@@ -125,6 +139,79 @@ pub fn migration_findings(from: &Outcome, to: Option<&Outcome>) -> Vec<Migration
         }),
     }
     f
+}
+
+/// Where the dump-time frame sits in a vm-run's report directory: the guest's, under guest/.
+fn dump_time_frame() -> String {
+    format!("{GUEST_DIR}/{DUMP_TIME_PNG}")
+}
+
+/// Why `to` is not the restore side of `from`'s checkpoint, if it is not. Each half passes its
+/// own checks wherever it is put, so a half copied in from elsewhere is told apart only by what
+/// binds the two: both guests ran with the one marker the host drew for the migration (a half
+/// of another migration has another), the restore side's dump-time frame is the file the host
+/// took out of the dump side's archive and sent it (both re-hashed in their artifact lists),
+/// and they are two runs (a whole run's report in both places would pass both sides' gates).
+fn migration_binding_problems(from: &Outcome, to: &Outcome) -> Vec<String> {
+    let mut p = Vec::new();
+    if let Some(what) = same_run(from, to) {
+        p.push(format!(
+            "to/ is the same run as from/: both carry {what}: one guest's report counted as both \
+             halves of a migration"
+        ));
+    }
+    let (fm, tm) = (&from.report.marker, &to.report.marker);
+    if fm.is_empty() || fm != tm {
+        p.push(format!(
+            "to/ is not of from/'s migration: its guest ran with the marker {tm:?}, from/'s with \
+             {fm:?}: a half of another migration put in this one's place"
+        ));
+    }
+    let frame = dump_time_frame();
+    let sha = |o: &Outcome| {
+        o.report
+            .artifacts
+            .iter()
+            .find(|a| a.path == frame)
+            .map(|a| a.sha256.clone())
+    };
+    if let (Some(f), Some(t)) = (sha(from), sha(to)) {
+        if f != t {
+            p.push(format!(
+                "to/ restored another checkpoint than from/ kept: its dump-time frame {frame} has \
+                 sha256 {t}, from/'s {f}"
+            ));
+        }
+    }
+    p
+}
+
+/// What two judged reports share that only one run has, in words: the report.json's sha256 (a
+/// byte-for-byte copy), the client key the host made for the session, the nonce the host gave
+/// a resume and the guest echoed.
+fn same_run(a: &Outcome, b: &Outcome) -> Option<String> {
+    let marks = |o: &Outcome| -> Vec<(&'static str, String)> {
+        let start = o.report.vm.as_ref().and_then(|v| v.start.as_ref());
+        [
+            ("the report.json sha256", o.report_sha256.clone()),
+            (
+                "the resume nonce",
+                start.and_then(|s| s.nonce.clone().filter(|n| Some(n) == s.nonce_echo.as_ref())),
+            ),
+            (
+                "the session's client key",
+                start.map(|s| s.client_key.clone()),
+            ),
+        ]
+        .into_iter()
+        .filter_map(|(what, v)| v.filter(|v| !v.is_empty()).map(|v| (what, v)))
+        .collect()
+    };
+    let theirs = marks(b);
+    marks(a)
+        .into_iter()
+        .find(|m| theirs.contains(m))
+        .map(|(what, v)| format!("{what} {v}"))
 }
 
 /// The one verdict on a migration: PASS when both halves hold (the restore side judged only
@@ -253,5 +340,76 @@ mod tests {
         assert_eq!(none.len(), 1, "{none:?}");
         assert_eq!(none[0].side, MigrationSide::Restore);
         assert!(none[0].problem.contains("restore side did not run"));
+    }
+
+    /// Each half passes its own gates wherever it is put: what holds the restore side to the
+    /// dump side is one marker, the dump-time frame carried between them, and two runs. Each
+    /// binding broken alone fails the migration; all kept, it passes.
+    #[test]
+    fn a_restore_side_is_held_to_its_dump_side() {
+        use crate::judge::review::tests::png;
+        use sharedos_report::report::{GuestStart, VmProvenance};
+        use GateName::*;
+        let frame = dump_time_frame();
+        let half = |not_here: &[GateName], marker: &str, key: &str, frame_sha: &str| {
+            let mut r = fresh_report();
+            for g in r.gates.iter_mut() {
+                if not_here.contains(&g.name) {
+                    g.status = Status::NotRun;
+                }
+            }
+            r.marker = marker.into();
+            r.artifacts.push(png(&frame, frame_sha));
+            r.vm = Some(VmProvenance {
+                start: Some(GuestStart {
+                    client_key: format!("ssh-ed25519 {key}"),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            });
+            r.seal();
+            judge(&r, ReviewFile::Absent, vec![])
+        };
+        let dump_side = [RestoreLiveProcess, RestoreXState, Isolation, Reset];
+        let restore_side = [Launch, LiveStateProbe];
+        let sha = "d".repeat(64);
+        let from = half(&dump_side, "spike-aaaaaa", "from", &sha);
+        let to = half(&restore_side, "spike-aaaaaa", "to", &sha);
+        assert_eq!(migration(&from, Some(&to)), Verdict::Pass);
+        let only = |to: &Outcome| -> String {
+            let f = migration_findings(&from, Some(to));
+            assert_eq!(f.len(), 1, "{f:?}");
+            assert_eq!((f[0].side, f[0].gate), (MigrationSide::Restore, None));
+            f[0].problem.clone()
+        };
+        let other = half(&restore_side, "spike-bbbbbb", "to", &sha);
+        assert_eq!(
+            only(&other),
+            "to/ is not of from/'s migration: its guest ran with the marker \"spike-bbbbbb\", \
+             from/'s with \"spike-aaaaaa\": a half of another migration put in this one's place"
+        );
+        let elsewhere = half(&restore_side, "spike-aaaaaa", "to", &"e".repeat(64));
+        assert_eq!(
+            only(&elsewhere),
+            format!(
+                "to/ restored another checkpoint than from/ kept: its dump-time frame \
+                 guest/png/dump-time.png has sha256 {}, from/'s {sha}",
+                "e".repeat(64)
+            )
+        );
+        // One whole run's report, which passes both sides' gates, as both halves.
+        let whole = half(&[], "spike-aaaaaa", "whole", &sha);
+        assert!(migration_half_problems(&whole, MigrationSide::Dump).is_empty());
+        assert!(migration_half_problems(&whole, MigrationSide::Restore).is_empty());
+        assert_eq!(
+            migration_findings(&whole, Some(&whole))
+                .iter()
+                .map(|f| f.problem.as_str())
+                .collect::<Vec<_>>(),
+            [
+                "to/ is the same run as from/: both carry the session's client key ssh-ed25519 \
+              whole: one guest's report counted as both halves of a migration"
+            ]
+        );
     }
 }

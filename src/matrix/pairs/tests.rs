@@ -497,3 +497,225 @@ fn load_judges_each_migration_from_its_halves_on_disk() {
     }
     std::fs::remove_dir_all(&root).unwrap();
 }
+
+/// `r` as a half of the migration whose guests ran with `marker`, with a client key of its
+/// session's own.
+fn of(mut r: Report, marker: &str, key: &str) -> Report {
+    r.marker = marker.into();
+    if let Some(vm) = r.vm.as_mut() {
+        vm.start = Some(sharedos_report::report::GuestStart {
+            how: "cold".into(),
+            client_key: format!("ssh-ed25519 AAAA-{key}"),
+            ..Default::default()
+        });
+    }
+    r
+}
+
+/// migration.json as vm-migrate writes it, with the marker it drew for both guests.
+fn summary(from: &str, to: &str, marker: &str, verdict: &str) -> String {
+    format!(
+        r#"{{"from": {{"image": "{from}"}}, "to": {{"image": "{to}"}}, "marker": "{marker}", "verdict": "{verdict}"}}"#
+    )
+}
+
+fn notes_of(dirs: &[PathBuf]) -> (Pairs, Vec<String>, String) {
+    let (m, w) = load(dirs, None).unwrap();
+    let notes = m
+        .pairs
+        .iter()
+        .flat_map(|p| p.notes.clone())
+        .collect::<Vec<_>>();
+    (m, w, notes.join("\n"))
+}
+
+fn replace_dir(with: &Path, place: &Path) {
+    std::fs::remove_dir_all(place).unwrap();
+    crate::matrix::tests::copy_dir(with, place);
+}
+
+/// An archive editor puts a half of one migration, copied byte for byte, in another's place:
+/// another migration's restore side of the same pair of images, or of another pair; the dump
+/// side as the restore side; one whole run's report as both; a whole migration under a second
+/// name. Each half passes its own checks wherever it is; the row fails, naming both places.
+#[test]
+fn a_half_from_elsewhere_fails_its_migration_naming_both_places() {
+    let root = std::env::temp_dir().join(format!("pairs-forged-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let reports = root.join("reports");
+    let (k1, k2) = ("6.1.0-50-cloud-amd64", "6.12.95+deb12-cloud-amd64");
+    let a = reports.join("20261202T100000Z-migrate-bookworm-bookworm-bpo");
+    migration(
+        &a,
+        of(
+            dump_side("bookworm", k1, "3.17.1"),
+            "spike-aaaaaa",
+            "a-from",
+        ),
+        Some(of(
+            refused(restore_side("bookworm-bpo", k2, "3.17.1")),
+            "spike-aaaaaa",
+            "a-to",
+        )),
+        &summary("bookworm", "bookworm-bpo", "spike-aaaaaa", "FAIL"),
+    );
+    let b = reports.join("20261202T110000Z-migrate-bookworm-bookworm-bpo");
+    migration(
+        &b,
+        of(
+            dump_side("bookworm", k1, "3.17.1"),
+            "spike-bbbbbb",
+            "b-from",
+        ),
+        Some(of(
+            restore_side("bookworm-bpo", k2, "3.17.1"),
+            "spike-bbbbbb",
+            "b-to",
+        )),
+        &summary("bookworm", "bookworm-bpo", "spike-bbbbbb", "PASS"),
+    );
+    let c = reports.join("20261202T120000Z-migrate-trixie-trixie-bpo");
+    migration(
+        &c,
+        of(
+            dump_side("trixie", "6.12.57", "4.1.1"),
+            "spike-cccccc",
+            "c-from",
+        ),
+        Some(of(
+            restore_side("trixie-bpo", "7.3.4", "4.1.1"),
+            "spike-cccccc",
+            "c-to",
+        )),
+        &summary("trixie", "trixie-bpo", "spike-cccccc", "PASS"),
+    );
+    let (m, w, _) = notes_of(std::slice::from_ref(&reports));
+    assert!(w.is_empty(), "{w:?}");
+    let verdicts: Vec<i32> = m.pairs.iter().map(Pair::exit_code).collect();
+    assert_eq!(verdicts, [1, 0, 0]);
+    let one = std::slice::from_ref(&a);
+
+    // B's restore side, of the same pair of images, in place of A's that CRIU refused.
+    replace_dir(&b.join("to"), &a.join("to"));
+    let (m, _, notes) = notes_of(one);
+    assert_eq!(m.exit_code, 1, "{notes}");
+    assert!(
+        notes.contains(
+            "to: to/ is not of from/'s migration: its guest ran with the marker \
+             \"spike-bbbbbb\", from/'s with \"spike-aaaaaa\": a half of another migration put \
+             in this one's place"
+        ),
+        "{notes}"
+    );
+    assert!(
+        notes.contains(
+            "to: to/ is not of the migration migration.json records: its guest ran with the \
+             marker \"spike-bbbbbb\", migration.json records \"spike-aaaaaa\""
+        ),
+        "{notes}"
+    );
+    assert!(
+        m.pairs[0]
+            .cause
+            .starts_with("to: to/ is not of from/'s migration"),
+        "{}",
+        m.pairs[0].cause
+    );
+    // The same with a migration.json that records no marker: the halves alone tell.
+    std::fs::write(
+        a.join(MIGRATION_FILE),
+        r#"{"from": {"image": "bookworm"}, "to": {"image": "bookworm-bpo"}, "verdict": "PASS"}"#,
+    )
+    .unwrap();
+    let (m, _, notes) = notes_of(one);
+    assert_eq!(m.exit_code, 1, "{notes}");
+    assert!(notes.contains("to/ is not of from/'s migration"), "{notes}");
+    assert!(!notes.contains("migration.json records"), "{notes}");
+
+    // Another pair's restore side: another image in A's restore side's place.
+    std::fs::write(
+        a.join(MIGRATION_FILE),
+        summary("bookworm", "bookworm-bpo", "spike-aaaaaa", "PASS"),
+    )
+    .unwrap();
+    replace_dir(&c.join("to"), &a.join("to"));
+    let (m, w, notes) = notes_of(one);
+    assert_eq!(m.exit_code, 1, "{notes}");
+    assert!(
+        notes.contains(
+            "its guest ran with the marker \"spike-cccccc\", from/'s with \"spike-aaaaaa\""
+        ),
+        "{notes}"
+    );
+    assert!(
+        w.iter()
+            .any(|w| w.ends_with("says the to guest ran bookworm-bpo, its report says trixie-bpo")),
+        "{w:?}"
+    );
+
+    // A's dump side as its restore side: its restore gates never ran (caught before), and it is
+    // named as the one run it is.
+    replace_dir(&a.join("from"), &a.join("to"));
+    let (m, _, notes) = notes_of(one);
+    assert_eq!(m.exit_code, 1, "{notes}");
+    assert!(
+        notes.contains("to: restore_live_process is NOT_RUN"),
+        "{notes}"
+    );
+    assert!(
+        notes.contains("to: to/ is the same run as from/: both carry the report.json sha256 "),
+        "{notes}"
+    );
+
+    // One whole run's report, which passes both sides' gates, as both halves.
+    let whole = of(half("bookworm", k1, "3.17.1", &[]), "spike-aaaaaa", "whole");
+    archive(&root.join("whole"), whole);
+    replace_dir(&root.join("whole"), &a.join("from"));
+    replace_dir(&root.join("whole"), &a.join("to"));
+    let (m, _, notes) = notes_of(one);
+    assert_eq!(m.exit_code, 1, "{notes}");
+    assert!(
+        notes.contains("to/ is the same run as from/: both carry the report.json sha256 ")
+            && notes.contains(": one guest's report counted as both halves of a migration"),
+        "{notes}"
+    );
+
+    // B whole under a second name beside it: the second row is the same runs as B's.
+    let b2 = reports.join("20261202T130000Z-migrate-bookworm-bookworm-bpo");
+    crate::matrix::tests::copy_dir(&b, &b2);
+    let (m, _, _) = notes_of(std::slice::from_ref(&reports));
+    let row = |name: &Path| {
+        let label = name.file_name().unwrap().to_string_lossy();
+        m.pairs.iter().find(|p| p.label == label).unwrap().clone()
+    };
+    assert_eq!(row(&b).exit_code(), 0, "the first stands");
+    let second = row(&b2);
+    assert_eq!(second.exit_code(), 1, "{second:?}");
+    let label = b.file_name().unwrap().to_string_lossy();
+    for side in ["from", "to"] {
+        let want = format!(
+            "{side}/ is the same run as {label}'s {side}/: both carry the report.json sha256 "
+        );
+        assert!(
+            second.notes.iter().any(|n| n.starts_with(&want)),
+            "{want}: {:?}",
+            second.notes
+        );
+    }
+    assert!(
+        second.cause.starts_with("from/ is the same run as"),
+        "{}",
+        second.cause
+    );
+    // B's two halves in A's place, A's migration.json kept: the marker A's guests ran with.
+    replace_dir(&b.join("from"), &a.join("from"));
+    replace_dir(&b.join("to"), &a.join("to"));
+    let (m, _, notes) = notes_of(one);
+    assert_eq!(m.exit_code, 1, "{notes}");
+    assert!(
+        notes.contains("from: from/ is not of the migration migration.json records")
+            && notes.contains("to: to/ is not of the migration migration.json records"),
+        "{notes}"
+    );
+    std::fs::remove_dir_all(&root).unwrap();
+}
