@@ -766,7 +766,7 @@ fn plan_starts_nothing() {
     );
     for needle in [
         "qemu-system-x86_64",
-        "-accel tcg -cpu max",
+        "-accel tcg,tb-size=256 -cpu max",
         "restrict=on",
         "qemu-img create",
         "ssh-keygen",
