@@ -99,17 +99,23 @@ pub struct RamGuard {
 }
 
 impl RamGuard {
-    /// A new path for a template of `memory_mib`; the file itself is QEMU's to create.
+    /// A new, empty file for a template of `memory_mib`, readable by this user alone (it will
+    /// hold a guest's memory, keys included, on a tmpfs every user sees); QEMU sizes it. Made
+    /// with O_EXCL, so that nothing another user placed at the name is written through.
     pub fn new(memory_mib: u64) -> Result<RamGuard> {
+        use std::os::unix::fs::OpenOptionsExt;
         check(memory_mib)?;
         let path = Path::new(TMPFS).join(format!(
             "sharedos-rig-template-{}-{}.ram",
             std::process::id(),
             crate::vm::session::short_id()
         ));
-        if path.symlink_metadata().is_ok() {
-            bail!("{} is there already; not overwriting it", path.display());
-        }
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .with_context(|| format!("creating the template's RAM file {}", path.display()))?;
         Ok(RamGuard { path })
     }
 
@@ -269,6 +275,17 @@ mod tests {
         assert_eq!((gone.bytes, gone.resident_bytes), (0, 0));
         assert!(gone.how.contains("could not be read"), "{}", gone.how);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_ram_file_is_this_user_s_alone_and_gone_with_its_guard() {
+        use std::os::unix::fs::PermissionsExt;
+        let g = RamGuard::new(1).unwrap();
+        let path = g.template().path;
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        drop(g);
+        assert!(path.symlink_metadata().is_err());
     }
 
     #[test]

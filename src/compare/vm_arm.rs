@@ -113,7 +113,6 @@ pub(super) fn column(
         saved.record.state_bytes >> 20,
         saved.save_took.as_secs_f64()
     ));
-    // A template's QEMU mapped its whole RAM file: its idle reading is no VM's cost.
     let sparsified = match (kind, &saved.ram) {
         (Kind::Template, Some(ram)) => {
             let punched = template::sparsify(ram).map_err(|e| format!("{e:#}"));
@@ -125,6 +124,8 @@ pub(super) fn column(
             }
             Some(punched)
         }
+        // A template's QEMU mapped its whole RAM file: its idle reading is no VM's cost, and
+        // only the VM-each arm has one.
         _ => {
             col.idle_guest = made.idle;
             None
