@@ -199,7 +199,10 @@ fn vm_column_checked(
             part("translation_cache"),
             part("qemu_own"),
         );
-        assert!(ram > 20 * 1024 && tcg > 0 && own > 0, "{c:#}");
+        // A VM-each copy holds its guest's RAM of its own; a clone only what it wrote, plus its
+        // share of the template's pages it maps, which can be a few MiB.
+        let ram_floor = if col == "vm_each" { 50 * 1024 } else { 0 };
+        assert!(ram > ram_floor && tcg > 0 && own > 0, "{c:#}");
         let sum = ram + tcg + own;
         assert!(
             sum.abs_diff(pss) < pss / 10,
