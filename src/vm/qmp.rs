@@ -59,6 +59,15 @@ impl Qmp {
         Ok(q)
     }
 
+    /// Turns one migration capability on, for the migration this QEMU sends or takes next.
+    pub fn migration_capability_on(&mut self, capability: &str) -> Result<()> {
+        self.execute(
+            "migrate-set-capabilities",
+            Some(json!({ "capabilities": [{ "capability": capability, "state": true }] })),
+        )
+        .map(|_| ())
+    }
+
     /// Runs one command and returns its `return` value; QEMU's `error` becomes an error.
     /// Events that arrive meanwhile are skipped.
     pub fn execute(&mut self, command: &str, arguments: Option<Value>) -> Result<Value> {

@@ -265,13 +265,8 @@ pub(super) fn save_and_quit(
     let mut qmp = crate::vm::qmp::Qmp::connect(&run_dir.join("qmp.sock"), b.ssh)?;
     if ignore_shared {
         // A template's RAM is its file already: the state holds the devices only.
-        qmp.execute(
-            "migrate-set-capabilities",
-            Some(serde_json::json!({
-                "capabilities": [{ "capability": crate::vm::qemu::IGNORE_SHARED, "state": true }]
-            })),
-        )
-        .context("asking QEMU to leave the template's RAM file out of its saved state")?;
+        qmp.migration_capability_on(crate::vm::qemu::IGNORE_SHARED)
+            .context("asking QEMU to leave the template's RAM file out of its saved state")?;
     }
     let max = memory_mib.saturating_add(256).saturating_mul(1 << 20);
     let state = snapshot::save(&mut qmp, &run_dir.join("migrate.sock"), into, max, b.boot)?;

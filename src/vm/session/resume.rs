@@ -427,18 +427,13 @@ pub(super) fn resume(
 /// fork needs it later.
 fn deferred_incoming(qmp: &Path, incoming: &Path, timeout: std::time::Duration) -> Result<()> {
     let mut q = crate::vm::qmp::Qmp::connect(qmp, timeout)?;
-    q.execute(
-        "migrate-set-capabilities",
-        Some(serde_json::json!({
-            "capabilities": [{ "capability": qemu::IGNORE_SHARED, "state": true }]
-        })),
-    )
-    .with_context(|| {
-        format!(
-            "QEMU refused the migration capability {}\nfix: this arm needs QEMU 4.0 or later",
-            qemu::IGNORE_SHARED
-        )
-    })?;
+    q.migration_capability_on(qemu::IGNORE_SHARED)
+        .with_context(|| {
+            format!(
+                "QEMU refused the migration capability {}\nfix: this arm needs QEMU 4.0 or later",
+                qemu::IGNORE_SHARED
+            )
+        })?;
     q.execute(
         "migrate-incoming",
         Some(serde_json::json!({ "uri": format!("unix:{}", incoming.display()) })),
