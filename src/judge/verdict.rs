@@ -489,6 +489,7 @@ impl fmt::Display for Outcome {
 
 mod fork_copy;
 mod migration;
+pub mod same_run;
 
 pub use fork_copy::{vm_fork_copy_problems, VM_FORK_COPY};
 pub use migration::{

@@ -1,6 +1,7 @@
 //! The verdict on a migration (vm-migrate): the gates each half must pass, what keeps each
 //! half from passing, and the one verdict on both.
 
+use super::same_run::RunId;
 use super::Outcome;
 use sharedos_report::cause::Cause;
 use sharedos_report::checkpoint::DUMP_TIME_PNG;
@@ -154,7 +155,7 @@ fn dump_time_frame() -> String {
 /// and they are two runs (a whole run's report in both places would pass both sides' gates).
 fn migration_binding_problems(from: &Outcome, to: &Outcome) -> Vec<String> {
     let mut p = Vec::new();
-    if let Some(what) = same_run(from, to) {
+    if let Some(what) = RunId::of(from).shared(&RunId::of(to)) {
         p.push(format!(
             "to/ is the same run as from/: both carry {what}: one guest's report counted as both \
              halves of a migration"
@@ -184,34 +185,6 @@ fn migration_binding_problems(from: &Outcome, to: &Outcome) -> Vec<String> {
         }
     }
     p
-}
-
-/// What two judged reports share that only one run has, in words: the report.json's sha256 (a
-/// byte-for-byte copy), the client key the host made for the session, the nonce the host gave
-/// a resume and the guest echoed.
-fn same_run(a: &Outcome, b: &Outcome) -> Option<String> {
-    let marks = |o: &Outcome| -> Vec<(&'static str, String)> {
-        let start = o.report.vm.as_ref().and_then(|v| v.start.as_ref());
-        [
-            ("the report.json sha256", o.report_sha256.clone()),
-            (
-                "the resume nonce",
-                start.and_then(|s| s.nonce.clone().filter(|n| Some(n) == s.nonce_echo.as_ref())),
-            ),
-            (
-                "the session's client key",
-                start.map(|s| s.client_key.clone()),
-            ),
-        ]
-        .into_iter()
-        .filter_map(|(what, v)| v.filter(|v| !v.is_empty()).map(|v| (what, v)))
-        .collect()
-    };
-    let theirs = marks(b);
-    marks(a)
-        .into_iter()
-        .find(|m| theirs.contains(m))
-        .map(|(what, v)| format!("{what} {v}"))
 }
 
 /// The one verdict on a migration: PASS when both halves hold (the restore side judged only

@@ -1,9 +1,9 @@
 //! One run in two places. A report copied byte for byte into a second row, or a second
 //! migration, passes every check of its own there: what tells the copy apart is what only one
-//! run has, which both places then carry. Shared by `show MATRIX` (rows) and `matrix pairs`
-//! (migrations).
+//! run has, which both places then carry. Shared by a migration's verdict (its two halves),
+//! `show MATRIX` (rows) and `matrix pairs` (migrations).
 
-use crate::judge::verdict::Outcome;
+use super::Outcome;
 
 /// What only one run has, as its judged report records it: the sha256 of its report.json (a
 /// byte-for-byte copy shares it), the client key the host made for its session, and the nonce
