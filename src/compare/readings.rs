@@ -6,7 +6,7 @@ use super::{fork, ksm, ms, progress};
 use crate::judge::compare::Reading;
 use crate::run;
 use anyhow::Result;
-use sharedos_report::model::density::{steady, Mem, STEADY_PCT};
+use sharedos_report::model::density::{Mem, STEADY_PCT};
 use sharedos_report::procfs::{self, QemuMem};
 use sharedos_report::report::Status;
 use sharedos_report::wait;
@@ -61,26 +61,8 @@ pub(super) fn ksm_reading(want: ksm::Want, pids: &[u32], copies: u32) -> Reading
                 merging.host_run()
             ));
         }
-        let mut after = merging.wait_merged(&before, bound)?;
-        // KSM merges over several scans: read again after each further full scan until two
-        // readings in a row agree, within what is left of the bound.
-        let mut mems = host_mems(pids)?;
-        let steady = loop {
-            let left = bound.saturating_sub(t.elapsed());
-            if left.is_zero() {
-                break false;
-            }
-            match merging.wait_merged_from(&after, 1, left) {
-                Ok(c) => after = c,
-                Err(_) => break false,
-            }
-            let next = host_mems(pids)?;
-            let agree = steady(total_pss(&mems), total_pss(&next));
-            mems = next;
-            if agree {
-                break true;
-            }
-        };
+        let (mems, after, steady) =
+            merging.read_until_steady(&before, t, bound, || host_mems(pids), |m| total_pss(m))?;
         merging.restore()?;
         notes.push(format!(
             "ksmd: {} pages shared, {} more pages sharing them, after {} full scans",

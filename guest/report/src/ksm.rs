@@ -8,7 +8,7 @@
 use crate::wait;
 use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The tunables the rig changes, in the order they are put back (`run` last, so that ksmd is
 /// stopped only once it has its own pace again).
@@ -102,6 +102,39 @@ impl Merging {
             counters(&self.dir).ok().filter(|c| c.full_scans >= want)
         })
         .map_err(|e| anyhow::anyhow!("{e}: KSM's merging was not measured"))
+    }
+
+    /// Reads with `read` once ksmd has been over all mergeable memory twice since `before`,
+    /// then again after each further full scan until two readings in a row agree
+    /// ([`crate::model::density::steady`] on `total`), while `bound`, counted from `since`,
+    /// lasts. Returns the last reading, ksmd's counters at it, and whether it settled. KSM
+    /// merges over several scans, so one reading after the first two may not be its figure.
+    pub fn read_until_steady<T>(
+        &self,
+        before: &Counters,
+        since: Instant,
+        bound: Duration,
+        mut read: impl FnMut() -> Result<T>,
+        total: impl Fn(&T) -> u64,
+    ) -> Result<(T, Counters, bool)> {
+        let mut now = self.wait_merged(before, bound)?;
+        let mut last = read()?;
+        loop {
+            let left = bound.saturating_sub(since.elapsed());
+            if left.is_zero() {
+                return Ok((last, now, false));
+            }
+            match self.wait_merged_from(&now, 1, left) {
+                Ok(c) => now = c,
+                Err(_) => return Ok((last, now, false)),
+            }
+            let next = read()?;
+            let agree = crate::model::density::steady(total(&last), total(&next));
+            last = next;
+            if agree {
+                return Ok((last, now, true));
+            }
+        }
     }
 
     /// Puts the settings found back; merged pages are split again where KSM was off
@@ -201,6 +234,44 @@ mod tests {
         std::fs::write(d.join("pages_sharing"), "1234\n").unwrap();
         let c = m.wait_merged(&from, Duration::from_secs(5)).unwrap();
         assert_eq!(c.pages_sharing, 1234);
+        drop(m);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn readings_go_on_until_two_agree_and_a_bound_ends_them_unsettled() {
+        let d = fake("steady");
+        let m = Merging::start(&d).unwrap();
+        let before = counters(&d).unwrap();
+        std::fs::write(d.join("full_scans"), "9\n").unwrap();
+        // Each reading stands for one more full scan of ksmd.
+        let run = |figure: fn(u64) -> u64, bound: Duration| {
+            let mut call = 0;
+            let scan = d.clone();
+            m.read_until_steady(
+                &before,
+                Instant::now(),
+                bound,
+                || {
+                    let n = read_number(&scan, "full_scans")? + 1;
+                    std::fs::write(scan.join("full_scans"), format!("{n}\n"))?;
+                    call += 1;
+                    Ok(figure(call))
+                },
+                |v| *v,
+            )
+            .unwrap()
+        };
+        // 1000 then 500 differ; 500 then 480 agree within 10%.
+        let (last, _, steady) = run(
+            |call| [1000, 500, 480][usize::try_from(call - 1).unwrap().min(2)],
+            Duration::from_secs(5),
+        );
+        assert_eq!((last, steady), (480, true));
+        // Readings that never agree end at the bound, said unsettled, with the last shown.
+        std::fs::write(d.join("full_scans"), "9\n").unwrap();
+        let (last, _, steady) = run(|call| 1000 * (call % 2 + 1), Duration::from_millis(300));
+        assert!(!steady && (last == 1000 || last == 2000), "{last}");
         drop(m);
         let _ = std::fs::remove_dir_all(&d);
     }

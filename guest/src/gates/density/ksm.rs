@@ -11,7 +11,7 @@ use super::copy_mem;
 use crate::gates::Ctx;
 use anyhow::Result;
 use sharedos_report::ksm::{counters, Merging};
-use sharedos_report::model::density::{steady, CopyMem, GuestKsm};
+use sharedos_report::model::density::{CopyMem, GuestKsm};
 use sharedos_report::report::Status;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -80,27 +80,18 @@ pub fn reading(
     let result = (|| -> Result<GuestKsm> {
         let before = counters(ksm)?;
         let merging = Merging::start(ksm)?;
-        let mut now = merging.wait_merged(&before, bound)?;
-        let read = |up: &[(String, i32)]| -> Vec<CopyMem> {
-            up.iter().map(|(l, p)| copy_mem(ctx, l, *p)).collect()
-        };
-        let mut mems = read(up);
-        let steady_now = loop {
-            let left = bound.saturating_sub(t.elapsed());
-            if left.is_zero() {
-                break false;
-            }
-            match merging.wait_merged_from(&now, 1, left) {
-                Ok(c) => now = c,
-                Err(_) => break false,
-            }
-            let next = read(up);
-            let agree = steady(total_pss(&mems), total_pss(&next));
-            mems = next;
-            if agree {
-                break true;
-            }
-        };
+        let (mems, now, steady_now) = merging.read_until_steady(
+            &before,
+            t,
+            bound,
+            || {
+                Ok(up
+                    .iter()
+                    .map(|(l, p)| copy_mem(ctx, l, *p))
+                    .collect::<Vec<_>>())
+            },
+            |m| total_pss(m),
+        )?;
         // The guest's settings back (merged pages split again where KSM was off).
         merging.restore()?;
         let errors: Vec<&String> = mems.iter().flat_map(|m| &m.errors).collect();
