@@ -1248,6 +1248,7 @@ fn write_comparison(dir: &Path) {
         image: "bookworm".into(),
         accel: "tcg".into(),
         copies: 2,
+        max: false,
         workload: None,
         arms: compare::Arm::ALL.to_vec(),
         vm_template: Some(VmEach {

@@ -407,6 +407,7 @@ mod tests {
             RunOptions::default(),
             RunOptions {
                 copies: Some(Copies::Count(2)),
+                max_copies: None,
                 cgroup: crate::gates::fidelity::parse_cgroup_limits("cpu=1,memory=512M").ok(),
                 cow_root: true,
                 userns: true,

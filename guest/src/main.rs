@@ -131,6 +131,10 @@ struct DiagnoseArgs {
     /// upward for the most that fit (`max`).
     #[arg(long, value_parser = parse_copies)]
     copies: Option<Copies>,
+    /// With --copies max: stop the search at N copies (1 to 64) at most, a bound named like the
+    /// others.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=64))]
+    max_copies: Option<u32>,
     /// Run the tree, and each restored copy, in a cgroup v2 group of its own with these limits,
     /// both required: cpu=N (N CPUs of quota) and memory=SIZE (memory.max), e.g.
     /// cpu=1,memory=512M.
@@ -291,6 +295,11 @@ fn diagnose_main(a: DiagnoseArgs) -> Result<i32> {
     if !a.plan {
         refuse_non_empty_report_dir(&out)?;
     }
+    if a.max_copies.is_some() && a.copies != Some(Copies::Max) {
+        anyhow::bail!(
+            "--max-copies bounds the search of --copies max: give --copies max, or leave --max-copies out"
+        );
+    }
     let cfg = Config {
         work,
         out: out.clone(),
@@ -302,6 +311,7 @@ fn diagnose_main(a: DiagnoseArgs) -> Result<i32> {
         argv: std::env::args().collect(),
         options: RunOptions {
             copies: a.copies,
+            max_copies: a.max_copies,
             cgroup: a.cgroup,
             cow_root: a.cow_root,
             userns: a.userns,

@@ -16,6 +16,7 @@
 pub mod fork;
 pub mod ksm;
 mod readings;
+pub mod search;
 pub mod template;
 mod vm_arm;
 
@@ -26,7 +27,7 @@ use crate::progress::Progress;
 use crate::run::{self, VmRunOptions, RIG_FAILURE_EXIT};
 use anyhow::{bail, Context, Result};
 use sharedos_report::model::density::MAX_COPIES;
-use sharedos_report::report::{CgroupLimits, CPU_PERIOD_US};
+use sharedos_report::report::{CgroupLimits, Copies, CPU_PERIOD_US};
 use sharedos_report::{clock, digest, procfs};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -35,7 +36,12 @@ use std::time::Duration;
 pub struct CompareOptions {
     /// Everything but the report directory and the diagnose arguments, as for vm-run.
     pub base: VmRunOptions,
-    pub copies: u32,
+    /// N copies in each arm, or the most each holds (`max`).
+    pub copies: Copies,
+    /// `max`: the cap of each arm's search, lower than the most there is (`--max-copies`).
+    pub max_copies: Option<u32>,
+    /// The shared-OS guest's memory (MiB): `--guest-memory`, resolved.
+    pub guest_memory_mib: u64,
     pub ksm: ksm::Want,
     /// The shared-OS guest's KSM for the CRIU copies (`--guest-ksm`).
     pub guest_ksm: ksm::Want,
@@ -99,8 +105,13 @@ pub fn vm_compare(opts: &CompareOptions) -> i32 {
 const QEMU_OVERHEAD_MIB: u64 = 256;
 
 /// Refuses, before anything boots, a number of copies the density gate would refuse or the
-/// host's memory cannot hold as VMs.
-pub fn check_copies(copies: u32, memory_mib: u64, host_available_kib: u64) -> Result<()> {
+/// host's memory cannot hold as VMs. A search (`max`) needs room for one VM: it stops itself
+/// at the memory floor.
+pub fn check_copies(copies: Copies, memory_mib: u64, host_available_kib: u64) -> Result<()> {
+    let copies = match copies {
+        Copies::Count(n) => n,
+        Copies::Max => 1,
+    };
     if !(1..=MAX_COPIES).contains(&copies) {
         bail!(
             "--copies {copies}: give 1 to {MAX_COPIES}, the copies each column runs at once\nfix: give --copies between 1 and {MAX_COPIES}"
@@ -119,7 +130,7 @@ pub fn check_copies(copies: u32, memory_mib: u64, host_available_kib: u64) -> Re
 }
 
 /// [`check_copies`] against this host's MemAvailable now.
-pub fn check_copies_here(copies: u32, memory_mib: u64) -> Result<()> {
+pub fn check_copies_here(copies: Copies, memory_mib: u64) -> Result<()> {
     let (_, available) = procfs::parse_meminfo(&procfs::read_proc("/proc/meminfo")?)?;
     check_copies(copies, memory_mib, available)
 }
@@ -199,7 +210,11 @@ fn compare(opts: &CompareOptions) -> Result<i32> {
         format: cmp::FORMAT,
         image: opts.base.image.image.clone(),
         accel,
-        copies: opts.copies,
+        copies: match opts.copies {
+            Copies::Count(n) => n,
+            Copies::Max => opts.max_copies.unwrap_or(MAX_COPIES),
+        },
+        max: opts.copies == Copies::Max,
         workload: opts.workload.clone(),
         arms,
         shared_os,
@@ -245,14 +260,17 @@ fn vm_arm_column(
     out: &Path,
     accel: &mut String,
 ) -> (VmEach, bool) {
-    let n = opts.copies;
+    let n = match opts.copies {
+        Copies::Count(n) => format!("{n} times at once"),
+        Copies::Max => "one copy at a time, each kept up, until a limit".into(),
+    };
     let name = kind.name();
     progress().note(&match kind {
         vm_arm::Kind::Each => {
-            format!("{name} column: one guest saved with its tree up, resumed {n} times at once")
+            format!("{name} column: one guest saved with its tree up, resumed {n}")
         }
         vm_arm::Kind::Template => format!(
-            "{name} column: one template guest saved with its tree up, its RAM a file on {}, cloned {n} times at once, each clone mapping it copy-on-write",
+            "{name} column: one template guest saved with its tree up, its RAM a file on {}, cloned {n}, each clone mapping it copy-on-write",
             template::TMPFS
         ),
     });
@@ -292,12 +310,18 @@ fn vm_arm_column(
 fn shared_os_column(opts: &CompareOptions, out: &Path) -> (SharedOs, bool, String) {
     let n = opts.copies;
     progress().note(&format!(
-        "shared-OS column: one guest, {n} CRIU copies of one dump (vm-run -- --copies {n})"
+        "shared-OS column: one guest of {} MiB, CRIU copies of one dump (vm-run --memory {} -- --copies {n})",
+        opts.guest_memory_mib, opts.guest_memory_mib
     ));
     let so_dir = out.join("shared-os");
     let mut so = opts.base.clone();
     so.out = Some(so_dir.clone());
+    so.memory_mib = opts.guest_memory_mib;
     so.diagnose_args = vec!["--copies".into(), n.to_string()];
+    if let (Copies::Max, Some(cap)) = (n, opts.max_copies) {
+        so.diagnose_args
+            .extend(["--max-copies".to_string(), cap.to_string()]);
+    }
     so.diagnose_args
         .extend(workload_args(opts.workload.as_deref()));
     if opts.guest_ksm != ksm::Want::Off {
@@ -328,7 +352,7 @@ fn shared_os_column(opts: &CompareOptions, out: &Path) -> (SharedOs, bool, Strin
         resources: match &opts.cgroup {
             Some(l) => format!(
                 "own cgroup ({l}) in a {} MiB, {}-CPU guest",
-                opts.base.memory_mib, opts.base.cpus
+                opts.guest_memory_mib, opts.base.cpus
             ),
             None => shared_os.resources,
         },
@@ -395,14 +419,18 @@ mod tests {
 
     #[test]
     fn an_n_that_cannot_fit_is_refused_before_booting() {
-        assert!(check_copies(4, 1024, 24 << 20).is_ok());
-        let e = format!("{:#}", check_copies(16, 1024, 8 << 20).unwrap_err());
+        let n = Copies::Count;
+        assert!(check_copies(n(4), 1024, 24 << 20).is_ok());
+        let e = format!("{:#}", check_copies(n(16), 1024, 8 << 20).unwrap_err());
         assert!(
             e.contains("16 VMs of 1024 MiB") && e.contains("fix:"),
             "{e}"
         );
-        assert!(check_copies(0, 1024, 24 << 20).is_err());
-        assert!(check_copies(MAX_COPIES + 1, 64, u64::MAX).is_err());
+        assert!(check_copies(n(0), 1024, 24 << 20).is_err());
+        assert!(check_copies(n(MAX_COPIES + 1), 64, u64::MAX).is_err());
+        // A search needs room for its first VM only; it keeps its own floor after.
+        assert!(check_copies(Copies::Max, 1024, 2 << 20).is_ok());
+        assert!(check_copies(Copies::Max, 1024, 1 << 20).is_err());
     }
 
     #[test]

@@ -2,15 +2,17 @@
 //! once, each followed to its end and judged, then one copy put back to the save (the reset).
 
 use super::readings::{host_mem, host_split, ksm_reading, reclaim_reading};
+use super::search::HostSearch;
 use super::{fork, ms, progress, template, workload_args, CompareOptions, Lie};
 use crate::image;
-use crate::judge::compare::{self as cmp, Reading, VmCopy, VmEach};
+use crate::judge::compare::{self as cmp, Arm, Reading, VmCopy, VmEach};
 use crate::run::{self, gates, Observed, VmRunOptions};
 use crate::vm::qemu::RamFile;
 use crate::vm::{self, Fork, GuestMedia, Session, SessionSpec};
 use anyhow::{bail, Context, Result};
-use sharedos_report::model::density::Mem;
+use sharedos_report::model::density::{Mem, Stop};
 use sharedos_report::procfs::QemuMem;
+use sharedos_report::report::Copies;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -45,6 +47,13 @@ impl Kind {
         match self {
             Kind::Each => "reset",
             Kind::Template => "template-reset",
+        }
+    }
+
+    pub(super) fn arm(self) -> Arm {
+        match self {
+            Kind::Each => Arm::Vm,
+            Kind::Template => Arm::VmTemplate,
         }
     }
 
@@ -140,8 +149,13 @@ pub(super) fn column(
     col.state_bytes = saved.record.state_bytes;
     col.state_sha256 = saved.record.state_sha256.clone();
     col.save_ms = ms(saved.save_took);
+    // Lies are refused with `max` before anything boots: a lie needs a count to aim at.
+    let count = match opts.copies {
+        Copies::Count(n) => n,
+        Copies::Max => 0,
+    };
     if !lies.is_empty() {
-        let said: Vec<String> = lies.iter().map(|l| l.said(opts.copies)).collect();
+        let said: Vec<String> = lies.iter().map(|l| l.said(count)).collect();
         col.lie = Some(said.join("; "));
     }
     // The wrong save: the last copy is resumed from a second guest's save, made the same way.
@@ -154,19 +168,64 @@ pub(super) fn column(
         None
     };
     let media = GuestMedia::of(&entry);
+    let arm = kind.arm();
+    let mut search = HostSearch::new(opts.copies, opts.max_copies)?;
     let mut up: Vec<Up> = Vec::new();
     let mut failed = None;
-    for i in 1..=opts.copies {
+    let (stop, detail) = loop {
+        if let Some(stop) = search.decide(up.len())? {
+            break stop;
+        }
+        let i = u32::try_from(up.len())
+            .unwrap_or(u32::MAX)
+            .saturating_add(1);
         let from = match &other {
-            Some(o) if i == opts.copies => o,
+            Some(o) if i == count => o,
             _ => saved,
         };
-        match open_copy(base, &entry, &media, from, out, &kind.copy_label(i)) {
-            Ok(c) => up.push(c),
+        let label = kind.copy_label(i);
+        match open_copy(base, &entry, &media, from, out, &label) {
+            Ok(c) => {
+                let pss = host_mem(c.session.qemu_pid()).ok().map(|m| m.pss_kib);
+                search.up(c.resume, pss);
+                if !search.count_mode() {
+                    progress().note(&format!(
+                        "{}: {i} up, the last resumed in {:.1} s at {} MiB; host MemAvailable {} MiB before it",
+                        kind.name(),
+                        c.resume.as_secs_f64(),
+                        pss.unwrap_or(0) / 1024,
+                        search.avail_mib()
+                    ));
+                }
+                up.push(c);
+            }
             Err(c) => {
                 failed = Some(c);
-                break;
+                break (
+                    Stop::RestoreFailed,
+                    format!("{label} did not come up: see {label}/"),
+                );
             }
+        }
+        if !search.count_mode() {
+            search.archive(out, arm, None);
+        }
+    };
+    if !search.count_mode() {
+        let mut record = search.record(stop, &detail);
+        // With `max`, a copy that does not come up is the limit the search names, not a
+        // failure of the column: the copies already up are measured as ever.
+        record.failed = failed.take().map(|c| *c);
+        progress().note(&format!(
+            "{}: the search stopped at {} copies: {} ({detail})",
+            kind.name(),
+            up.len(),
+            stop.said()
+        ));
+        search.archive(out, arm, Some((stop, &detail)));
+        col.search = Some(record);
+        if up.is_empty() {
+            bail!("no copy came up: see the search's record");
         }
     }
     for c in &mut up {
@@ -178,7 +237,8 @@ pub(super) fn column(
     }
     if failed.is_none() {
         let pids: Vec<u32> = up.iter().map(|c| c.session.qemu_pid()).collect();
-        col.ksm = ksm_reading(opts.ksm, &pids, opts.copies);
+        let n = u32::try_from(pids.len()).unwrap_or(u32::MAX);
+        col.ksm = ksm_reading(opts.ksm, &pids, n);
         col.reclaim = match kind {
             Kind::Each => reclaim_reading(&up, b),
             Kind::Template => Reading::not_run(template::NO_RECLAIM),

@@ -357,6 +357,7 @@ pub fn assert_all_fidelity_options_held(r: &sharedos_report::report::Report) {
             cow_root: true,
             userns: true,
             copies: None,
+            max_copies: None,
             workload: Default::default(),
             guest_ksm: false,
         }

@@ -3,15 +3,27 @@
 
 use crate::{vm_options, VmArgs};
 use anyhow::Result;
-use sharedos_report::report::{parse_cgroup_limits, CgroupLimits};
+use sharedos_report::model::density::MAX_COPIES;
+use sharedos_report::report::{parse_cgroup_limits, CgroupLimits, Copies};
 use sharedos_rig::compare::{self, ksm, CompareOptions};
 use sharedos_rig::judge::compare::Arm;
 
 #[derive(clap::Args)]
 pub struct CompareArgs {
-    /// Copies of the desktop in each column: N CRIU copies in one guest, N VMs at once.
-    #[arg(long, default_value_t = 4, value_name = "N")]
-    pub copies: u32,
+    /// Copies of the desktop in each column: N CRIU copies in one guest, N VMs at once; or
+    /// `max`: each arm adds one copy at a time, all kept up, until its first limit (the cap,
+    /// the memory floor of the guest's or the host's MemAvailable, a copy slower than the bound
+    /// on one, the search's deadline, or a restore or clone that fails), and names it.
+    #[arg(long, default_value = "4", value_name = "N|max", value_parser = parse_copies)]
+    pub copies: Copies,
+    /// With --copies max: stop each arm's search at N copies at most (1 to 64; default 64).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_COPIES)))]
+    pub max_copies: Option<u32>,
+    /// The shared-OS guest's memory in MiB, or `auto`: with --copies max, half the host's
+    /// MemAvailable (at most 16 GiB), so that the guest's own size is not what stops its
+    /// search first; with --copies N, --memory.
+    #[arg(long, default_value = "auto", value_name = "MIB|auto", value_parser = parse_guest_memory)]
+    pub guest_memory: GuestMemory,
     /// The host's KSM for one more reading of the VM copies (turning it on takes root). The
     /// host's settings are put back after.
     #[arg(long, value_enum, default_value_t = ksm::Want::Auto)]
@@ -49,6 +61,47 @@ pub struct CompareArgs {
     pub vm: VmArgs,
 }
 
+fn parse_copies(s: &str) -> Result<Copies, String> {
+    if s == "max" {
+        return Ok(Copies::Max);
+    }
+    s.parse::<u32>()
+        .map(Copies::Count)
+        .map_err(|_| format!("`{s}` is not a number of copies: give 1 to {MAX_COPIES}, or `max`"))
+}
+
+/// `--guest-memory`: `auto` is resolved once the request is known.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GuestMemory {
+    Auto,
+    Mib(u64),
+}
+
+fn parse_guest_memory(s: &str) -> Result<GuestMemory, String> {
+    if s == "auto" {
+        return Ok(GuestMemory::Auto);
+    }
+    match s.parse::<u64>() {
+        Ok(m) if m >= 256 => Ok(GuestMemory::Mib(m)),
+        _ => Err(format!(
+            "`{s}` is not a guest memory: give MiB (256 or more), or `auto`"
+        )),
+    }
+}
+
+/// The most `--guest-memory auto` gives the shared-OS guest of a search (MiB).
+const AUTO_GUEST_MEMORY_MAX_MIB: u64 = 16 * 1024;
+
+/// `--guest-memory auto` for a search: half what the host has available now, within --memory
+/// and 16 GiB, in whole 256 MiB.
+fn auto_guest_memory(available_kib: u64, memory_mib: u64) -> u64 {
+    let half = available_kib / 1024 / 2 / 256 * 256;
+    half.clamp(
+        memory_mib.min(AUTO_GUEST_MEMORY_MAX_MIB),
+        AUTO_GUEST_MEMORY_MAX_MIB,
+    )
+}
+
 pub fn vm_compare(a: CompareArgs) -> Result<i32> {
     if !a.vm.diagnose_args.is_empty() {
         anyhow::bail!(
@@ -59,6 +112,17 @@ pub fn vm_compare(a: CompareArgs) -> Result<i32> {
         anyhow::bail!(
             "vm-compare takes none of --plan, --keep-vm and --cold: its VM column is made of resumes \
              (each column's plan is vm-run's: `cargo xtask vm-run --plan`)"
+        );
+    }
+    if a.max_copies.is_some() && a.copies != Copies::Max {
+        anyhow::bail!(
+            "--max-copies caps the search of --copies max, and this run asks for {} copies\nfix: give --copies max, or leave --max-copies out",
+            a.copies
+        );
+    }
+    if a.copies == Copies::Max && !a.lie.is_empty() {
+        anyhow::bail!(
+            "--lie puts its fault into a copy of a known count, and --copies max has none\nfix: give --copies N with --lie"
         );
     }
     // Before the gate binary's build: an N that cannot fit costs nothing.
@@ -79,10 +143,22 @@ pub fn vm_compare(a: CompareArgs) -> Result<i32> {
         let args = ["--workload".to_string(), w.clone()];
         sharedos_rig::image::require_image_for(&a.vm.boot.image, &args)?;
     }
+    let guest_memory_mib = match (a.guest_memory, a.copies) {
+        (GuestMemory::Mib(m), _) => m,
+        (GuestMemory::Auto, Copies::Count(_)) => a.vm.boot.memory,
+        (GuestMemory::Auto, Copies::Max) => {
+            let (_, available) = sharedos_report::procfs::parse_meminfo(
+                &sharedos_report::procfs::read_proc("/proc/meminfo")?,
+            )?;
+            auto_guest_memory(available, a.vm.boot.memory)
+        }
+    };
     let base = vm_options(a.vm)?;
     Ok(compare::vm_compare(&CompareOptions {
         base,
         copies: a.copies,
+        max_copies: a.max_copies,
+        guest_memory_mib,
         ksm: a.ksm,
         guest_ksm: a.guest_ksm,
         cgroup: a.cgroup,
@@ -90,4 +166,31 @@ pub fn vm_compare(a: CompareArgs) -> Result<i32> {
         lies: a.lie,
         arms: compare::arms(&a.arms),
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn auto_sizes_a_search_s_guest_to_half_the_host_within_bounds() {
+        // 22 GiB available: 11 GiB.
+        assert_eq!(auto_guest_memory(22 << 20, 1024), 11 * 1024);
+        // Never less than --memory, never more than 16 GiB.
+        assert_eq!(auto_guest_memory(1 << 20, 1024), 1024);
+        assert_eq!(
+            auto_guest_memory(200 << 20, 1024),
+            AUTO_GUEST_MEMORY_MAX_MIB
+        );
+        assert_eq!(
+            auto_guest_memory(200 << 20, 64 * 1024),
+            AUTO_GUEST_MEMORY_MAX_MIB
+        );
+        assert_eq!(parse_guest_memory("auto"), Ok(GuestMemory::Auto));
+        assert_eq!(parse_guest_memory("2048"), Ok(GuestMemory::Mib(2048)));
+        assert!(parse_guest_memory("12").is_err());
+        assert_eq!(parse_copies("max"), Ok(Copies::Max));
+        assert_eq!(parse_copies("3"), Ok(Copies::Count(3)));
+        assert!(parse_copies("many").is_err());
+    }
 }

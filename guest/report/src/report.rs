@@ -639,6 +639,7 @@ mod tests {
         assert!(plain.args().is_empty());
         let all = RunOptions {
             copies: Some(Copies::Count(2)),
+            max_copies: None,
             cgroup: Some(CgroupLimits {
                 cpu_quota_us: 150_000,
                 memory_max_bytes: 512 << 20,
@@ -652,6 +653,12 @@ mod tests {
             all.args().join(" "),
             "--copies 2 --userns --cgroup cpu=1.5,memory=512M --cow-root --workload desktop --guest-ksm"
         );
+        let capped = RunOptions {
+            copies: Some(Copies::Max),
+            max_copies: Some(3),
+            ..RunOptions::default()
+        };
+        assert_eq!(capped.args().join(" "), "--copies max --max-copies 3");
         // The default workload leaves the options as a plain run's.
         let xterm: RunOptions = serde_json::from_str(r#"{"workload": "xterm"}"#).unwrap();
         assert!(xterm.is_plain());

@@ -25,49 +25,15 @@ use crate::probe::{self, TreeRecordExt};
 use anyhow::Result;
 use serde_json::json;
 use sharedos_report::compare::{self, check};
-use sharedos_report::model::density::{median, p95, CopyMem, DensityData, Limits, Mem, Stop};
+use sharedos_report::model::density::{
+    median, p95, stop_before_next, CopyMem, DensityData, Limits, Mem, SearchState, SearchStep, Stop,
+};
 use sharedos_report::model::tree::{Observation, TreeRecord};
 use sharedos_report::procfs::{parse_meminfo, parse_smaps_rollup, read_proc};
 use sharedos_report::report::{Check, Copies, Gate, GateName};
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::{Duration, Instant};
-
-/// Where the search stands before the next restore.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct SearchState {
-    pub copies_up: u32,
-    pub elapsed: Duration,
-    pub mem_available_kib: u64,
-    /// The largest PSS one copy has shown so far; 0 before the first.
-    pub largest_copy_pss_kib: u64,
-    /// How far MemAvailable fell per copy so far; 0 before the first. It also counts what PSS
-    /// does not: the kernel's own memory for each copy (page tables, sockets, namespaces).
-    pub avail_drop_per_copy_kib: u64,
-}
-
-impl SearchState {
-    /// What the next copy is expected to take: the larger of the two per-copy measures.
-    pub fn next_copy_kib(&self) -> u64 {
-        self.largest_copy_pss_kib.max(self.avail_drop_per_copy_kib)
-    }
-}
-
-/// The bound that forbids another restore, or None when one more may be restored.
-pub fn stop_before_next(limits: &Limits, s: &SearchState, count_mode: bool) -> Option<Stop> {
-    if s.copies_up >= limits.cap {
-        return Some(if count_mode { Stop::Count } else { Stop::Cap });
-    }
-    if limits.deadline.is_some_and(|d| s.elapsed >= d) {
-        return Some(Stop::Deadline);
-    }
-    if let Some(reserve) = limits.reserve_kib {
-        if s.mem_available_kib.saturating_sub(s.next_copy_kib()) < reserve {
-            return Some(Stop::MemoryFloor);
-        }
-    }
-    None
-}
 
 pub fn read_meminfo() -> Result<(u64, u64)> {
     parse_meminfo(&read_proc("/proc/meminfo")?)
@@ -233,7 +199,7 @@ pub fn run(ctx: &mut Ctx) -> Gate {
         }
     };
     let plan = match read_meminfo() {
-        Ok((total, avail)) => SearchPlan::new(req, total, avail),
+        Ok((total, avail)) => SearchPlan::new(req, ctx.cfg.options.max_copies, total, avail),
         Err(e) => {
             g.problem(format!("reading the guest's memory: {e:#}"));
             return g.finish("");
@@ -316,10 +282,15 @@ pub struct SearchPlan {
 }
 
 impl SearchPlan {
-    pub fn new(requested: Copies, mem_total_kib: u64, avail_before_kib: u64) -> SearchPlan {
+    pub fn new(
+        requested: Copies,
+        max_copies: Option<u32>,
+        mem_total_kib: u64,
+        avail_before_kib: u64,
+    ) -> SearchPlan {
         SearchPlan {
             requested,
-            limits: Limits::for_request(requested, mem_total_kib),
+            limits: Limits::for_request(requested, mem_total_kib, max_copies),
             count_mode: matches!(requested, Copies::Count(_)),
             mem_total_kib,
             avail_before_kib,
@@ -333,15 +304,16 @@ impl SearchPlan {
         elapsed: Duration,
         avail_kib: u64,
         largest_copy_pss_kib: u64,
+        last_copy: Duration,
     ) -> SearchState {
-        SearchState {
-            copies_up: u32::try_from(copies_up).unwrap_or(u32::MAX),
+        SearchState::new(
+            copies_up,
             elapsed,
-            mem_available_kib: avail_kib,
+            self.avail_before_kib,
+            avail_kib,
             largest_copy_pss_kib,
-            avail_drop_per_copy_kib: self.avail_before_kib.saturating_sub(avail_kib)
-                / (copies_up as u64).max(1),
-        }
+            last_copy,
+        )
     }
 
     /// Whether to stop before the next restore: the bound met and what the search saw.
@@ -354,15 +326,7 @@ impl SearchPlan {
                 s.elapsed.as_secs()
             )
         } else {
-            format!(
-                "{} copies up, {} s in, MemAvailable {} MiB, next copy estimated at {} MiB (largest copy PSS {} MiB, MemAvailable fell {} MiB per copy)",
-                s.copies_up,
-                s.elapsed.as_secs(),
-                s.mem_available_kib / 1024,
-                s.next_copy_kib() / 1024,
-                s.largest_copy_pss_kib / 1024,
-                s.avail_drop_per_copy_kib / 1024
-            )
+            s.said()
         };
         Some((stop, detail))
     }
@@ -376,6 +340,8 @@ pub struct Search {
     pub restore_ms: Vec<u64>,
     pub stop: Stop,
     pub detail: String,
+    /// `max`: where the search stood before each restore, and when it stopped.
+    pub steps: Vec<SearchStep>,
 }
 
 /// Restores one copy after another, keeping every copy up, until the plan says stop or a copy
@@ -390,6 +356,7 @@ fn restore_copies(
     let mut up: Vec<(String, i32)> = Vec::new();
     let mut restore_ms = Vec::new();
     let mut largest_pss = 0;
+    let mut steps = Vec::new();
     let (stop, detail) = loop {
         let avail = match read_meminfo() {
             Ok((_, a)) => a,
@@ -400,7 +367,11 @@ fn restore_copies(
                 break (Stop::RestoreFailed, detail);
             }
         };
-        let state = plan.state(up.len(), started.elapsed(), avail, largest_pss);
+        let last = Duration::from_millis(restore_ms.last().copied().unwrap_or(0));
+        let state = plan.state(up.len(), started.elapsed(), avail, largest_pss, last);
+        if !plan.count_mode {
+            steps.push(state.step());
+        }
         if let Some(stop) = plan.decide(&state) {
             break stop;
         }
@@ -422,6 +393,7 @@ fn restore_copies(
         restore_ms,
         stop,
         detail,
+        steps,
     }
 }
 
@@ -602,6 +574,7 @@ pub fn density_data(
         ended_before,
         reset_ms: Vec::new(),
         guest_ksm: None,
+        steps: search.steps,
     }
 }
 
@@ -624,83 +597,32 @@ fn pass_reason(d: &DensityData) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sharedos_report::model::density::{reserve_kib, MAX_COPIES};
-
-    fn state(up: u32, secs: u64, avail_mib: u64, pss_mib: u64) -> SearchState {
-        SearchState {
-            copies_up: up,
-            elapsed: Duration::from_secs(secs),
-            mem_available_kib: avail_mib * 1024,
-            largest_copy_pss_kib: pss_mib * 1024,
-            avail_drop_per_copy_kib: 0,
-        }
-    }
-
-    #[test]
-    fn the_max_search_stops_at_each_bound() {
-        let l = Limits::for_request(Copies::Max, 1024 * 1024);
-        assert_eq!(l.cap, MAX_COPIES);
-        assert_eq!(l.reserve_kib, Some(128 * 1024));
-        assert_eq!(stop_before_next(&l, &state(0, 0, 900, 0), false), None);
-        assert_eq!(stop_before_next(&l, &state(5, 100, 900, 40), false), None);
-        assert_eq!(
-            stop_before_next(&l, &state(MAX_COPIES, 100, 900, 40), false),
-            Some(Stop::Cap)
-        );
-        assert_eq!(
-            stop_before_next(&l, &state(5, 300, 900, 40), false),
-            Some(Stop::Deadline)
-        );
-        // 160 MiB left, a copy took 40: 120 would remain, under the 128 MiB reserve.
-        assert_eq!(
-            stop_before_next(&l, &state(9, 100, 160, 40), false),
-            Some(Stop::MemoryFloor)
-        );
-        assert_eq!(stop_before_next(&l, &state(9, 100, 170, 40), false), None);
-        // MemAvailable fell more per copy than PSS shows: the larger estimate holds the floor.
-        let kernel_heavy = SearchState {
-            avail_drop_per_copy_kib: 50 * 1024,
-            ..state(9, 100, 170, 40)
-        };
-        assert_eq!(
-            stop_before_next(&l, &kernel_heavy, false),
-            Some(Stop::MemoryFloor)
-        );
-        // Even the first copy is refused on a guest already below the reserve.
-        assert_eq!(
-            stop_before_next(&l, &state(0, 0, 100, 0), false),
-            Some(Stop::MemoryFloor)
-        );
-        // A bigger guest keeps an eighth of itself.
-        assert_eq!(reserve_kib(8 << 20), 1 << 20);
-    }
-
-    #[test]
-    fn a_count_stops_only_at_its_count() {
-        let l = Limits::for_request(Copies::Count(3), 1024 * 1024);
-        assert_eq!(stop_before_next(&l, &state(2, 10_000, 1, 900), true), None);
-        assert_eq!(
-            stop_before_next(&l, &state(3, 0, 900, 0), true),
-            Some(Stop::Count)
-        );
-    }
 
     const MIB: u64 = 1024;
 
     #[test]
     fn the_search_state_spreads_the_fall_of_memavailable_over_the_copies() {
-        let plan = SearchPlan::new(Copies::Max, 1024 * MIB, 900 * MIB);
+        let plan = SearchPlan::new(Copies::Max, None, 1024 * MIB, 900 * MIB);
         assert!(!plan.count_mode);
-        assert_eq!(plan.limits, Limits::for_request(Copies::Max, 1024 * MIB));
-        let first = plan.state(0, Duration::ZERO, 900 * MIB, 0);
+        assert_eq!(
+            plan.limits,
+            Limits::for_request(Copies::Max, 1024 * MIB, None)
+        );
+        let first = plan.state(0, Duration::ZERO, 900 * MIB, 0, Duration::ZERO);
         assert_eq!(first.avail_drop_per_copy_kib, 0);
-        let fourth = plan.state(4, Duration::from_secs(9), 700 * MIB, 30 * MIB);
+        let fourth = plan.state(
+            4,
+            Duration::from_secs(9),
+            700 * MIB,
+            30 * MIB,
+            Duration::ZERO,
+        );
         assert_eq!(fourth.copies_up, 4);
         assert_eq!(fourth.avail_drop_per_copy_kib, 50 * MIB);
         assert_eq!(fourth.next_copy_kib(), 50 * MIB, "the larger estimate");
         // Memory freed meanwhile is no negative fall.
         assert_eq!(
-            plan.state(2, Duration::ZERO, 950 * MIB, 0)
+            plan.state(2, Duration::ZERO, 950 * MIB, 0, Duration::ZERO)
                 .avail_drop_per_copy_kib,
             0
         );
@@ -708,20 +630,29 @@ mod tests {
 
     #[test]
     fn the_decision_names_the_bound_and_what_the_search_saw() {
-        let count = SearchPlan::new(Copies::Count(3), 1024 * MIB, 900 * MIB);
+        let count = SearchPlan::new(Copies::Count(3), None, 1024 * MIB, 900 * MIB);
         assert!(count.count_mode);
-        assert_eq!(count.decide(&count.state(2, Duration::ZERO, MIB, 0)), None);
         assert_eq!(
-            count.decide(&count.state(3, Duration::from_secs(12), MIB, 0)),
+            count.decide(&count.state(2, Duration::ZERO, MIB, 0, Duration::ZERO)),
+            None
+        );
+        assert_eq!(
+            count.decide(&count.state(3, Duration::from_secs(12), MIB, 0, Duration::ZERO)),
             Some((Stop::Count, "3 copies restored as asked, 12 s in".into()))
         );
-        let max = SearchPlan::new(Copies::Max, 1024 * MIB, 900 * MIB);
+        let max = SearchPlan::new(Copies::Max, None, 1024 * MIB, 900 * MIB);
         let (stop, detail) = max
-            .decide(&max.state(9, Duration::from_secs(100), 160 * MIB, 40 * MIB))
+            .decide(&max.state(
+                9,
+                Duration::from_secs(100),
+                160 * MIB,
+                40 * MIB,
+                Duration::ZERO,
+            ))
             .unwrap();
         assert_eq!(stop, Stop::MemoryFloor);
         assert!(
-            detail.starts_with("9 copies up, 100 s in, MemAvailable 160 MiB, next copy estimated at 82 MiB (largest copy PSS 40 MiB, MemAvailable fell 82 MiB per copy)"),
+            detail.starts_with("9 copies up, 100 s in, the last in 0.0 s, MemAvailable 160 MiB, next copy estimated at 82 MiB (largest copy PSS 40 MiB, MemAvailable fell 82 MiB per copy)"),
             "{detail}"
         );
     }
@@ -773,6 +704,7 @@ mod tests {
             restore_ms: vec![300, 400],
             stop: Stop::Count,
             detail: String::new(),
+            steps: Vec::new(),
         };
         let fresh: Vec<(String, Check)> = ["density-1", "density-2"]
             .iter()
@@ -832,6 +764,7 @@ mod tests {
             restore_ms: vec![],
             stop: Stop::MemoryFloor,
             detail: String::new(),
+            steps: Vec::new(),
         };
         let f = copy_checks(Copies::Max, &none, &[], &measured(&[]));
         for name in [
@@ -849,12 +782,13 @@ mod tests {
 
     #[test]
     fn the_figures_keep_what_was_measured() {
-        let plan = SearchPlan::new(Copies::Max, 1024 * MIB, 900 * MIB);
+        let plan = SearchPlan::new(Copies::Max, None, 1024 * MIB, 900 * MIB);
         let search = Search {
             up: vec![("density-1".into(), 10), ("density-2".into(), 11)],
             restore_ms: vec![300, 500, 400],
             stop: Stop::RestoreFailed,
             detail: "restoring density-3: boom".into(),
+            steps: Vec::new(),
         };
         let d = density_data(
             &plan,

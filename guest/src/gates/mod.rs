@@ -135,6 +135,7 @@ mod tests {
     fn every_command_a_gate_runs_is_in_its_plan() {
         let mut cfg = ctx::tests::config();
         let all = RunOptions {
+            max_copies: None,
             copies: Some(Copies::Max),
             cgroup: fidelity::parse_cgroup_limits("cpu=1,memory=512M").ok(),
             cow_root: true,

@@ -1,7 +1,8 @@
 //! The one verdict on a comparison: each arm it ran held to its column's checks, every VM
 //! column to the same ones, and the record of the resumes checked across all of them.
 
-use super::{Arm, Summary, TemplateRam, VmCopy, VmEach, COMPARE_FILE};
+use super::{Arm, Search, Summary, TemplateRam, VmCopy, VmEach, COMPARE_FILE};
+use sharedos_report::model::density::Stop;
 use sharedos_report::report::{Status, Verdict};
 
 /// The one verdict on a comparison: PASS when every arm it ran holds, every copy of each
@@ -13,6 +14,12 @@ pub fn judge(s: &mut Summary) {
         for q in &s.shared_os.problems {
             p.push(format!("{}: {q}", Arm::Criu.column()));
         }
+        let reached = s.shared_os.per_copy.len();
+        p.extend(
+            search_problems(s, Arm::Criu, s.shared_os.search.as_ref(), reached)
+                .into_iter()
+                .map(|q| format!("{}: {q}", Arm::Criu.column())),
+        );
     }
     if s.ran(Arm::VmTemplate) && s.vm_template.is_none() {
         p.push(format!(
@@ -22,7 +29,17 @@ pub fn judge(s: &mut Summary) {
     }
     let columns = s.vm_columns();
     for &(arm, c) in &columns {
-        p.extend(vm_column_problems(arm, c, s.copies));
+        // With `max` a column holds the copies its search reached, which the search must say.
+        let want = match (s.max, &c.search) {
+            (true, Some(search)) => search.steps.last().map_or(0, |st| st.copies_up),
+            _ => s.copies,
+        };
+        p.extend(vm_column_problems(arm, c, want));
+        p.extend(
+            search_problems(s, arm, c.search.as_ref(), c.copies.len())
+                .into_iter()
+                .map(|q| format!("{}: {q}", arm.column())),
+        );
     }
     p.extend(resume_record_problems(&columns));
     s.verdict = if p.is_empty() {
@@ -108,6 +125,81 @@ fn vm_column_problems(arm: Arm, c: &VmEach, copies: u32) -> Vec<String> {
              clones map"
         )),
         (_, None) => {}
+    }
+    p
+}
+
+/// What an arm's record of its search says against the comparison and against itself: present
+/// exactly when the comparison searched (`max`), stopped at a bound or at a copy that failed
+/// (never at a count), its steps one per copy from none up to the `reached` the column holds,
+/// and within its own cap.
+fn search_problems(s: &Summary, arm: Arm, search: Option<&Search>, reached: usize) -> Vec<String> {
+    let mut p = Vec::new();
+    let search = match (s.max, search) {
+        (false, None) => return p,
+        (false, Some(_)) => {
+            p.push(format!(
+                "{COMPARE_FILE} records a search for the most copies in a comparison of {} \
+                 copies: the search is not what was run",
+                s.copies
+            ));
+            return p;
+        }
+        (true, None) => {
+            p.push(
+                "no record of its search for the most copies (--copies max): what stopped it \
+                 is not known"
+                    .into(),
+            );
+            return p;
+        }
+        (true, Some(search)) => search,
+    };
+    if reached == 0 {
+        p.push("its search stopped before its first copy: nothing was measured".into());
+    }
+    let steps_in_order = search
+        .steps
+        .iter()
+        .enumerate()
+        .all(|(i, st)| usize::try_from(st.copies_up).is_ok_and(|n| n == i));
+    if !steps_in_order {
+        p.push(
+            "its search's steps are not one per copy from none upward: they are not one \
+                 search's record"
+                .into(),
+        );
+    }
+    let last = search.steps.last().map(|st| st.copies_up);
+    if last.and_then(|n| usize::try_from(n).ok()) != Some(reached) {
+        p.push(format!(
+            "its search's last step has {} copies up, and the column holds {reached}",
+            last.map_or_else(|| "no".into(), |n| n.to_string())
+        ));
+    }
+    if usize::try_from(search.limits.cap).is_ok_and(|cap| reached > cap) {
+        p.push(format!(
+            "{reached} copies up past its search's cap of {}",
+            search.limits.cap
+        ));
+    }
+    match search.stopped_by {
+        Stop::Count => p.push(
+            "its search says it stopped at a count: a search for the most copies stops at a \
+                 bound or a failure"
+                .into(),
+        ),
+        Stop::RestoreFailed if arm != Arm::Criu && search.failed.is_none() => p.push(
+            "its search says a clone failed and records no copy that did: the limit is not shown"
+                .into(),
+        ),
+        _ => {}
+    }
+    if search.failed.is_some() && (arm == Arm::Criu || search.stopped_by != Stop::RestoreFailed) {
+        p.push("its search records a failed copy, and did not stop at one".into());
+    }
+    if search.detail.trim().is_empty() {
+        p.push("its search does not say what it saw when it stopped".into());
     }
     p
 }

@@ -16,9 +16,9 @@ pub use checks::judge;
 use super::reader::ReportDir;
 use super::verdict::{self, How, Outcome, Refused};
 use serde::{Deserialize, Serialize};
-use sharedos_report::model::density::{DensityData, GuestKsm, Mem};
+use sharedos_report::model::density::{DensityData, GuestKsm, Limits, Mem, SearchStep, Stop};
 use sharedos_report::procfs::QemuMem;
-use sharedos_report::report::{GateName, Status, Verdict, RESET_RESTORE_MS};
+use sharedos_report::report::{Copies, GateName, Status, Verdict, RESET_RESTORE_MS};
 use std::path::Path;
 
 /// The summary beside the column directories.
@@ -27,9 +27,10 @@ pub const COMPARE_FILE: &str = "compare.json";
 /// fork-time token (`fork_token`), and the further readings (`ksm`, `reclaim`) are recorded.
 /// 3: each copy's resume is recorded by the nonce the host gave it (`VmCopy::nonce`), so that
 /// one report cannot stand for two copies. 4: the arms run are named (`arms`), and the
-/// templated VM arm (`vm_template`) may be among them. A reader takes 3 as well: its arms are
-/// the CRIU and the VM-each ones.
-pub const FORMAT: u32 = 4;
+/// templated VM arm (`vm_template`) may be among them. 5: a comparison may search for the
+/// most copies each arm holds (`max`, each column's `search`). A reader takes 3 and 4 as well:
+/// 3's arms are the CRIU and the VM-each ones, and neither searched.
+pub const FORMAT: u32 = 5;
 
 /// The designs a comparison can put side by side (`--arms`).
 #[derive(
@@ -81,7 +82,12 @@ pub struct Summary {
     /// The accelerator both columns ran under: under TCG the ratios are the result, the
     /// absolute times are not.
     pub accel: String,
+    /// The copies each column ran at once; with `max`, the cap of each arm's search.
     pub copies: u32,
+    /// `--copies max`: each arm searched upward, one copy at a time, for the most it holds,
+    /// and its column's `search` says what stopped it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub max: bool,
     /// What the tree ran in both columns (`--workload`); None: the default, the xterm.
     #[serde(default)]
     pub workload: Option<String>,
@@ -101,6 +107,43 @@ pub struct Summary {
 }
 
 impl Summary {
+    /// What each column was asked for: N copies, or the most it holds.
+    pub fn requested(&self) -> Copies {
+        if self.max {
+            Copies::Max
+        } else {
+            Copies::Count(self.copies)
+        }
+    }
+
+    /// The most copies any column it ran holds: N, or with `max` the furthest search.
+    pub fn widest(&self) -> u32 {
+        if !self.max {
+            return self.copies;
+        }
+        let mut n = if self.ran(Arm::Criu) {
+            self.shared_os.per_copy.len()
+        } else {
+            0
+        };
+        for (_, c) in self.vm_columns() {
+            n = n.max(c.copies.len());
+        }
+        u32::try_from(n).unwrap_or(u32::MAX)
+    }
+
+    /// How many copies each column ran, as a page says it.
+    pub fn copies_said(&self) -> String {
+        if self.max {
+            format!(
+                "the most copies each arm holds (--copies max, up to {})",
+                self.copies
+            )
+        } else {
+            format!("{} copies each", self.copies)
+        }
+    }
+
     /// Whether the comparison ran `arm`: a column of an arm it did not run is neither judged
     /// nor shown.
     pub fn ran(&self, arm: Arm) -> bool {
@@ -142,7 +185,28 @@ pub struct SharedOs {
     /// guest read it (`DensityData::guest_ksm`).
     #[serde(default)]
     pub ksm: Reading,
+    /// `max`: the density gate's search, as its report records it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub search: Option<Search>,
     pub problems: Vec<String>,
+}
+
+/// `--copies max`: how one arm's search for the most copies went. Before each further copy the
+/// search read where it stood (a step) and stopped at the first bound met or at a copy that
+/// failed: the one rule of `sharedos_report::model::density::stop_before_next`, the guest's
+/// MemAvailable for the CRIU copies, the host's for the VMs.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct Search {
+    pub limits: Limits,
+    pub stopped_by: Stop,
+    /// What the search saw when it stopped.
+    pub detail: String,
+    /// Where it stood before each further copy, and at its stop: copies_up 0, 1, 2 ...
+    pub steps: Vec<SearchStep>,
+    /// A VM arm's copy whose failure to come up stopped the search, archived as far as it got;
+    /// not among the copies counted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed: Option<VmCopy>,
 }
 
 /// The VM-each column: one guest saved with its tree up, resumed N times as N QEMUs at once.
@@ -185,6 +249,9 @@ pub struct VmEach {
     /// The templated arm's template: None in the VM-each arm.
     #[serde(default)]
     pub template: Option<TemplateRam>,
+    /// `max`: the host's search for the most copies of this arm.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub search: Option<Search>,
     pub problems: Vec<String>,
 }
 
@@ -274,8 +341,9 @@ pub struct VmCopy {
 }
 
 /// The shared-OS column's figures and problems from its judged vm-run report: the density gate
-/// must PASS with `copies` copies up, and the judgement find nothing wrong.
-pub fn shared_os_column(o: &Outcome, copies: u32) -> SharedOs {
+/// must PASS with the copies asked for up (with `max`, the copies its search reached), and the
+/// judgement find nothing wrong.
+pub fn shared_os_column(o: &Outcome, requested: Copies) -> SharedOs {
     let mut c = SharedOs {
         problems: o.problems(),
         resources: "the guest's memory and CPUs, shared by every copy (no --cgroup)".into(),
@@ -294,7 +362,21 @@ pub fn shared_os_column(o: &Outcome, copies: u32) -> SharedOs {
         .get("density")
         .map(|v| serde_json::from_value::<DensityData>(v.clone()))
     {
-        Some(Ok(d)) if d.copies == copies && d.per_copy.len() == copies as usize => {
+        Some(Ok(d))
+            if d.requested == requested
+                && d.per_copy.len() == d.copies as usize
+                && (requested == Copies::Max || requested == Copies::Count(d.copies)) =>
+        {
+            let copies = d.copies;
+            if requested == Copies::Max {
+                c.search = Some(Search {
+                    limits: d.limits,
+                    stopped_by: d.stopped_by,
+                    detail: d.stop_detail.clone(),
+                    steps: d.steps.clone(),
+                    failed: None,
+                });
+            }
             c.problems.extend(distinct_copy_problems(&d));
             match (d.reset_ms.len(), criu_reset(o)) {
                 (0, Ok(ms)) => c.reset_ms = vec![ms],
@@ -323,9 +405,10 @@ pub fn shared_os_column(o: &Outcome, copies: u32) -> SharedOs {
             c.guest_used_with_copies_kib = d.mem_used_with_copies_kib;
         }
         Some(Ok(d)) => c.problems.push(format!(
-            "the density gate had {} copies up ({} measured), not the {copies} asked for",
+            "the density gate had {} copies up ({} measured) for --copies {}, not --copies {requested}",
             d.copies,
-            d.per_copy.len()
+            d.per_copy.len(),
+            d.requested
         )),
         Some(Err(e)) => c
             .problems

@@ -168,6 +168,7 @@ pub fn read_dir(files: &ReportDir, ledger: Option<&Ledger>) -> Result<Judged> {
         image,
         accel,
         copies: said.copies,
+        max: said.max,
         workload,
         arms: said.arms.clone(),
         shared_os,
@@ -208,10 +209,10 @@ fn parse(files: &ReportDir, shown: &str) -> Result<Summary> {
     let v: serde_json::Value = serde_json::from_slice(read.bytes().unwrap_or_default())
         .with_context(|| format!("{shown} is not JSON; {FIX}"))?;
     match v.get("format").and_then(serde_json::Value::as_u64) {
-        Some(f) if f == u64::from(FORMAT) || f == 3 => {}
+        Some(f) if f == u64::from(FORMAT) || f == 3 || f == 4 => {}
         Some(f) => bail!(
-            "{shown} has format {f}, this rig reads {FORMAT} (and 3): show it with the sharedos-rig \
-             that wrote it"
+            "{shown} has format {f}, this rig reads {FORMAT} (and 3 and 4): show it with the \
+             sharedos-rig that wrote it"
         ),
         None => bail!("{shown} names no format: it is not a compare.json; {FIX}"),
     }
@@ -258,6 +259,16 @@ fn named(s: &Summary) -> Vec<(String, &str)> {
                 v.report.as_str(),
             ));
         }
+        if let Some(v) = c.search.as_ref().and_then(|s| s.failed.as_ref()) {
+            names.push((
+                format!(
+                    "{} {}'s report (the copy that stopped its search)",
+                    arm.column(),
+                    v.label
+                ),
+                v.report.as_str(),
+            ));
+        }
     }
     names
 }
@@ -293,7 +304,7 @@ fn judged(files: &ReportDir, rel: &str, how: &How) -> std::result::Result<Outcom
 fn shared_os(files: &ReportDir, said: &Summary, how: &How) -> (SharedOs, Option<Outcome>) {
     let rel = &said.shared_os.report;
     let (col, o) = match judged(files, rel, how) {
-        Ok(o) => (shared_os_column(&o, said.copies), Some(o)),
+        Ok(o) => (shared_os_column(&o, said.requested()), Some(o)),
         Err(e) => (
             SharedOs {
                 problems: vec![format!("its report does not read back: {rel}: {e}")],

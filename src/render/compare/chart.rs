@@ -40,7 +40,7 @@ fn running_mib(kib: impl Iterator<Item = Option<u64>>) -> Vec<(f64, f64)> {
 /// summed, each VM column's QEMU PSS summed, the templated arm's clones' private memory with
 /// its template's, and k guests running nothing.
 pub fn memory_series(s: &Summary) -> Vec<Series> {
-    let n = s.copies.max(1);
+    let n = s.widest().max(1);
     let mut out = Vec::new();
     if s.ran(Arm::Criu) {
         out.push(Series {
@@ -113,7 +113,7 @@ pub fn latency_series(s: &Summary) -> Vec<Series> {
     let across = |ms: f64| {
         vec![
             (1.0, ms / 1000.0),
-            (f64::from(s.copies.max(1)), ms / 1000.0),
+            (f64::from(s.widest().max(1)), ms / 1000.0),
         ]
     };
     let mut out = Vec::new();
@@ -170,7 +170,7 @@ pub fn memory(s: &Summary) -> Result<String, String> {
             "MiB",
         ),
         0,
-        s.copies,
+        s.widest(),
         &memory_series(s),
     )
 }
@@ -179,7 +179,7 @@ pub fn latency(s: &Summary) -> Result<String, String> {
     draw(
         ("Fork latency per copy (* the host's)", "copy", "seconds"),
         1,
-        s.copies,
+        s.widest(),
         &latency_series(s),
     )
 }

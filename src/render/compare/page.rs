@@ -53,9 +53,9 @@ fn write_page(out: &mut String, j: &Judged) -> std::fmt::Result {
     )?;
     writeln!(
         out,
-        "<p>image <code>{}</code>, {} copies each, under <code>{}</code> ({}).</p>",
+        "<p>image <code>{}</code>, {}, under <code>{}</code> ({}).</p>",
         esc(&s.image),
-        s.copies,
+        s.copies_said(),
         esc(&s.accel),
         accel_note(s)
     )?;

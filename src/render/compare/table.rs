@@ -2,7 +2,7 @@
 //! one-sentence headline, shared by every form.
 
 use super::{host, mib, ms, ratio};
-use crate::judge::compare::{Arm, Reading, Summary, VmEach};
+use crate::judge::compare::{Arm, Reading, Search, Summary, VmEach};
 use sharedos_report::model::density::{median, p95, Mem};
 use sharedos_report::report::Status;
 use std::fmt::Write;
@@ -81,6 +81,12 @@ pub(super) fn details(s: &Summary) -> Vec<String> {
         }
         d.extend(k.notes.iter().map(|n| format!("shared-OS KSM: {n}")));
     }
+    if s.ran(Arm::Criu) {
+        d.extend(search_details(SO_HEAD, s.shared_os.search.as_ref(), false));
+    }
+    for (arm, vm) in s.vm_columns() {
+        d.extend(search_details(head(arm), vm.search.as_ref(), true));
+    }
     let vms = s.vm_columns();
     for &(arm, vm) in &vms {
         // The VM-each column alone, as before the template, is named as it always was.
@@ -122,6 +128,50 @@ pub(super) fn details(s: &Summary) -> Vec<String> {
         if let Some(lie) = &vm.lie {
             d.push(format!("{name}lie: {lie}"));
         }
+    }
+    d
+}
+
+/// An arm's search for the most copies (`max`): what stopped it, and each step, where
+/// MemAvailable stood (the host's for a VM arm, `by_host`, and marked so; the guest's for the
+/// CRIU copies) and what it had fallen per desktop since the first. Not escaped here.
+fn search_details(name: &str, search: Option<&Search>, by_host: bool) -> Vec<String> {
+    let mark = |f: String| if by_host { host(f) } else { f };
+    let whose = if by_host { "the host's" } else { "the guest's" };
+    let Some(x) = search else {
+        return Vec::new();
+    };
+    let reached = x.steps.last().map_or(0, |st| st.copies_up);
+    let mut d = vec![format!(
+        "{name} search: {reached} copies, stopped by {} ({}){}",
+        x.stopped_by.said(),
+        x.detail,
+        x.failed
+            .as_ref()
+            .map(|c| format!("; the copy that failed: {}/", c.report))
+            .unwrap_or_default()
+    )];
+    let before = x.steps.first().map_or(0, |st| st.mem_available_kib);
+    let steps: Vec<String> = x
+        .steps
+        .iter()
+        .filter(|st| st.copies_up > 0)
+        .map(|st| {
+            let fell = before.saturating_sub(st.mem_available_kib) / u64::from(st.copies_up);
+            format!(
+                "{}: {} ({} each), {}",
+                st.copies_up,
+                mark(format!("{} MiB", st.mem_available_kib / 1024)),
+                mark(format!("{} MiB", fell / 1024)),
+                mark(format!("{:.1} s", st.last_copy_ms as f64 / 1000.0))
+            )
+        })
+        .collect();
+    if !steps.is_empty() {
+        d.push(format!(
+            "{name} search steps (copies up: {whose} MemAvailable, its fall per desktop, the last copy's time): {}",
+            steps.join("; ")
+        ));
     }
     d
 }

@@ -30,6 +30,7 @@ fn summary() -> Summary {
         image: "bookworm".into(),
         accel: "tcg".into(),
         copies: 2,
+        max: false,
         workload: None,
         arms: vec![Arm::Criu, Arm::Vm],
         vm_template: None,

@@ -20,9 +20,9 @@ pub fn text(s: &Summary) -> String {
             .collect()
     }));
     let mut out = format!(
-        "vm-compare {}: {} copies each, under {} ({})\n",
+        "vm-compare {}: {}, under {} ({})\n",
         escape::line(&s.image),
-        s.copies,
+        s.copies_said(),
         escape::line(&s.accel),
         accel_note(s)
     );
@@ -105,12 +105,12 @@ pub fn show_text(j: &Judged) -> String {
 pub fn md(j: &Judged) -> String {
     let s = &j.summary;
     let mut out = format!(
-        "**vm-compare {}: {}** (exit {}: {}): {} copies each, under {} ({}).\n\n{}.\n\n",
+        "**vm-compare {}: {}** (exit {}: {}): {}, under {} ({}).\n\n{}.\n\n",
         escape::markdown(&s.image),
         s.verdict,
         j.exit_code(),
         meaning(s.verdict),
-        s.copies,
+        s.copies_said(),
         escape::markdown(&s.accel),
         accel_note(s),
         escape::markdown(&headline(s))

@@ -16,6 +16,11 @@ pub fn reserve_kib(mem_total_kib: u64) -> u64 {
     (128 * 1024).max(mem_total_kib / 8)
 }
 
+/// `max`: a copy whose own restore (or a VM's resume) took longer than this stops the search:
+/// past it, one more desktop is a wait no deployment would call a fork. Under TCG a restore
+/// takes about 3 s and a VM's resume 2-4 s.
+pub const COPY_BOUND: Duration = Duration::from_secs(60);
+
 /// Why the restoring stopped.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
@@ -32,6 +37,8 @@ pub enum Stop {
     RestoreFailed,
     /// `max`: a restored copy did not answer with the dump-time state.
     NoAnswer,
+    /// `max`: the last copy took longer than the bound on one copy ([`COPY_BOUND`]).
+    TooSlow,
 }
 
 impl Stop {
@@ -39,8 +46,21 @@ impl Stop {
     pub fn is_bound(self) -> bool {
         matches!(
             self,
-            Stop::Count | Stop::Cap | Stop::MemoryFloor | Stop::Deadline
+            Stop::Count | Stop::Cap | Stop::MemoryFloor | Stop::Deadline | Stop::TooSlow
         )
+    }
+
+    /// The limit as a page names it.
+    pub fn said(self) -> &'static str {
+        match self {
+            Stop::Count => "the count asked for",
+            Stop::Cap => "the cap on copies",
+            Stop::MemoryFloor => "the memory floor",
+            Stop::Deadline => "the search's deadline",
+            Stop::RestoreFailed => "a restore or clone that failed",
+            Stop::NoAnswer => "a copy that did not answer",
+            Stop::TooSlow => "the bound on one copy's time",
+        }
     }
 }
 
@@ -53,23 +73,132 @@ pub struct Limits {
     /// None for `--copies N`: each restore has its own step bound.
     #[serde(with = "opt_secs")]
     pub deadline: Option<Duration>,
+    /// `max`: the most one copy may take ([`COPY_BOUND`]); None for `--copies N`, and in a
+    /// report from before the bound.
+    #[serde(default, with = "opt_secs", skip_serializing_if = "Option::is_none")]
+    pub copy_bound: Option<Duration>,
 }
 
 impl Limits {
-    pub fn for_request(req: Copies, mem_total_kib: u64) -> Limits {
+    /// The bounds of a request on a machine of `mem_total_kib`; `max_copies` lowers the cap of
+    /// a `max` search (`--max-copies`).
+    pub fn for_request(req: Copies, mem_total_kib: u64, max_copies: Option<u32>) -> Limits {
         match req {
             Copies::Count(n) => Limits {
                 cap: n.min(MAX_COPIES),
                 reserve_kib: None,
                 deadline: None,
+                copy_bound: None,
             },
             Copies::Max => Limits {
-                cap: MAX_COPIES,
+                cap: max_copies.unwrap_or(MAX_COPIES).clamp(1, MAX_COPIES),
                 reserve_kib: Some(reserve_kib(mem_total_kib)),
                 deadline: Some(SEARCH_DEADLINE),
+                copy_bound: Some(COPY_BOUND),
             },
         }
     }
+}
+
+/// Where a search stands before the next copy: the guest's restores and the host's VMs are
+/// held to one rule ([`stop_before_next`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SearchState {
+    pub copies_up: u32,
+    pub elapsed: Duration,
+    pub mem_available_kib: u64,
+    /// The largest PSS one copy has shown so far; 0 before the first.
+    pub largest_copy_pss_kib: u64,
+    /// How far MemAvailable fell per copy so far; 0 before the first. It also counts what PSS
+    /// does not: the kernel's own memory for each copy (page tables, sockets, namespaces).
+    pub avail_drop_per_copy_kib: u64,
+    /// What the last copy took to come up; zero before the first.
+    pub last_copy: Duration,
+}
+
+impl SearchState {
+    /// Where a search stands with `copies_up` copies up, MemAvailable having gone from
+    /// `avail_before_kib` to `avail_kib`.
+    pub fn new(
+        copies_up: usize,
+        elapsed: Duration,
+        avail_before_kib: u64,
+        avail_kib: u64,
+        largest_copy_pss_kib: u64,
+        last_copy: Duration,
+    ) -> SearchState {
+        SearchState {
+            copies_up: u32::try_from(copies_up).unwrap_or(u32::MAX),
+            elapsed,
+            mem_available_kib: avail_kib,
+            largest_copy_pss_kib,
+            avail_drop_per_copy_kib: avail_before_kib.saturating_sub(avail_kib)
+                / (copies_up as u64).max(1),
+            last_copy,
+        }
+    }
+
+    /// What the next copy is expected to take: the larger of the two per-copy measures.
+    pub fn next_copy_kib(&self) -> u64 {
+        self.largest_copy_pss_kib.max(self.avail_drop_per_copy_kib)
+    }
+
+    /// As the search records it, step by step.
+    pub fn step(&self) -> SearchStep {
+        SearchStep {
+            copies_up: self.copies_up,
+            elapsed_ms: ms(self.elapsed),
+            mem_available_kib: self.mem_available_kib,
+            last_copy_ms: ms(self.last_copy),
+        }
+    }
+
+    /// What the search saw, for the line that says why it stopped.
+    pub fn said(&self) -> String {
+        format!(
+            "{} copies up, {} s in, the last in {:.1} s, MemAvailable {} MiB, next copy estimated at {} MiB (largest copy PSS {} MiB, MemAvailable fell {} MiB per copy)",
+            self.copies_up,
+            self.elapsed.as_secs(),
+            self.last_copy.as_secs_f64(),
+            self.mem_available_kib / 1024,
+            self.next_copy_kib() / 1024,
+            self.largest_copy_pss_kib / 1024,
+            self.avail_drop_per_copy_kib / 1024
+        )
+    }
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The bound that forbids another copy, or None when one more may be made.
+pub fn stop_before_next(limits: &Limits, s: &SearchState, count_mode: bool) -> Option<Stop> {
+    if s.copies_up >= limits.cap {
+        return Some(if count_mode { Stop::Count } else { Stop::Cap });
+    }
+    if limits.deadline.is_some_and(|d| s.elapsed >= d) {
+        return Some(Stop::Deadline);
+    }
+    if limits.copy_bound.is_some_and(|b| s.last_copy > b) {
+        return Some(Stop::TooSlow);
+    }
+    if let Some(reserve) = limits.reserve_kib {
+        if s.mem_available_kib.saturating_sub(s.next_copy_kib()) < reserve {
+            return Some(Stop::MemoryFloor);
+        }
+    }
+    None
+}
+
+/// One step of a search, recorded before each further copy was decided on: what memory a page
+/// draws against N comes from these.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct SearchStep {
+    pub copies_up: u32,
+    pub elapsed_ms: u64,
+    pub mem_available_kib: u64,
+    pub last_copy_ms: u64,
 }
 
 mod opt_secs {
@@ -165,6 +294,9 @@ pub struct DensityData {
     /// pages. None when not asked for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub guest_ksm: Option<GuestKsm>,
+    /// `max`: where the search stood before each restore and when it stopped, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<SearchStep>,
 }
 
 /// The copies read again with the guest's KSM merging their pages: the restored copies opted
@@ -236,9 +368,92 @@ mod tests {
         assert_eq!(p95(&[3000, 3100, 9000]), Some(9000));
     }
 
+    fn state(up: u32, secs: u64, avail_mib: u64, pss_mib: u64) -> SearchState {
+        SearchState {
+            copies_up: up,
+            elapsed: Duration::from_secs(secs),
+            mem_available_kib: avail_mib * 1024,
+            largest_copy_pss_kib: pss_mib * 1024,
+            avail_drop_per_copy_kib: 0,
+            last_copy: Duration::from_secs(3),
+        }
+    }
+
+    #[test]
+    fn the_max_search_stops_at_each_bound() {
+        let l = Limits::for_request(Copies::Max, 1024 * 1024, None);
+        assert_eq!(l.cap, MAX_COPIES);
+        assert_eq!(l.reserve_kib, Some(128 * 1024));
+        assert_eq!(stop_before_next(&l, &state(0, 0, 900, 0), false), None);
+        assert_eq!(stop_before_next(&l, &state(5, 100, 900, 40), false), None);
+        assert_eq!(
+            stop_before_next(&l, &state(MAX_COPIES, 100, 900, 40), false),
+            Some(Stop::Cap)
+        );
+        assert_eq!(
+            stop_before_next(&l, &state(5, 300, 900, 40), false),
+            Some(Stop::Deadline)
+        );
+        // 160 MiB left, a copy took 40: 120 would remain, under the 128 MiB reserve.
+        assert_eq!(
+            stop_before_next(&l, &state(9, 100, 160, 40), false),
+            Some(Stop::MemoryFloor)
+        );
+        assert_eq!(stop_before_next(&l, &state(9, 100, 170, 40), false), None);
+        // MemAvailable fell more per copy than PSS shows: the larger estimate holds the floor.
+        let kernel_heavy = SearchState {
+            avail_drop_per_copy_kib: 50 * 1024,
+            ..state(9, 100, 170, 40)
+        };
+        assert_eq!(
+            stop_before_next(&l, &kernel_heavy, false),
+            Some(Stop::MemoryFloor)
+        );
+        // Even the first copy is refused on a guest already below the reserve.
+        assert_eq!(
+            stop_before_next(&l, &state(0, 0, 100, 0), false),
+            Some(Stop::MemoryFloor)
+        );
+        // A copy slower than the bound stops the search, however much memory is left.
+        let slow = SearchState {
+            last_copy: COPY_BOUND + Duration::from_millis(1),
+            ..state(5, 100, 900, 40)
+        };
+        assert_eq!(stop_before_next(&l, &slow, false), Some(Stop::TooSlow));
+        // --max-copies lowers the cap, within 1 to the most there is.
+        let capped = Limits::for_request(Copies::Max, 1024 * 1024, Some(3));
+        assert_eq!(
+            stop_before_next(&capped, &state(3, 10, 900, 40), false),
+            Some(Stop::Cap)
+        );
+        assert_eq!(Limits::for_request(Copies::Max, 1, Some(0)).cap, 1);
+        assert_eq!(
+            Limits::for_request(Copies::Max, 1, Some(1000)).cap,
+            MAX_COPIES
+        );
+        // A bigger guest keeps an eighth of itself.
+        assert_eq!(reserve_kib(8 << 20), 1 << 20);
+    }
+
+    #[test]
+    fn a_count_stops_only_at_its_count() {
+        let l = Limits::for_request(Copies::Count(3), 1024 * 1024, None);
+        assert_eq!(stop_before_next(&l, &state(2, 10_000, 1, 900), true), None);
+        assert_eq!(
+            stop_before_next(&l, &state(3, 0, 900, 0), true),
+            Some(Stop::Count)
+        );
+    }
+
     #[test]
     fn only_bounds_are_good_stops() {
-        for s in [Stop::Count, Stop::Cap, Stop::MemoryFloor, Stop::Deadline] {
+        for s in [
+            Stop::Count,
+            Stop::Cap,
+            Stop::MemoryFloor,
+            Stop::Deadline,
+            Stop::TooSlow,
+        ] {
             assert!(s.is_bound(), "{s:?}");
         }
         assert!(!Stop::RestoreFailed.is_bound());
@@ -260,7 +475,7 @@ mod tests {
     fn the_figures_round_trip() {
         let d = DensityData {
             requested: Copies::Max,
-            limits: Limits::for_request(Copies::Max, 1 << 20),
+            limits: Limits::for_request(Copies::Max, 1 << 20, None),
             copies: 2,
             stopped_by: Stop::MemoryFloor,
             stop_detail: "x".into(),
@@ -275,6 +490,12 @@ mod tests {
             ended_before: vec!["a".into()],
             reset_ms: vec![2800, 2900],
             guest_ksm: Some(GuestKsm::not_run("no prctl")),
+            steps: vec![SearchStep {
+                copies_up: 1,
+                elapsed_ms: 3000,
+                mem_available_kib: 900,
+                last_copy_ms: 3000,
+            }],
         };
         let v = serde_json::to_value(&d).unwrap();
         assert_eq!(v["stopped_by"], "memory_floor");

@@ -13,6 +13,9 @@ pub struct RunOptions {
     /// `--copies N|max`: the density gate runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub copies: Option<Copies>,
+    /// `--max-copies N` (with `--copies max`): the search's cap, lower than the most there is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_copies: Option<u32>,
     /// `--cgroup`: the tree and every copy in a cgroup v2 group of their own with these limits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cgroup: Option<CgroupLimits>,
@@ -129,6 +132,9 @@ impl RunOptions {
         let mut v = Vec::new();
         if let Some(c) = self.copies {
             v.extend(["--copies".to_string(), c.to_string()]);
+        }
+        if let Some(n) = self.max_copies {
+            v.extend(["--max-copies".to_string(), n.to_string()]);
         }
         if self.userns {
             v.push("--userns".into());

@@ -24,6 +24,7 @@ fn summary() -> Summary {
         image: "bookworm".into(),
         accel: "tcg".into(),
         copies: 2,
+        max: false,
         workload: None,
         arms: vec![Arm::Criu, Arm::Vm],
         vm_template: None,
@@ -316,5 +317,109 @@ fn no_arm_or_an_arm_named_twice_fails() {
     assert_eq!(
         problems_of(s),
         ["compare.json names the arm vm more than once: each arm is run once"]
+    );
+}
+
+/// A comparison that searched (`--copies max`): the VM-each arm reached two copies, stopped by
+/// the memory floor, its steps one per copy.
+fn searched() -> Summary {
+    use crate::judge::compare::Search;
+    use sharedos_report::model::density::{Limits, SearchStep, Stop};
+    use sharedos_report::report::Copies;
+    let mut s = summary();
+    s.max = true;
+    s.copies = 64;
+    s.arms = vec![Arm::Vm];
+    let step = |n: u32| SearchStep {
+        copies_up: n,
+        elapsed_ms: u64::from(n) * 3000,
+        mem_available_kib: 20 << 20,
+        last_copy_ms: 3000,
+    };
+    s.vm_each.search = Some(Search {
+        limits: Limits::for_request(Copies::Max, 24 << 20, None),
+        stopped_by: Stop::MemoryFloor,
+        detail: "2 copies up, MemAvailable 3000 MiB".into(),
+        steps: vec![step(0), step(1), step(2)],
+        failed: None,
+    });
+    s
+}
+
+#[test]
+fn a_search_is_judged_by_what_it_reached_and_each_of_its_records_can_fail_it() {
+    use sharedos_report::model::density::Stop;
+    let mut s = searched();
+    judge(&mut s);
+    assert_eq!(s.verdict, Verdict::Pass, "{:?}", s.problems);
+    type Fault = fn(&mut Summary);
+    let cases: [(&str, Fault); 9] = [
+        ("no record of its search", |s| s.vm_each.search = None),
+        ("in a comparison of 64 copies", |s| s.max = false),
+        ("not one per copy", |s| {
+            if let Some(x) = &mut s.vm_each.search {
+                x.steps.swap(0, 1);
+            }
+        }),
+        ("last step has 1 copies up", |s| {
+            if let Some(x) = &mut s.vm_each.search {
+                x.steps.pop();
+            }
+        }),
+        ("past its search's cap", |s| {
+            if let Some(x) = &mut s.vm_each.search {
+                x.limits.cap = 1;
+            }
+        }),
+        ("stopped at a count", |s| {
+            if let Some(x) = &mut s.vm_each.search {
+                x.stopped_by = Stop::Count;
+            }
+        }),
+        ("records no copy that did", |s| {
+            if let Some(x) = &mut s.vm_each.search {
+                x.stopped_by = Stop::RestoreFailed;
+            }
+        }),
+        ("records a failed copy, and did not stop at one", |s| {
+            if let Some(x) = &mut s.vm_each.search {
+                x.failed = Some(copy("copy-3"));
+            }
+        }),
+        ("does not say what it saw", |s| {
+            if let Some(x) = &mut s.vm_each.search {
+                x.detail = " ".into();
+            }
+        }),
+    ];
+    for (want, fault) in cases {
+        let mut s = searched();
+        fault(&mut s);
+        judge(&mut s);
+        assert_eq!(s.verdict, Verdict::Fail, "{want}");
+        assert!(
+            s.problems.iter().any(|p| p.contains(want)),
+            "{want}: {:?}",
+            s.problems
+        );
+    }
+    // A clone that failed is a limit the search may name, its copy recorded.
+    let mut s = searched();
+    if let Some(x) = &mut s.vm_each.search {
+        x.stopped_by = Stop::RestoreFailed;
+        x.failed = Some(copy("copy-3"));
+    }
+    judge(&mut s);
+    assert_eq!(s.verdict, Verdict::Pass, "{:?}", s.problems);
+    // The column holds fewer copies than the search reached.
+    let mut s = searched();
+    s.vm_each.copies.pop();
+    judge(&mut s);
+    assert!(
+        s.problems
+            .iter()
+            .any(|p| p.contains("1 copies came up, not 2")),
+        "{:?}",
+        s.problems
     );
 }

@@ -157,6 +157,7 @@ fn summary() -> Summary {
         image: "bookworm".into(),
         accel: "tcg".into(),
         copies: 2,
+        max: false,
         workload: None,
         arms: Arm::ALL.to_vec(),
         vm_template: Some(VmEach {
@@ -191,6 +192,7 @@ fn summary() -> Summary {
             ksm: crate::judge::compare::Reading::not_run(
                 "not asked for (the density gate ran without --guest-ksm)",
             ),
+            search: None,
             problems: vec![],
         },
         vm_each: VmEach {
@@ -610,7 +612,10 @@ fn another_format_or_no_compare_json_at_all_is_refused() {
     v["format"] = 1.into();
     std::fs::write(f.0.join(COMPARE_FILE), v.to_string()).unwrap();
     let e = err(&f.0);
-    assert!(e.contains("has format 1, this rig reads 4 (and 3)"), "{e}");
+    assert!(
+        e.contains("has format 1, this rig reads 5 (and 3 and 4)"),
+        "{e}"
+    );
     v.as_object_mut().unwrap().remove("format");
     std::fs::write(f.0.join(COMPARE_FILE), v.to_string()).unwrap();
     assert!(err(&f.0).contains("names no format"));
