@@ -4,35 +4,20 @@
 //! it was put; `show` and `matrix pairs` say whose place it took. No VM: the reports are made
 //! here.
 
-// Tests start the binaries as a user would: std's Command is theirs to use.
-#![allow(clippy::disallowed_methods)]
+// Tests start the binaries as a user would: std's Command is theirs to use, and tests/common's
+// print macros.
+#![allow(clippy::disallowed_methods, clippy::disallowed_macros)]
 
+mod common;
+
+use common::scratch::Scratch;
 use sharedos_report::report::{
     self, Check, Environment, Gate, GateName, GuestStart, Report, Status, VmProvenance,
 };
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
 const BIN: &str = env!("CARGO_BIN_EXE_sharedos-rig");
-
-/// A scratch directory removed when the test ends, pass or fail.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Scratch {
-        let p =
-            std::env::temp_dir().join(format!("sharedos-rig-forged-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        Scratch(p)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// A vm-run's report of `image` as vm-run archives it: every gate in `not_here` NOT_RUN, the
 /// others PASS on a check (the pixel review awaiting its human), the checks the host judges

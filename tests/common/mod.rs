@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod chromium;
+pub mod scratch;
 pub mod seed;
 pub mod skip;
 
