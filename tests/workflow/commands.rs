@@ -103,7 +103,7 @@ const KNOWN: &[Known] = &[
         evidence: &[
             ("tests/real_reports.rs", "show(&r.a, \"junit\")"),
             (
-                "tests/cli_reports.rs",
+                "tests/cli_reports/show.rs",
                 "\"show\", \"DIR\", \"--format\", \"junit\"",
             ),
         ],
@@ -113,14 +113,14 @@ const KNOWN: &[Known] = &[
         evidence: &[
             ("tests/real_reports.rs", "show(&r.a, \"md\")"),
             (
-                "tests/cli_reports.rs",
+                "tests/cli_reports/show.rs",
                 "\"show\", \"DIR\", \"--format\", \"md\"",
             ),
         ],
     },
     // The merge over the downloaded report directories: tests/vm_matrix.rs merges real ones
     // (with --images-dir and --images) and holds the table against vm-matrix's;
-    // tests/cli_reports.rs runs the command on constructed ones.
+    // tests/cli_reports/matrix.rs runs the command on constructed ones.
     Known {
         command: "cargo run -p sharedos-rig -- matrix merge --out matrix --images-dir images --images bookworm,bookworm-bpo,bookworm-browser,bookworm-desktop,trixie,trixie-bpo,trixie-bpo-criu42,trixie-desktop,forky reports/* || status=$?",
         evidence: &[
@@ -128,7 +128,7 @@ const KNOWN: &[Known] = &[
             ("tests/vm_matrix.rs", "\"--images-dir\".into(),\n        \"images\".into(),\n        \"--images\".into(),"),
             ("tests/vm_matrix.rs", "assert_eq!(md_body(&show(&merged, \"md\")), md_body(&md));"),
             (
-                "tests/cli_reports.rs",
+                "tests/cli_reports/matrix.rs",
                 "\"matrix\",\n        \"merge\",\n        \"--out\",\n        ms,\n        \"--images-dir\",",
             ),
         ],
@@ -137,7 +137,7 @@ const KNOWN: &[Known] = &[
         command: "cargo run -p sharedos-rig -- show matrix --format md >> \"$GITHUB_STEP_SUMMARY\"",
         evidence: &[
             ("tests/vm_matrix.rs", "show(&merged, \"md\")"),
-            ("tests/cli_reports.rs", "rig(&[\"show\", ms, \"--format\", \"md\"])"),
+            ("tests/cli_reports/matrix.rs", "rig(&[\"show\", ms, \"--format\", \"md\"])"),
         ],
     },
     // Shell plumbing of the two judged steps, checked by the *_step_accepts_* tests below.
