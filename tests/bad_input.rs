@@ -313,6 +313,14 @@ fn vm_compare_refuses_a_bad_arm_no_copies_and_a_qemu_without_the_templates_featu
         ),
         (&["--copies", "0"][..], "--copies 0: give 1 to"),
         (
+            &["--copies", "3", "--max-copies", "2"][..],
+            "--max-copies caps the search of --copies max, and this run asks for 3 copies",
+        ),
+        (
+            &["--copies", "max", "--lie", "wrong-save"][..],
+            "--lie puts its fault into a copy of a known count, and --copies max has none",
+        ),
+        (
             &["--arms", "criu", "--guest-ksm", "on"][..],
             "--guest-ksm on: the shared-OS guest's kernel (6.1.0-50-cloud-amd64, pinned by images/bookworm/packages.lock) has no PR_SET_MEMORY_MERGE",
         ),

@@ -521,6 +521,82 @@ fn vm_compare_desktop_workload_both_columns_checked() {
     assert!(processes_mentioning(out_dir.to_str().unwrap()).is_empty());
 }
 
+/// `--copies max`: each arm adds one copy at a time, every one kept up, until its first limit,
+/// and names it. Here the limit is the cap (`--max-copies 2`), so that the run fits the suite's
+/// budget; the other limits are the one rule's, each shown stopping a search in its unit tests.
+/// Every step of a VM arm is archived beside compare.json as it is taken, and `show` judges
+/// the comparison again from its reports.
+#[test]
+#[ignore = "boots four VMs: minutes; run with --include-ignored"]
+fn vm_compare_max_searches_each_arm_to_its_first_limit_and_archives_each_step() {
+    let Some(sb) = Sandbox::new_or_skip("vmcomparemax") else {
+        return;
+    };
+    let gate = sb.copy_in(&gate_binary(), "sharedos-gate");
+    common::seed::seed(&sb, "cache", "bookworm", "fakechroot");
+    let out_dir = sb.dir.join("reports/max");
+    let args = compare_args(
+        &sb,
+        &gate,
+        &out_dir,
+        &[
+            "--copies",
+            "max",
+            "--max-copies",
+            "2",
+            "--arms",
+            "criu,vm-template",
+            // The image's snapshot, shared with the suite's other runs: `auto` would size the
+            // guest to this host, a snapshot of its own.
+            "--guest-memory",
+            "1024",
+            "--ksm",
+            "off",
+        ],
+    );
+    let (code, s, said) = run_compare(&sb, &args, &out_dir, false);
+    assert_eq!(code, 0, "{said}\n{s:#}");
+    assert_eq!(s["verdict"], "PASS", "{s:#}");
+    assert_eq!(s["max"], true, "{s:#}");
+    for col in ["shared_os", "vm_template"] {
+        let x = &s[col]["search"];
+        assert_eq!(x["stopped_by"], "cap", "{col}: {x:#}");
+        assert_eq!(x["limits"]["cap"], 2, "{col}: {x:#}");
+        let up: Vec<u64> = x["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|st| st["copies_up"].as_u64().unwrap())
+            .collect();
+        assert_eq!(up, [0, 1, 2], "{col}: {x:#}");
+        assert!(!x["detail"].as_str().unwrap().is_empty(), "{col}");
+    }
+    assert_eq!(s["shared_os"]["per_copy"].as_array().unwrap().len(), 2);
+    assert_eq!(s["vm_template"]["copies"].as_array().unwrap().len(), 2);
+    // The step file a stopped run would have kept, here finished.
+    let steps: Value = serde_json::from_str(
+        &std::fs::read_to_string(out_dir.join("vm-template-search.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(steps["finished"], true, "{steps:#}");
+    assert_eq!(steps["stopped_by"], "cap", "{steps:#}");
+    assert_eq!(steps["steps"].as_array().unwrap().len(), 3, "{steps:#}");
+    let rig = Path::new(env!("CARGO_BIN_EXE_sharedos-rig"));
+    let shown = Command::new(rig)
+        .arg("show")
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&shown.stdout);
+    assert_eq!(shown.status.code(), Some(0), "{text}");
+    assert!(
+        text.contains("VM template search: 2 copies, stopped by the cap on copies")
+            && text.contains("shared-OS (CRIU) search: 2 copies, stopped by the cap on copies"),
+        "{text}"
+    );
+    assert!(processes_mentioning(out_dir.to_str().unwrap()).is_empty());
+}
+
 #[test]
 fn vm_compare_refuses_an_n_that_cannot_fit_before_booting() {
     let scratch =

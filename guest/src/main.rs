@@ -318,6 +318,7 @@ fn diagnose_main(a: DiagnoseArgs) -> Result<i32> {
             workload: a.workload,
             guest_ksm: a.guest_ksm,
         },
+        progress: output::progress,
     };
     if a.plan {
         output::text(&diagnose::render_plan(&cfg));

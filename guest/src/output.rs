@@ -115,6 +115,11 @@ pub fn tree_log(line: &str) {
     println!("{line}");
 }
 
+/// A long gate's progress (the density search's each copy), relayed by the host as it comes.
+pub fn progress(what: &str) {
+    println!("progress {what}");
+}
+
 pub fn error(e: &anyhow::Error) {
     eprintln!("error: {e:#}");
 }

@@ -315,13 +315,14 @@ pub(crate) fn read_guest_memory(guest: &Guest, b: Bounds, obs: &mut Observed) ->
     Ok(())
 }
 
-/// Runs the diagnostic's `command` until `deadline`: each `gate ` line is sent as it comes, and
+/// Runs the diagnostic's `command` until `deadline`: each `gate ` and `progress ` line is sent as
+/// it comes (escaped where it is shown), and
 /// the transcript keeps the output up to [`MAX_TRANSCRIPT`] bytes, then says how much it dropped.
 fn diagnose(guest: &Guest, command: &str, deadline: Instant, obs: &mut Observed) -> Result<i32> {
     let mut kept = 0usize;
     let mut dropped = 0usize;
     let ran = guest.exec_lines(command, deadline, MAX_LINE, &mut |line| {
-        if line.starts_with("gate ") {
+        if line.starts_with("gate ") || line.starts_with("progress ") {
             obs.send(Event::Gate {
                 line: line.to_string(),
             });

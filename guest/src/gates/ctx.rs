@@ -37,6 +37,9 @@ pub struct Config {
     /// Options that add a gate (`--copies`) or change how the tree runs (`--cgroup`,
     /// `--cow-root`, `--userns`).
     pub options: RunOptions,
+    /// Where a long gate says how far it is (the density search's each copy): the binary's
+    /// printer, given from above, since gates print nothing themselves.
+    pub progress: fn(&str),
 }
 
 impl Config {
@@ -357,6 +360,7 @@ pub(crate) mod tests {
             exe: PathBuf::from("/bin/sharedos-gate"),
             argv: vec![],
             options: RunOptions::default(),
+            progress: |_| {},
         }
     }
 

@@ -386,6 +386,13 @@ fn restore_copies(
                 Ok(pss) => largest_pss = largest_pss.max(pss),
                 Err(detail) => break (Stop::NoAnswer, detail),
             }
+            (ctx.cfg.progress)(&format!(
+                "density: {} copies up, the last restored in {:.1} s, the largest PSS {} MiB; MemAvailable {} MiB before the last",
+                up.len(),
+                restore_ms.last().copied().unwrap_or(0) as f64 / 1000.0,
+                largest_pss / 1024,
+                avail / 1024
+            ));
         }
     };
     Search {

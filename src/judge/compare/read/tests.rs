@@ -755,3 +755,47 @@ fn the_guest_ksm_reading_is_the_density_gate_s_and_a_failed_or_short_one_fails_t
     let j = read(&f.0, None).unwrap();
     assert_eq!(j.summary.shared_os.ksm.status, Status::NotRun);
 }
+
+#[test]
+fn a_criu_search_is_read_from_its_density_gate_and_a_count_is_no_search() {
+    let f = fixture("criu-max");
+    let searched = DENSITY
+        .replace("\"requested\": {\"count\": 2}", "\"requested\": \"max\"")
+        .replace("\"stopped_by\": \"count\"", "\"stopped_by\": \"cap\"")
+        .replace(
+            "\"ended_before\": []",
+            "\"ended_before\": [], \"steps\": [{\"copies_up\": 0, \"elapsed_ms\": 0, \"mem_available_kib\": 800000, \"last_copy_ms\": 0}, {\"copies_up\": 1, \"elapsed_ms\": 1922, \"mem_available_kib\": 770000, \"last_copy_ms\": 1922}, {\"copies_up\": 2, \"elapsed_ms\": 3695, \"mem_available_kib\": 745000, \"last_copy_ms\": 1773}]",
+        );
+    let mut s = summary();
+    s.arms = vec![Arm::Criu];
+    s.max = true;
+    put(&f.0, &s);
+    shared_os_report_of(&f.0.join("shared-os"), &searched);
+    let j = read(&f.0, None).unwrap();
+    let search = j.summary.shared_os.search.as_ref().expect("the search");
+    assert_eq!(search.steps.len(), 3);
+    assert_eq!(
+        search.stopped_by,
+        sharedos_report::model::density::Stop::Cap
+    );
+    assert!(
+        !j.summary
+            .problems
+            .iter()
+            .any(|p| p.contains("search") || p.contains("density")),
+        "{:?}",
+        j.summary.problems
+    );
+    // A density gate that ran a count is no search, however the comparison names itself.
+    shared_os_report_of(&f.0.join("shared-os"), DENSITY);
+    let j = read(&f.0, None).unwrap();
+    assert_eq!(j.summary.verdict, Verdict::Fail);
+    assert!(
+        j.summary
+            .problems
+            .iter()
+            .any(|p| p.contains("for --copies 2, not --copies max")),
+        "{:?}",
+        j.summary.problems
+    );
+}
