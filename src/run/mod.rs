@@ -2,8 +2,10 @@
 //! `boot` (the run's `vm::Session`: QEMU up to a pinned SSH login), `gates` (copy, gates), `fetch`
 //! (the guest's report as one tar stream), `archive` (the report directory, the verdict, the exit
 //! code), with `provenance` recording where it all ran and `record` what the phases sent. `plan`
-//! prints the steps those modules build, from the same builders. A failure of the rig itself
-//! exits 2 and still archives everything observed so far.
+//! prints the steps those modules build, from the same builders. The options are split once
+//! (`VmRunOptions::resolve`) into the part each phase reads, so that the plan printed and the
+//! run executed start from one `Resolved`. A failure of the rig itself exits 2 and still
+//! archives everything observed so far.
 
 pub mod archive;
 pub mod boot;
@@ -31,6 +33,8 @@ pub const GUEST_REPORT_DIR: &str = "/root/report";
 
 pub use sharedos_report::report::RIG_FAILURE_EXIT;
 
+/// A command's options, as it parsed them. Only the command modules and the plan name this type
+/// (ARCHITECTURE.md); the phases get its parts from [`VmRunOptions::resolve`].
 #[derive(Debug, Clone)]
 pub struct VmRunOptions {
     pub image: BuildOptions,
