@@ -94,22 +94,32 @@ pub fn gate_layer(boot: &Boot, gate_binary: &Path) -> Result<Option<Layer>> {
 }
 
 /// Why this run's guest could not be resumed from a snapshot, told before anything boots, or
-/// None. Only a store this user cannot write is looked into further (the image's entry is then
-/// verified, which hashes its disk): it may hold the snapshot already.
+/// None: its store can make one, or holds the one for these settings already. Only a store this
+/// user cannot write is looked into (the image's entry is then verified, which hashes its disk).
 pub fn why_no_resume(boot: &Boot) -> Result<Option<String>> {
     let root = crate::image::root_of(&boot.image)?.join(snapshot::DIR);
     let Some(why) = snapshot::why_cannot_make(&root) else {
         return Ok(None);
     };
-    Ok(match crate::image::cached_entry(&boot.image)? {
-        Some(entry) => crate::vm::session::why_no_resume(&SessionSpec {
-            accel_cache: Spot::of_image(&entry),
-            snapshot: snapshot::Spot::of_image(&entry),
-            ..spec(boot, "preflight", Path::new("."))
-        }),
-        None => Some(format!(
+    let Some(entry) = crate::image::cached_entry(&boot.image)? else {
+        return Ok(Some(format!(
             "the image is not built yet, and its snapshot cannot be made: {why}"
-        )),
+        )));
+    };
+    let spec = SessionSpec {
+        accel_cache: Spot::of_image(&entry),
+        snapshot: snapshot::Spot::of_image(&entry),
+        ..spec(boot, "preflight", Path::new("."))
+    };
+    // The entry's store is `root` above, so `why` is still its reason.
+    Ok(if spec.snapshot.is_none() {
+        Some("this image has no snapshot store".into())
+    } else if crate::vm::session::snapshot_found(&spec) {
+        None
+    } else {
+        Some(format!(
+            "there is no snapshot for this image and these settings, and none can be made: {why}"
+        ))
     })
 }
 
