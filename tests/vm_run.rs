@@ -842,6 +842,18 @@ const PLAN_CASES: &[(&str, &[&str])] = &[
         &["vm-exec", "--accel", "tcg", "--", "uname", "-r"],
     ),
     (
+        "vm-exec-gate",
+        &[
+            "vm-exec",
+            "--accel",
+            "tcg",
+            "--gate-binary",
+            "/nonexistent/gate",
+            "--",
+            "true",
+        ],
+    ),
+    (
         "vm-exec-gate-cold",
         &[
             "vm-exec",
