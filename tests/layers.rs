@@ -1,6 +1,7 @@
 //! ARCHITECTURE.md's layer tables, held against the code: every top-level module of the host
 //! crate (`src/`) and of the gate binary (`guest/src/`) sits in exactly one layer, and imports
-//! only from layers below its own. Fast: it reads source text and runs nothing.
+//! only from layers below its own; and the run options type is named only where its
+//! `named-only-by` table says. Fast: it reads source text and runs nothing.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -210,4 +211,143 @@ fn imports_are_read_from_paths_and_nested_groups_not_comments() {
     );
     let got: Vec<String> = crate_refs(&code).into_iter().collect();
     assert_eq!(got, ["a", "d", "e"]);
+}
+
+/// The fenced block ```` ```named-only-by TYPE ```` of ARCHITECTURE.md: the files (or, ending
+/// in `/`, the directories) allowed to name `TYPE`, relative to the workspace. Text after `#` is
+/// a comment.
+fn named_only_by(doc: &str, ty: &str) -> Vec<String> {
+    let fence = format!("```named-only-by {ty}");
+    let mut lines = doc.lines().skip_while(|l| l.trim() != fence);
+    assert!(
+        lines.next().is_some(),
+        "ARCHITECTURE.md has no ```named-only-by {ty} block"
+    );
+    lines
+        .take_while(|l| l.trim() != "```")
+        .flat_map(|l| l.split('#').next().unwrap_or("").split_whitespace())
+        .map(str::to_string)
+        .collect()
+}
+
+/// Whether `code` names the identifier `ty` (a whole word, so `MyTy` or `Ty2` is another).
+fn names(code: &str, ty: &str) -> bool {
+    let is_ident = |c: char| c.is_alphanumeric() || c == '_';
+    code.match_indices(ty).any(|(i, _)| {
+        !code[..i].chars().last().is_some_and(is_ident)
+            && !code[i + ty.len()..].chars().next().is_some_and(is_ident)
+    })
+}
+
+/// Each of `files` (workspace-relative path, source text) that names `ty` in its code, though
+/// `allowed` lists neither it nor a directory above it; and each entry of `allowed` that is no
+/// file or directory among `files`, so that the table cannot go stale.
+fn named_outside(allowed: &[String], files: &[(String, String)], ty: &str) -> Vec<String> {
+    let permits = |path: &str| {
+        allowed.iter().any(|a| match a.strip_suffix('/') {
+            Some(dir) => path.starts_with(&format!("{dir}/")),
+            None => path == a,
+        })
+    };
+    let mut problems: Vec<String> = files
+        .iter()
+        .filter(|(path, text)| names(&code_of(text), ty) && !permits(path))
+        .map(|(path, _)| {
+            format!("{path} names {ty}: only the command modules and the plan may; give it the part of run::Resolved it reads")
+        })
+        .collect();
+    for a in allowed {
+        let exists = files.iter().any(|(path, _)| match a.strip_suffix('/') {
+            Some(dir) => path.starts_with(&format!("{dir}/")),
+            None => path == a,
+        });
+        if !exists {
+            problems.push(format!(
+                "the table names {a}, which is no source file or directory"
+            ));
+        }
+    }
+    problems
+}
+
+/// Every `.rs` file under the workspace's `dirs`, as (workspace-relative path, text).
+fn sources(dirs: &[&str]) -> Vec<(String, String)> {
+    let mut paths = Vec::new();
+    for d in dirs {
+        collect_rs(&root().join(d), &mut paths);
+    }
+    paths
+        .into_iter()
+        .map(|p| {
+            let rel = p
+                .strip_prefix(root())
+                .unwrap()
+                .to_string_lossy()
+                .to_string();
+            let text = std::fs::read_to_string(&p).unwrap();
+            (rel, text)
+        })
+        .collect()
+}
+
+#[test]
+fn the_run_options_are_named_only_by_the_commands_and_the_plan() {
+    let doc = std::fs::read_to_string(root().join("ARCHITECTURE.md")).unwrap();
+    let allowed = named_only_by(&doc, "VmRunOptions");
+    let problems = named_outside(
+        &allowed,
+        &sources(&["src", "xtask/src", "guest/src", "guest/report/src"]),
+        "VmRunOptions",
+    );
+    assert!(
+        problems.is_empty(),
+        "against ARCHITECTURE.md's `named-only-by VmRunOptions` table:\n  {}\n\
+         A phase receives what the plan resolved (run::Resolved's parts), never the options.",
+        problems.join("\n  ")
+    );
+}
+
+#[test]
+fn a_phase_naming_the_options_and_a_stale_entry_are_named() {
+    let doc = "x\n```named-only-by Opts\nsrc/run/mod.rs src/run/plan.rs # commands\nxtask/src/\nsrc/gone.rs\n```\n";
+    let allowed = named_only_by(doc, "Opts");
+    assert_eq!(
+        allowed,
+        [
+            "src/run/mod.rs",
+            "src/run/plan.rs",
+            "xtask/src/",
+            "src/gone.rs"
+        ]
+    );
+    let f = |p: &str, t: &str| (p.to_string(), t.to_string());
+    let files = [
+        f("src/run/mod.rs", "pub struct Opts { a: u8 }"),
+        f("src/run/plan.rs", ""),
+        f("xtask/src/bench.rs", "fn b(o: &Opts) {}"),
+        f("src/run/boot.rs", "use super::{Boot, Opts};"),
+        f(
+            "src/run/gates.rs",
+            "/// Not [`Opts`]: a comment names no type.\nfn g() {}",
+        ),
+        f("src/run/archive.rs", "struct MyOpts; struct Opts2;"),
+        f("src/xtask/src/fake.rs", "fn c(o: Opts) {}"),
+    ];
+    let p = named_outside(&allowed, &files, "Opts");
+    assert!(
+        p.iter()
+            .any(|l| l.starts_with("src/run/boot.rs names Opts")),
+        "{p:?}"
+    );
+    assert!(
+        p.iter()
+            .any(|l| l.starts_with("src/xtask/src/fake.rs names Opts")),
+        "{p:?}"
+    );
+    assert!(
+        p.iter()
+            .any(|l| l == "the table names src/gone.rs, which is no source file or directory"),
+        "{p:?}"
+    );
+    assert_eq!(p.len(), 3, "{p:?}");
 }

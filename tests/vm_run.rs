@@ -779,6 +779,165 @@ fn plan_starts_nothing() {
     assert!(processes_mentioning(&dir.display().to_string()).is_empty());
 }
 
+/// The plans whose QEMU lines must not change unless a change means them to: each case's
+/// arguments, and the file under tests/data/plan/ that holds what it printed from `[keys]` on.
+/// The image's section before it is left out: it names this process and this checkout.
+const PLAN_CASES: &[(&str, &[&str])] = &[
+    (
+        "vm-run-tcg",
+        &[
+            "vm-run",
+            "--accel",
+            "tcg",
+            "--gate-binary",
+            "/nonexistent/gate",
+        ],
+    ),
+    (
+        "vm-run-auto-keep",
+        &[
+            "vm-run",
+            "--accel",
+            "auto",
+            "--keep-vm",
+            "--gate-binary",
+            "/nonexistent/gate",
+        ],
+    ),
+    (
+        "vm-run-kvm-cold-small",
+        &[
+            "vm-run",
+            "--accel",
+            "kvm",
+            "--cold",
+            "--memory",
+            "512",
+            "--cpus",
+            "1",
+            "--gate-binary",
+            "/nonexistent/gate",
+            "--",
+            "--copies",
+            "3",
+        ],
+    ),
+    (
+        "vm-run-desktop",
+        &[
+            "vm-run",
+            "--accel",
+            "tcg",
+            "--image",
+            "bookworm-desktop",
+            "--gate-binary",
+            "/nonexistent/gate",
+            "--",
+            "--workload",
+            "desktop",
+        ],
+    ),
+    (
+        "vm-exec-tcg",
+        &["vm-exec", "--accel", "tcg", "--", "uname", "-r"],
+    ),
+    (
+        "vm-exec-gate",
+        &[
+            "vm-exec",
+            "--accel",
+            "tcg",
+            "--gate-binary",
+            "/nonexistent/gate",
+            "--",
+            "true",
+        ],
+    ),
+    (
+        "vm-exec-gate-cold",
+        &[
+            "vm-exec",
+            "--accel",
+            "tcg",
+            "--cold",
+            "--memory",
+            "2048",
+            "--cpus",
+            "4",
+            "--gate-binary",
+            "/nonexistent/gate",
+            "--",
+            "criu",
+            "check",
+        ],
+    ),
+];
+
+/// A plan from `[keys]` on, without what depends on this host's QEMU (whether it was built with
+/// seccomp, which adds `-sandbox` or a note saying it has none).
+fn plan_from_keys(plan: &str) -> String {
+    let mut out = String::new();
+    for line in plan.lines().skip_while(|l| !l.starts_with("[keys]")) {
+        if line.contains("(this QEMU has no -sandbox") {
+            continue;
+        }
+        let line = line.replace(
+            " -sandbox on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
+            "",
+        );
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out
+}
+
+/// `--plan` prints the same QEMU lines (and the steps around them) for the same arguments as
+/// tests/data/plan/ holds: a refactor below the command changes none of them. Nothing is
+/// started. SHAREDOS_RIG_BLESS_PLANS=1 writes the files anew, for a change that means it.
+#[test]
+fn plans_print_what_tests_data_plan_holds() {
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/plan");
+    let bless = std::env::var_os("SHAREDOS_RIG_BLESS_PLANS").is_some();
+    let xtask = common::xtask_binary();
+    for (name, args) in PLAN_CASES {
+        let (command, rest) = args.split_first().expect("a command");
+        let mut cmd = Command::new(&xtask);
+        cmd.args([*command, "--plan", "--cache-dir", "/nonexistent/plan-cache"]);
+        if *command == "vm-run" {
+            cmd.args(["--out", "/nonexistent/plan-report"]);
+        }
+        let out = cmd.args(rest).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let got = plan_from_keys(&String::from_utf8_lossy(&out.stdout));
+        assert!(
+            got.contains("qemu-system-x86_64"),
+            "{name}: no QEMU line:\n{got}"
+        );
+        let file = data.join(format!("{name}.txt"));
+        if bless {
+            std::fs::create_dir_all(&data).unwrap();
+            std::fs::write(&file, &got).unwrap();
+            continue;
+        }
+        let want =
+            std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        for (i, (g, w)) in got.lines().zip(want.lines()).enumerate() {
+            assert_eq!(
+                g,
+                w,
+                "{name}: line {} differs from {}",
+                i + 1,
+                file.display()
+            );
+        }
+        assert_eq!(got, want, "{name}: differs from {}", file.display());
+    }
+}
+
 /// `--accel auto` decides once per host boot, QEMU and guest kernel: the first `vm-exec -- true`
 /// probes KVM and keeps its verdict in the image cache, the second boots on that verdict
 /// without probing and says so, with the verdict's time, in the accelerator's reason. Run as

@@ -148,7 +148,7 @@ fn compare(opts: &CompareOptions) -> Result<i32> {
     crate::gate_binary::require(&opts.base.gate_binary)?;
     let vm_arm = arms.iter().any(|a| *a != Arm::Criu);
     if let Some(why) = vm_arm
-        .then(|| run::boot::why_no_resume(&vm_opts))
+        .then(|| run::boot::why_no_resume(&vm_opts.resolve().boot))
         .transpose()?
         .flatten()
     {
@@ -293,7 +293,7 @@ fn vm_arm_column(
     // An interrupt ends the comparison here: no further column is started for nothing.
     let ran = match sharedos_report::signals::interrupted() {
         Some(sig) => Err(anyhow::anyhow!("interrupted by {sig}: not started")),
-        None => vm_arm::column(kind, opts, vm_opts, out, &mut col, accel),
+        None => vm_arm::column(kind, opts, &vm_opts.resolve(), out, &mut col, accel),
     };
     let failed = ran.is_err();
     if let Err(e) = ran {

@@ -6,7 +6,7 @@ use super::search::HostSearch;
 use super::{fork, ms, progress, template, workload_args, CompareOptions, Lie};
 use crate::image;
 use crate::judge::compare::{self as cmp, Arm, Reading, VmCopy, VmEach};
-use crate::run::{self, gates, Observed, VmRunOptions};
+use crate::run::{self, gates, Observed, Resolved};
 use crate::vm::qemu::RamFile;
 use crate::vm::{self, Fork, GuestMedia, Session, SessionSpec};
 use anyhow::{bail, Context, Result};
@@ -88,15 +88,15 @@ pub(super) struct Up {
 pub(super) fn column(
     kind: Kind,
     opts: &CompareOptions,
-    base: &VmRunOptions,
+    base: &Resolved,
     out: &Path,
     col: &mut VmEach,
     accel: &mut String,
 ) -> Result<()> {
     let fork_dir = out.join(kind.fork_dir());
     std::fs::create_dir(&fork_dir).with_context(|| format!("creating {}", fork_dir.display()))?;
-    let mut obs = run::observe(base, fork_dir);
-    let entry = run::image_phase(base, &mut obs)?;
+    let mut obs = run::observe(&base.boot, &base.archiving, fork_dir);
+    let entry = run::image_phase(&base.boot, &mut obs)?;
     let lies: &[Lie] = match kind {
         Kind::Each => &opts.lies,
         Kind::Template => &[],
@@ -105,7 +105,7 @@ pub(super) fn column(
     // never be made.
     let ram = match kind {
         Kind::Each => None,
-        Kind::Template => Some(template::RamGuard::new(base.memory_mib)?),
+        Kind::Template => Some(template::RamGuard::new(base.boot.memory_mib)?),
     };
     let made = make_fork(
         base,
@@ -162,7 +162,7 @@ pub(super) fn column(
     let other = if lies.contains(&Lie::WrongSave) {
         let dir = out.join(OTHER_FORK_DIR);
         std::fs::create_dir(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        let mut obs = run::observe(base, dir);
+        let mut obs = run::observe(&base.boot, &base.archiving, dir);
         Some(make_fork(base, &entry, &mut obs, opts.workload.as_deref(), None)?.fork)
     } else {
         None
@@ -175,6 +175,10 @@ pub(super) fn column(
     let (stop, detail) = loop {
         if let Some(stop) = search.decide(up.len())? {
             break stop;
+        }
+        // The step just taken is on disk before the next copy is tried.
+        if !search.count_mode() {
+            search.archive(out, arm, None);
         }
         let i = u32::try_from(up.len())
             .unwrap_or(u32::MAX)
@@ -207,10 +211,13 @@ pub(super) fn column(
                 );
             }
         }
-        if !search.count_mode() {
-            search.archive(out, arm, None);
-        }
     };
+    // A search an interrupt ended stopped at no limit of this host, whatever it then saw.
+    if let Some(sig) = sharedos_report::signals::interrupted() {
+        col.problems.push(format!(
+            "interrupted by {sig} while its copies were being made: what stopped them is no limit"
+        ));
+    }
     if !search.count_mode() {
         let mut record = search.record(stop, &detail);
         // With `max`, a copy that does not come up is the limit the search names, not a
@@ -233,7 +240,7 @@ pub(super) fn column(
         c.split = host_split(c.session.qemu_pid());
     }
     if let (Some(ram), Some(sparsified)) = (&saved.ram, &sparsified) {
-        col.template = Some(template::reading(ram, base.memory_mib, sparsified));
+        col.template = Some(template::reading(ram, base.boot.memory_mib, sparsified));
     }
     if failed.is_none() {
         let pids: Vec<u32> = up.iter().map(|c| c.session.qemu_pid()).collect();
@@ -312,16 +319,16 @@ struct Made {
 /// A guest resumed from the image's snapshot runs `diagnose --vm-fork-go` up to its fork-time
 /// state, and is saved there, its QEMU ended. Its console and QEMU log go to `obs`'s directory.
 fn make_fork(
-    base: &VmRunOptions,
+    base: &Resolved,
     entry: &image::ImageEntry,
     obs: &mut Observed,
     workload: Option<&str>,
     ram: Option<RamFile>,
 ) -> Result<Made> {
-    let session = run::boot::open_with_ram(base, entry, obs, ram)?;
+    let session = run::boot::open_with_ram(&base.boot, &base.gate.binary, entry, obs, ram)?;
     let accel = session.accel();
     let idle = host_mem(session.qemu_pid()).ok();
-    gates::copy(session.guest(), Some(session.start()), base, obs)?;
+    gates::copy(session.guest(), Some(session.start()), &base.gate, obs)?;
     let b = run::bounds(accel);
     let mut args = fork::diagnose_args(b.gates);
     args.extend(workload_args(workload));
@@ -367,7 +374,7 @@ fn make_fork(
 /// A copy of `saved` resumed into its own report directory `out/label`; on failure, its
 /// partial report archived and the copy as the column records it.
 fn open_copy(
-    base: &VmRunOptions,
+    base: &Resolved,
     entry: &image::ImageEntry,
     media: &GuestMedia,
     saved: &Fork,
@@ -386,7 +393,7 @@ fn open_copy(
     if let Err(e) = std::fs::create_dir(&dir) {
         return Err(failed(format!("creating {}: {e}", dir.display())));
     }
-    let mut obs = run::observe(base, dir.clone());
+    let mut obs = run::observe(&base.boot, &base.archiving, dir.clone());
     run::provenance::image(&mut obs.vm, entry);
     // A template's copy maps the template's RAM file private: copy-on-write.
     let spec = SessionSpec {
@@ -396,7 +403,7 @@ fn open_copy(
             path: path.clone(),
             share: false,
         }),
-        ..run::boot::spec(base, &vm::session::short_id(), &dir)
+        ..run::boot::spec(&base.boot, &vm::session::short_id(), &dir)
     };
     let t = Instant::now();
     let opened = Session::open_fork(&spec, media, saved, &mut obs.vm_sink());

@@ -3,7 +3,7 @@
 //! never taken: verify compares them with the gates, and a difference fails the run.
 
 use super::fetch::GUEST_DIR;
-use super::{Observed, VmRunOptions};
+use super::{Archiving, Observed};
 use crate::escape::line as one_line;
 use crate::judge::ledger::Ledger;
 use crate::judge::verdict::{self, How};
@@ -17,18 +17,18 @@ use sharedos_report::text::artifact_kind;
 use sharedos_report::{clock, digest, signals};
 use std::path::{Path, PathBuf};
 
-pub fn report_dir_for(opts: &VmRunOptions) -> PathBuf {
-    match &opts.out {
+pub fn report_dir_for(a: &Archiving) -> PathBuf {
+    match &a.out {
         Some(d) => d.clone(),
-        None => opts
+        None => a
             .reports_root
             .join(format!("{}-{}", clock::compact_utc_now(), short_id())),
     }
 }
 
 /// A new or empty directory: two runs never mix, and an archived report is never overwritten.
-pub fn create_report_dir(opts: &VmRunOptions) -> Result<PathBuf> {
-    let dir = report_dir_for(opts);
+pub fn create_report_dir(a: &Archiving) -> Result<PathBuf> {
+    let dir = report_dir_for(a);
     create_empty_dir(
         &dir,
         "report directory",

@@ -2,7 +2,7 @@
 //! The session ends QEMU on every path: a failure drops it, and a signal ends it through the
 //! watchdog even under `--keep-vm`; only a run that reached its end keeps it.
 
-use super::{Observed, VmRunOptions, GUEST_GATE};
+use super::{Boot, Observed, GUEST_GATE};
 use crate::image::ImageEntry;
 use crate::vm::accel_cache::Spot;
 use crate::vm::qemu::Network;
@@ -17,17 +17,17 @@ use std::time::Instant;
 
 /// The run's session: the restricted network, the run's accelerator, memory and CPUs, its
 /// console and QEMU log into `logs`.
-pub fn spec(opts: &VmRunOptions, name: &str, logs: &Path) -> SessionSpec {
+pub fn spec(boot: &Boot, name: &str, logs: &Path) -> SessionSpec {
     SessionSpec {
         name: format!("sharedos-rig-{name}"),
-        accel: opts.accel,
+        accel: boot.accel,
         accel_cache: None,
-        memory_mib: opts.memory_mib,
-        cpus: opts.cpus,
+        memory_mib: boot.memory_mib,
+        cpus: boot.cpus,
         network: Network::Restricted,
         logs: logs.to_path_buf(),
-        keep: opts.keep_vm,
-        start: if opts.cold {
+        keep: boot.keep_vm,
+        start: if boot.cold {
             Start::Cold
         } else {
             Start::Resume
@@ -39,14 +39,21 @@ pub fn spec(opts: &VmRunOptions, name: &str, logs: &Path) -> SessionSpec {
 }
 
 /// Boots the image and logs in; its logs go to the report directory. `boot_to_ssh` is timed by
-/// the session, or here when it fails.
-pub fn open(opts: &VmRunOptions, entry: &ImageEntry, obs: &mut Observed) -> Result<Session> {
-    open_with_ram(opts, entry, obs, None)
+/// the session, or here when it fails. A resumed guest resumes the layer that holds
+/// `gate_binary` (none when it is empty).
+pub fn open(
+    boot: &Boot,
+    gate_binary: &Path,
+    entry: &ImageEntry,
+    obs: &mut Observed,
+) -> Result<Session> {
+    open_with_ram(boot, gate_binary, entry, obs, None)
 }
 
 /// [`open`], the guest's RAM in `ram` (a template's file) when given.
 pub fn open_with_ram(
-    opts: &VmRunOptions,
+    boot: &Boot,
+    gate_binary: &Path,
     entry: &ImageEntry,
     obs: &mut Observed,
     ram: Option<crate::vm::qemu::RamFile>,
@@ -55,9 +62,9 @@ pub fn open_with_ram(
     let spec = SessionSpec {
         accel_cache: Spot::of_image(entry),
         snapshot: snapshot::Spot::of_image(entry),
-        layer: gate_layer(opts)?,
+        layer: gate_layer(boot, gate_binary)?,
         ram,
-        ..spec(opts, &short_id(), &obs.report_dir)
+        ..spec(boot, &short_id(), &obs.report_dir)
     };
     let session = Session::open(&spec, &GuestMedia::of(entry), &mut obs.vm_sink());
     if session.is_err() {
@@ -68,18 +75,18 @@ pub fn open_with_ram(
 
 /// The layer a resumed run with a gate binary resumes: the one over the image's snapshot that
 /// holds this binary (by its sha256) at [`GUEST_GATE`]. None when booting cold or without one.
-pub fn gate_layer(opts: &VmRunOptions) -> Result<Option<Layer>> {
-    if opts.cold || opts.gate_binary.as_os_str().is_empty() {
+pub fn gate_layer(boot: &Boot, gate_binary: &Path) -> Result<Option<Layer>> {
+    if boot.cold || gate_binary.as_os_str().is_empty() {
         return Ok(None);
     }
-    let (sha256, _) = digest::sha256_file(&opts.gate_binary).with_context(|| {
+    let (sha256, _) = digest::sha256_file(gate_binary).with_context(|| {
         format!(
             "hashing the gate binary {}\nfix: build it again (`cargo xtask vm-run` builds it) or give a readable one with --gate-binary",
-            opts.gate_binary.display()
+            gate_binary.display()
         )
     })?;
     Ok(Some(Layer {
-        file: opts.gate_binary.clone(),
+        file: gate_binary.to_path_buf(),
         sha256,
         guest_path: GUEST_GATE.into(),
         mode: 0o755,
@@ -87,22 +94,32 @@ pub fn gate_layer(opts: &VmRunOptions) -> Result<Option<Layer>> {
 }
 
 /// Why this run's guest could not be resumed from a snapshot, told before anything boots, or
-/// None. Only a store this user cannot write is looked into further (the image's entry is then
-/// verified, which hashes its disk): it may hold the snapshot already.
-pub fn why_no_resume(opts: &VmRunOptions) -> Result<Option<String>> {
-    let root = crate::image::root_of(&opts.image)?.join(snapshot::DIR);
+/// None: its store can make one, or holds the one for these settings already. Only a store this
+/// user cannot write is looked into (the image's entry is then verified, which hashes its disk).
+pub fn why_no_resume(boot: &Boot) -> Result<Option<String>> {
+    let root = crate::image::root_of(&boot.image)?.join(snapshot::DIR);
     let Some(why) = snapshot::why_cannot_make(&root) else {
         return Ok(None);
     };
-    Ok(match crate::image::cached_entry(&opts.image)? {
-        Some(entry) => crate::vm::session::why_no_resume(&SessionSpec {
-            accel_cache: Spot::of_image(&entry),
-            snapshot: snapshot::Spot::of_image(&entry),
-            ..spec(opts, "preflight", Path::new("."))
-        }),
-        None => Some(format!(
+    let Some(entry) = crate::image::cached_entry(&boot.image)? else {
+        return Ok(Some(format!(
             "the image is not built yet, and its snapshot cannot be made: {why}"
-        )),
+        )));
+    };
+    let spec = SessionSpec {
+        accel_cache: Spot::of_image(&entry),
+        snapshot: snapshot::Spot::of_image(&entry),
+        ..spec(boot, "preflight", Path::new("."))
+    };
+    // The entry's store is `root` above, so `why` is still its reason.
+    Ok(if spec.snapshot.is_none() {
+        Some("this image has no snapshot store".into())
+    } else if crate::vm::session::snapshot_found(&spec) {
+        None
+    } else {
+        Some(format!(
+            "there is no snapshot for this image and these settings, and none can be made: {why}"
+        ))
     })
 }
 

@@ -2,7 +2,7 @@
 //! then the gates, their progress shown line by line within one deadline.
 
 use super::{
-    provenance, Bounds, Event, Observed, VmRunOptions, GUEST_GATE, GUEST_REPORT_DIR, GUEST_WORK,
+    provenance, Bounds, Event, GateCall, Observed, GUEST_GATE, GUEST_REPORT_DIR, GUEST_WORK,
 };
 use crate::cmd::{self, Cmd};
 use crate::escape::{self, line as one_line};
@@ -12,7 +12,7 @@ use anyhow::{bail, Context, Result};
 use sharedos_report::digest;
 use sharedos_report::report::{GuestStart, REPORT_FILE};
 use sharedos_report::text::shell_words;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// The longest line of the guest's output the rig keeps; a longer one is cut there.
@@ -58,8 +58,8 @@ pub fn check_args_cmd(gate: &std::path::Path, extra: &[String]) -> Cmd {
 /// or booted: the parser in the guest is the one that counts, so the host asks it rather than
 /// keeping a copy of its rules. Its words are the binary's (which may be any binary given with
 /// --gate-binary): bounded and escaped.
-pub fn check_diagnose_args(opts: &VmRunOptions) -> Result<()> {
-    check_args(&opts.gate_binary, &opts.diagnose_args)
+pub fn check_diagnose_args(gate: &GateCall) -> Result<()> {
+    check_args(&gate.binary, &gate.diagnose_args)
 }
 
 /// [`check_diagnose_args`] for the arguments `args` and the gate binary `gate`; vm-matrix
@@ -152,17 +152,17 @@ pub fn next(copied: bool, printed: &str, host_sha256: &str) -> Next {
 pub fn copy(
     guest: &Guest,
     start: Option<&GuestStart>,
-    opts: &VmRunOptions,
+    gate: &GateCall,
     obs: &mut Observed,
 ) -> Result<()> {
     let t = Instant::now();
-    let (gate_sha, _) = digest::sha256_file(&opts.gate_binary)
-        .with_context(|| format!("hashing {}", opts.gate_binary.display()))?;
+    let (gate_sha, _) = digest::sha256_file(&gate.binary)
+        .with_context(|| format!("hashing {}", gate.binary.display()))?;
     obs.vm.gate_binary_sha256 = gate_sha.clone();
     guest.set_timeout(Duration::from_secs(60 * 4));
     let held = expect_in_guest(start, &gate_sha);
     if !held {
-        upload_gate(guest, opts)?;
+        upload_gate(guest, &gate.binary)?;
     }
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -184,7 +184,7 @@ pub fn copy(
         Next::Refuse => return Err(corrupted(&gate_sha, &prep.output)),
         Next::Copy => {
             // The layer's binary is not this one after all: copied in, checked again.
-            upload_gate(guest, opts)?;
+            upload_gate(guest, &gate.binary)?;
             let check = guest.exec(&session::sha256_command(GUEST_GATE))?;
             if next(true, &check.output, &gate_sha) != Next::Use {
                 return Err(corrupted(&gate_sha, &check.output));
@@ -207,9 +207,9 @@ pub fn copy(
     Ok(())
 }
 
-fn upload_gate(guest: &Guest, opts: &VmRunOptions) -> Result<()> {
+fn upload_gate(guest: &Guest, binary: &Path) -> Result<()> {
     guest
-        .upload(&opts.gate_binary, GUEST_GATE, 0o755)
+        .upload(binary, GUEST_GATE, 0o755)
         .context("copying the gate binary into the guest")
 }
 
@@ -264,8 +264,8 @@ pub fn send_files(guest: &Guest, files: &[(PathBuf, String)], obs: &mut Observed
 
 /// Runs the diagnostic, shows each gate as it ends, keeps a bounded transcript, and reads the
 /// guest's memory afterwards.
-pub fn gates(guest: &Guest, opts: &VmRunOptions, b: Bounds, obs: &mut Observed) -> Result<()> {
-    let argv = diagnose_argv(b.guest_step, &opts.diagnose_args);
+pub fn gates(guest: &Guest, gate: &GateCall, b: Bounds, obs: &mut Observed) -> Result<()> {
+    let argv = diagnose_argv(b.guest_step, &gate.diagnose_args);
     obs.send(Event::Gates {
         command: shell_words(&argv),
     });

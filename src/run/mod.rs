@@ -2,8 +2,10 @@
 //! `boot` (the run's `vm::Session`: QEMU up to a pinned SSH login), `gates` (copy, gates), `fetch`
 //! (the guest's report as one tar stream), `archive` (the report directory, the verdict, the exit
 //! code), with `provenance` recording where it all ran and `record` what the phases sent. `plan`
-//! prints the steps those modules build, from the same builders. A failure of the rig itself
-//! exits 2 and still archives everything observed so far.
+//! prints the steps those modules build, from the same builders. The options are split once
+//! (`VmRunOptions::resolve`) into the part each phase reads, so that the plan printed and the
+//! run executed start from one `Resolved`. A failure of the rig itself exits 2 and still
+//! archives everything observed so far.
 
 pub mod archive;
 pub mod boot;
@@ -31,6 +33,8 @@ pub const GUEST_REPORT_DIR: &str = "/root/report";
 
 pub use sharedos_report::report::RIG_FAILURE_EXIT;
 
+/// A command's options, as it parsed them. Only the command modules and the plan name this type
+/// (ARCHITECTURE.md); the phases get its parts from [`VmRunOptions::resolve`].
 #[derive(Debug, Clone)]
 pub struct VmRunOptions {
     pub image: BuildOptions,
@@ -56,6 +60,79 @@ pub struct VmRunOptions {
     /// Files sent into the guest after the gate binary, each to its absolute guest path (a
     /// checkpoint from another guest, for vm-migrate).
     pub upload: Vec<(PathBuf, String)>,
+}
+
+/// How the run's guest boots: what the boot phase, the image phase and the provenance read.
+#[derive(Debug, Clone)]
+pub struct Boot {
+    pub image: BuildOptions,
+    pub accel: AccelChoice,
+    pub memory_mib: u64,
+    pub cpus: u32,
+    /// `--cold`: boot the image's kernel instead of resuming its snapshot.
+    pub cold: bool,
+    pub keep_vm: bool,
+}
+
+/// What the gate phase runs in the guest, and with what.
+#[derive(Debug, Clone)]
+pub struct GateCall {
+    /// The static `sharedos-gate` to copy in; empty for none (vm-exec without one).
+    pub binary: PathBuf,
+    /// Extra arguments for `sharedos-gate diagnose`.
+    pub diagnose_args: Vec<String>,
+    /// The whole gate phase's bound, instead of the accelerator's default.
+    pub gates_timeout: Option<Duration>,
+    /// Files sent into the guest after the gate binary, each to its absolute guest path.
+    pub upload: Vec<(PathBuf, String)>,
+}
+
+/// Where the run is archived, and what the archive records of how it was asked for.
+#[derive(Debug, Clone)]
+pub struct Archiving {
+    /// Report directory; default `<reports_root>/<UTC stamp>-<id>`.
+    pub out: Option<PathBuf>,
+    pub reports_root: PathBuf,
+    /// Sign report.json with this OpenSSH private key (report.json.sig).
+    pub sign_key: Option<PathBuf>,
+    pub command_line: Vec<String>,
+}
+
+/// A run's options as its phases receive them: each phase is handed the one part it reads, so
+/// that no phase depends on (or resolves again) options that are not its own.
+#[derive(Debug, Clone)]
+pub struct Resolved {
+    pub boot: Boot,
+    pub gate: GateCall,
+    pub archiving: Archiving,
+}
+
+impl VmRunOptions {
+    /// The one place the options are split into the parts the phases receive.
+    pub fn resolve(&self) -> Resolved {
+        Resolved {
+            boot: Boot {
+                image: self.image.clone(),
+                accel: self.accel,
+                memory_mib: self.memory_mib,
+                cpus: self.cpus,
+                cold: self.cold,
+                keep_vm: self.keep_vm,
+            },
+            gate: GateCall {
+                binary: self.gate_binary.clone(),
+                diagnose_args: self.diagnose_args.clone(),
+                gates_timeout: self.gates_timeout,
+                upload: self.upload.clone(),
+            },
+            archiving: Archiving {
+                out: self.out.clone(),
+                reports_root: self.reports_root.clone(),
+                sign_key: self.sign_key.clone(),
+                command_line: self.command_line.clone(),
+            },
+        }
+    }
 }
 
 /// The run's bounds over its session, which scale with the accelerator.
@@ -90,10 +167,11 @@ pub(crate) fn progress() -> Progress {
 /// Runs the whole job; returns the exit code (0, 3, 1 as verify judges the archived report; 2
 /// for the rig).
 pub fn vm_run(opts: &VmRunOptions) -> i32 {
-    match start(opts) {
+    let r = opts.resolve();
+    match start(opts, &r) {
         Ok(Some(mut obs)) => {
-            let result = run_phases(opts, &mut obs);
-            archive::finish(obs, result, opts.sign_key.as_deref())
+            let result = run_phases(&r, &mut obs);
+            archive::finish(obs, result, r.archiving.sign_key.as_deref())
         }
         Ok(None) => 0,
         Err(e) => {
@@ -105,52 +183,52 @@ pub fn vm_run(opts: &VmRunOptions) -> i32 {
 
 /// Everything before the first phase: signals, `--plan`, the gate binary, the report directory.
 /// None when only the plan was asked for.
-fn start(opts: &VmRunOptions) -> Result<Option<Observed>> {
+fn start(opts: &VmRunOptions, r: &Resolved) -> Result<Option<Observed>> {
     signals::install().context("installing signal handlers")?;
     // Before the report directory: a name that is not an image, or an image without the
     // workload asked for, is bad input, not a run.
-    image::require_image_for(&opts.image, &opts.diagnose_args)?;
+    image::require_image_for(&r.boot.image, &r.gate.diagnose_args)?;
     if opts.plan {
-        progress().result(plan::plan(opts)?.trim_end());
+        progress().result(plan::plan(r)?.trim_end());
         return Ok(None);
     }
-    if !opts.gate_binary.is_file() {
+    if !r.gate.binary.is_file() {
         anyhow::bail!(
             "the gate binary {} does not exist: build it with `cargo xtask vm-run` (which builds it) or `{}`",
-            opts.gate_binary.display(),
+            r.gate.binary.display(),
             crate::gate_binary::gate_build_cmd("cargo").display()
         );
     }
     // Before the report directory, the image and the boot: a bad argument costs nothing.
-    if !opts.diagnose_args.is_empty() {
-        gates::check_diagnose_args(opts)?;
+    if !r.gate.diagnose_args.is_empty() {
+        gates::check_diagnose_args(&r.gate)?;
     }
-    if let Some(key) = &opts.sign_key {
+    if let Some(key) = &r.archiving.sign_key {
         crate::judge::sign::load_key(key).context("--sign-key")?;
     }
-    let report_dir = archive::create_report_dir(opts)?;
-    Ok(Some(observe(opts, report_dir)))
+    let report_dir = archive::create_report_dir(&r.archiving)?;
+    Ok(Some(observe(&r.boot, &r.archiving, report_dir)))
 }
 
 /// Nothing observed yet but where the run is and the host.
-pub(crate) fn observe(opts: &VmRunOptions, report_dir: PathBuf) -> Observed {
-    let mut vm = provenance::host(opts);
+pub(crate) fn observe(boot: &Boot, archiving: &Archiving, report_dir: PathBuf) -> Observed {
+    let mut vm = provenance::host(boot, &archiving.command_line);
     vm.started_at = clock::now_rfc3339();
     Observed::new(report_dir, vm)
 }
 
-fn run_phases(opts: &VmRunOptions, obs: &mut Observed) -> Result<Report> {
-    let entry = image_phase(opts, obs)?;
-    let session = boot::open(opts, &entry, obs)?;
+fn run_phases(r: &Resolved, obs: &mut Observed) -> Result<Report> {
+    let entry = image_phase(&r.boot, obs)?;
+    let session = boot::open(&r.boot, &r.gate.binary, &entry, obs)?;
     let guest = session.guest();
-    gates::copy(guest, Some(session.start()), opts, obs)?;
-    gates::send_files(guest, &opts.upload, obs)?;
+    gates::copy(guest, Some(session.start()), &r.gate, obs)?;
+    gates::send_files(guest, &r.gate.upload, obs)?;
     let b = bounds(session.accel());
     let gates_bound = Bounds {
-        gates: opts.gates_timeout.unwrap_or(b.gates),
+        gates: r.gate.gates_timeout.unwrap_or(b.gates),
         ..b
     };
-    gates::gates(guest, opts, gates_bound, obs)?;
+    gates::gates(guest, &r.gate, gates_bound, obs)?;
     let report = fetch::fetch(guest, b, obs)?;
     boot::end(session, obs);
     Ok(report)
@@ -161,8 +239,9 @@ fn run_phases(opts: &VmRunOptions, obs: &mut Observed) -> Result<Report> {
 /// session, streams its output, and returns its exit code. The way into the guest when a gate
 /// fails. The boot's logs go to a scratch directory, kept and named only when the rig fails.
 pub fn vm_exec(opts: &VmRunOptions, command: &[String], timeout: Duration) -> i32 {
+    let r = opts.resolve();
     if opts.plan {
-        progress().result(plan::plan_exec(opts, command).trim_end());
+        progress().result(plan::plan_exec(&r, command).trim_end());
         return 0;
     }
     let scratch = std::env::temp_dir().join(format!(
@@ -175,7 +254,7 @@ pub fn vm_exec(opts: &VmRunOptions, command: &[String], timeout: Duration) -> i3
         .and_then(|()| {
             std::fs::create_dir(&scratch).with_context(|| format!("creating {}", scratch.display()))
         })
-        .and_then(|()| exec_in_guest(opts, command, timeout, &scratch));
+        .and_then(|()| exec_in_guest(&r, command, timeout, &scratch));
     match result {
         Ok(code) => {
             let _ = std::fs::remove_dir_all(&scratch);
@@ -193,16 +272,16 @@ pub fn vm_exec(opts: &VmRunOptions, command: &[String], timeout: Duration) -> i3
 
 /// vm-exec's phases: the image, the session, the gate binary when given, the command.
 fn exec_in_guest(
-    opts: &VmRunOptions,
+    r: &Resolved,
     command: &[String],
     timeout: Duration,
     scratch: &Path,
 ) -> Result<i32> {
-    let mut obs = observe(opts, scratch.to_path_buf());
-    let entry = image_phase(opts, &mut obs)?;
-    let session: Session = boot::open(opts, &entry, &mut obs)?;
-    if !opts.gate_binary.as_os_str().is_empty() {
-        gates::copy(session.guest(), Some(session.start()), opts, &mut obs)?;
+    let mut obs = observe(&r.boot, &r.archiving, scratch.to_path_buf());
+    let entry = image_phase(&r.boot, &mut obs)?;
+    let session: Session = boot::open(&r.boot, &r.gate.binary, &entry, &mut obs)?;
+    if !r.gate.binary.as_os_str().is_empty() {
+        gates::copy(session.guest(), Some(session.start()), &r.gate, &mut obs)?;
     }
     let code = session.guest().exec_lines(
         &command.join(" "),
@@ -214,12 +293,12 @@ fn exec_in_guest(
     code
 }
 
-pub(crate) fn image_phase(opts: &VmRunOptions, obs: &mut Observed) -> Result<ImageEntry> {
+pub(crate) fn image_phase(boot: &Boot, obs: &mut Observed) -> Result<ImageEntry> {
     let t = Instant::now();
     obs.send(Event::ImageWanted {
-        name: opts.image.image.clone(),
+        name: boot.image.image.clone(),
     });
-    let entry = image::ensure_image(&opts.image);
+    let entry = image::ensure_image(&boot.image);
     obs.phase("image", t);
     let entry = entry.context("ensuring the guest image")?;
     provenance::image(&mut obs.vm, &entry);

@@ -1,7 +1,7 @@
 //! `--plan`: every step a run would take, printed from the same builders the run executes, with
 //! placeholders only where a value exists once the run is under way (its id, port, key).
 
-use super::{archive, boot, bounds, fetch, gates, VmRunOptions, GUEST_GATE};
+use super::{archive, boot, bounds, fetch, gates, Resolved, GUEST_GATE};
 use crate::cmd::{self, Cmd};
 use crate::image;
 use crate::vm::{qemu, session, ssh, GuestMedia};
@@ -19,27 +19,27 @@ fn media() -> GuestMedia {
     }
 }
 
-pub fn plan(opts: &VmRunOptions) -> Result<String> {
+pub fn plan(r: &Resolved) -> Result<String> {
     let mut s = String::from("plan: sharedos-rig vm-run (nothing is started)\n");
-    let report_dir = archive::report_dir_for(opts);
+    let report_dir = archive::report_dir_for(&r.archiving);
     // fmt::Write into a String cannot fail.
-    let _ = write_boot(&mut s, opts, &report_dir);
-    let _ = write_run(&mut s, opts, &report_dir);
+    let _ = write_boot(&mut s, r, &report_dir);
+    let _ = write_run(&mut s, r, &report_dir);
     Ok(s)
 }
 
 /// vm-exec's plan: the same boot, then the one command.
-pub fn plan_exec(opts: &VmRunOptions, command: &[String]) -> String {
+pub fn plan_exec(r: &Resolved, command: &[String]) -> String {
     let mut s = String::from("plan: sharedos-rig vm-exec (nothing is started)\n");
-    let _ = write_boot(&mut s, opts, Path::new("<scratch dir>"));
+    let _ = write_boot(&mut s, r, Path::new("<scratch dir>"));
     let _ = writeln!(s, "    {}", command.join(" "));
     s
 }
 
 /// Image, key, overlay, QEMU and the SSH login: what every boot does.
-fn write_boot(s: &mut String, opts: &VmRunOptions, report_dir: &Path) -> std::fmt::Result {
+fn write_boot(s: &mut String, r: &Resolved, report_dir: &Path) -> std::fmt::Result {
     writeln!(s, "[image]")?;
-    let mut img = opts.image.clone();
+    let mut img = r.boot.image.clone();
     img.plan = true;
     match image::plan_image(&img) {
         Ok(lines) => {
@@ -49,7 +49,7 @@ fn write_boot(s: &mut String, opts: &VmRunOptions, report_dir: &Path) -> std::fm
         }
         Err(e) => writeln!(s, "    (cannot plan the image: {e:#})")?,
     }
-    let p = session::plan(&boot::spec(opts, "<id>", report_dir), &media());
+    let p = session::plan(&boot::spec(&r.boot, "<id>", report_dir), &media());
     writeln!(s, "[keys]\n    {}", p.keygen.display())?;
     writeln!(s, "[overlay]\n    {}", p.overlay.display())?;
     for (accel, when, cmd) in &p.qemu {
@@ -75,7 +75,7 @@ fn write_boot(s: &mut String, opts: &VmRunOptions, report_dir: &Path) -> std::fm
             writeln!(s, "[resume {}]\n    {}", accel.as_str(), cmd.display())?;
         }
         writeln!(s, "[resume ssh] over the snapshot's key: the clock, host entropy and a CRNG reseed, this run's key, a nonce echoed; then one session with this run's key")?;
-        if !opts.gate_binary.as_os_str().is_empty() {
+        if !r.gate.binary.as_os_str().is_empty() {
             writeln!(
                 s,
                 "[snapshot layer] the layer over that snapshot keyed also by the gate binary's sha256 is resumed instead, the same way; when there is none, or it fails its checks (its base's disk included), it is made first: the snapshot resumed onto the layer's own overlay, the binary copied in and checked, then saved over QMP; layers of the same snapshot with another binary go unless a running rig holds them\n    {}\n    {}   (stdin: {})\n    {}",
@@ -86,7 +86,7 @@ fn write_boot(s: &mut String, opts: &VmRunOptions, report_dir: &Path) -> std::fm
                 )
                 .display(),
                 ssh::upload_command(GUEST_GATE, 0o755),
-                opts.gate_binary.display(),
+                r.gate.binary.display(),
                 session::sha256_command(GUEST_GATE)
             )?;
         }
@@ -95,7 +95,7 @@ fn write_boot(s: &mut String, opts: &VmRunOptions, report_dir: &Path) -> std::fm
 }
 
 /// What vm-run does over the session, the guest's own plan, and where the report goes.
-fn write_run(s: &mut String, opts: &VmRunOptions, report_dir: &Path) -> std::fmt::Result {
+fn write_run(s: &mut String, r: &Resolved, report_dir: &Path) -> std::fmt::Result {
     let b = bounds(qemu::Accel::Tcg);
     writeln!(
         s,
@@ -106,13 +106,13 @@ fn write_run(s: &mut String, opts: &VmRunOptions, report_dir: &Path) -> std::fmt
         s,
         "    {}   (stdin: {})",
         ssh::upload_command(GUEST_GATE, 0o755),
-        opts.gate_binary.display()
+        r.gate.binary.display()
     )?;
     writeln!(s, "    {}", gates::prep_command("<host epoch seconds>"))?;
     writeln!(
         s,
         "    {}   (--step-timeout shown for tcg; kvm uses {} s; the whole gate phase is bounded by {} s under tcg)",
-        shell_words(&gates::diagnose_argv(b.guest_step, &opts.diagnose_args)),
+        shell_words(&gates::diagnose_argv(b.guest_step, &r.gate.diagnose_args)),
         bounds(qemu::Accel::Kvm).guest_step.as_secs(),
         b.gates.as_secs()
     )?;
@@ -124,7 +124,7 @@ fn write_run(s: &mut String, opts: &VmRunOptions, report_dir: &Path) -> std::fmt
         report_dir.join(fetch::GUEST_DIR).display()
     )?;
     writeln!(s, "[guest plan]")?;
-    for l in guest_plan(opts, b) {
+    for l in guest_plan(r, b) {
         writeln!(s, "    {l}")?;
     }
     writeln!(s, "[archive] {}", report_dir.display())
@@ -132,9 +132,9 @@ fn write_run(s: &mut String, opts: &VmRunOptions, report_dir: &Path) -> std::fmt
 
 /// The gate binary's own plan, run here with the very arguments the guest gets. Its lines name
 /// the binary where it will be in the guest, not where it is on this host.
-fn guest_plan(opts: &VmRunOptions, b: super::Bounds) -> Vec<String> {
-    let argv = gates::diagnose_argv(b.guest_step, &opts.diagnose_args);
-    let local = opts.gate_binary.display().to_string();
+fn guest_plan(r: &Resolved, b: super::Bounds) -> Vec<String> {
+    let argv = gates::diagnose_argv(b.guest_step, &r.gate.diagnose_args);
+    let local = r.gate.binary.display().to_string();
     let mut run_here = vec![local.clone()];
     run_here.extend(argv[1..].iter().cloned());
     run_here.push("--plan".into());

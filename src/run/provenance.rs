@@ -1,27 +1,27 @@
 //! Where the run happened: the host, QEMU, the image and the guest's memory, as the report's
 //! `vm` object records them.
 
-use super::VmRunOptions;
+use super::Boot;
 use crate::image::ImageEntry;
 use crate::vm::{self, qemu};
 use sharedos_report::environment;
 use sharedos_report::report::VmProvenance;
 
-/// What is known about the host before anything starts.
-pub fn host(opts: &VmRunOptions) -> VmProvenance {
+/// What is known about the host before anything starts, and how the run was asked for.
+pub fn host(boot: &Boot, command_line: &[String]) -> VmProvenance {
     let host = environment::capture(Vec::new());
     VmProvenance {
         qemu_version: vm::qemu_version().unwrap_or_default(),
         machine_type: qemu::MACHINE.into(),
-        memory_mib: opts.memory_mib,
-        cpus: opts.cpus,
+        memory_mib: boot.memory_mib,
+        cpus: boot.cpus,
         host_os: host.os,
         host_kernel: format!("{} {}", host.kernel_release, host.kernel_version),
         host_hostname: host.hostname,
-        image_name: opts.image.image.clone(),
+        image_name: boot.image.image.clone(),
         rig_version: env!("CARGO_PKG_VERSION").into(),
         rig_git_commit: env!("SHAREDOS_RIG_GIT_COMMIT").into(),
-        command_line: opts.command_line.clone(),
+        command_line: command_line.to_vec(),
         ..VmProvenance::default()
     }
 }

@@ -50,31 +50,23 @@ pub(super) fn key_argv(spec: &SessionSpec, accel: Accel, sandbox: bool) -> Vec<S
 /// Only the tests set this: the resumed guest stays stopped, so its resume never answers.
 const TEST_RESUME_STOPPED: &str = "SHAREDOS_RIG_TEST_RESUME_STOPPED";
 
-/// Why a start of this session cannot be a resume, told before anything boots, or None: there
-/// is a snapshot for these settings (its files are hashed only when it is resumed), or one can
-/// be made. The accelerator `auto` has not settled before its first boot; the snapshot's store
-/// must then be writable.
-pub fn why_no_resume(spec: &SessionSpec) -> Option<String> {
+/// Whether the snapshot for this session's settings is in its store, told before anything
+/// boots (its files are hashed only when it is resumed). An accelerator `auto` that has not
+/// settled before its first boot has none to look for yet. Whether one could be made instead is
+/// asked once, by the caller, before it asks this.
+pub fn snapshot_found(spec: &SessionSpec) -> bool {
     let Some(spot) = &spec.snapshot else {
-        return Some("this image has no snapshot store".into());
+        return false;
     };
     let settled = accel::settled(spec.accel, spec.accel_cache.as_ref());
-    if let (Ok(version), Some((accel, _))) = (crate::vm::qemu_version(), settled) {
-        let key = spot.key(
-            &version,
-            key_argv(spec, accel, crate::vm::sandbox_available()),
-        );
-        let found =
-            matches!(snapshot::load(&spot.dir(&key)), Ok(Some(r)) if r.key.differs(&key).is_none());
-        if found {
-            return None;
-        }
-    }
-    snapshot::why_cannot_make(&spot.root).map(|why| {
-        format!(
-            "there is no snapshot for this image and these settings, and none can be made: {why}"
-        )
-    })
+    let (Ok(version), Some((accel, _))) = (crate::vm::qemu_version(), settled) else {
+        return false;
+    };
+    let key = spot.key(
+        &version,
+        key_argv(spec, accel, crate::vm::sandbox_available()),
+    );
+    matches!(snapshot::load(&spot.dir(&key)), Ok(Some(r)) if r.key.differs(&key).is_none())
 }
 
 /// Resumes the image's snapshot for these settings; makes it first when there is none or the
