@@ -62,6 +62,35 @@ const KNOWN: &[Known] = &[
         command: ".ci/accel check \"reports/${{ matrix.image }}\"",
         evidence: &[("tests/workflow/accel.rs", "fn the_check_step_fails_on_tcg_where_kvm_opens()")],
     },
+    // The compare job: tests/vm_compare.rs runs vm-compare at N = 4 and with --copies max
+    // --ksm off, as the user, through the same options; --accel auto as vm-run's jobs.
+    Known {
+        command: "cargo xtask vm-compare --copies 4 --accel auto --out reports/compare-4",
+        evidence: &[
+            ("tests/vm_compare.rs", "&[\"--copies\", \"4\"]"),
+            ("tests/vm_compare.rs", "args[0] = \"vm-compare\".into();"),
+            ("tests/vm_run.rs", "\"auto\""),
+        ],
+    },
+    Known {
+        command: "cargo xtask vm-compare --copies max --ksm off --accel auto --out reports/compare-max",
+        evidence: &[
+            ("tests/vm_compare.rs", "\"max\","),
+            ("tests/vm_compare.rs", "\"--ksm\",\n            \"off\","),
+        ],
+    },
+    Known {
+        command: ".ci/accel check reports/compare-4/shared-os",
+        evidence: &[("tests/workflow/accel.rs", "fn the_check_step_fails_on_tcg_where_kvm_opens()")],
+    },
+    Known {
+        command: "cargo run -p sharedos-rig -- show reports/compare-4 --format md >> \"$GITHUB_STEP_SUMMARY\"",
+        evidence: &[("tests/cli_reports/compare.rs", "\"--format\""), ("tests/vm_compare.rs", ".arg(\"show\")")],
+    },
+    Known {
+        command: "cargo run -p sharedos-rig -- show reports/compare-max --format md >> \"$GITHUB_STEP_SUMMARY\"",
+        evidence: &[("tests/vm_compare.rs", ".arg(\"show\")")],
+    },
     // The lint job: tests/ci_lint.rs runs fmt and clippy here, and shows each failing; .ci/run's
     // full suite includes every unit test that the fast loop runs.
     Known {
