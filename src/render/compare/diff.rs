@@ -168,7 +168,7 @@ pub fn diff(a: &Judged, b: &Judged, a_label: &str, b_label: &str) -> String {
             escape::line(&sa.accel),
             escape::line(&sb.accel),
         ),
-        ("copies", sa.copies.to_string(), sb.copies.to_string()),
+        ("copies", sa.copies_said(), sb.copies_said()),
         ("arms", arms(sa), arms(sb)),
         (
             "verdict (judged again)",
