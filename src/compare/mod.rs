@@ -26,11 +26,12 @@ use crate::judge::verdict::{self, How};
 use crate::progress::Progress;
 use crate::run::{self, VmRunOptions, RIG_FAILURE_EXIT};
 use anyhow::{bail, Context, Result};
+/// Milliseconds, saturating: every duration the comparison records.
+pub(crate) use sharedos_report::clock::millis as ms;
 use sharedos_report::model::density::MAX_COPIES;
 use sharedos_report::report::{CgroupLimits, Copies, CPU_PERIOD_US};
 use sharedos_report::{clock, digest, procfs};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 #[derive(Debug, Clone)]
 pub struct CompareOptions {
@@ -131,7 +132,7 @@ pub fn check_copies(copies: Copies, memory_mib: u64, host_available_kib: u64) ->
 
 /// [`check_copies`] against this host's MemAvailable now.
 pub fn check_copies_here(copies: Copies, memory_mib: u64) -> Result<()> {
-    let (_, available) = procfs::parse_meminfo(&procfs::read_proc("/proc/meminfo")?)?;
+    let (_, available) = procfs::read_meminfo()?;
     check_copies(copies, memory_mib, available)
 }
 
@@ -406,11 +407,6 @@ fn create_out(opts: &CompareOptions) -> Result<PathBuf> {
     };
     run::archive::create_empty_dir(&dir, "comparison's directory", "")?;
     Ok(dir)
-}
-
-/// Milliseconds, saturating.
-pub(crate) fn ms(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]

@@ -45,14 +45,10 @@ pub(super) struct HostSearch {
     steps: Vec<SearchStep>,
 }
 
-fn meminfo() -> Result<(u64, u64)> {
-    procfs::parse_meminfo(&procfs::read_proc("/proc/meminfo")?)
-}
-
 impl HostSearch {
     /// A search for `req`, its bounds from this host's memory now.
     pub(super) fn new(req: Copies, max_copies: Option<u32>) -> Result<HostSearch> {
-        let (total, avail) = meminfo()?;
+        let (total, avail) = procfs::read_meminfo()?;
         Ok(HostSearch {
             limits: Limits::for_request(req, total, max_copies),
             count_mode: matches!(req, Copies::Count(_)),
@@ -70,7 +66,7 @@ impl HostSearch {
         let avail = if self.count_mode {
             self.avail_before_kib
         } else {
-            meminfo()?.1
+            procfs::read_meminfo()?.1
         };
         let state = SearchState::new(
             copies_up,

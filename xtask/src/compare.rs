@@ -147,9 +147,7 @@ pub fn vm_compare(a: CompareArgs) -> Result<i32> {
         (GuestMemory::Mib(m), _) => m,
         (GuestMemory::Auto, Copies::Count(_)) => a.vm.boot.memory,
         (GuestMemory::Auto, Copies::Max) => {
-            let (_, available) = sharedos_report::procfs::parse_meminfo(
-                &sharedos_report::procfs::read_proc("/proc/meminfo")?,
-            )?;
+            let (_, available) = sharedos_report::procfs::read_meminfo()?;
             auto_guest_memory(available, a.vm.boot.memory)
         }
     };

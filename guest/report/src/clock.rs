@@ -1,6 +1,11 @@
 //! UTC timestamps in RFC 3339 without a calendar crate.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Milliseconds as a u64, the largest one for a duration too long to count in them.
+pub fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
 
 pub fn now_rfc3339() -> String {
     let d = SystemTime::now()

@@ -2,6 +2,7 @@
 //! records the observed value and the expected one. The gates only gather observations; tests
 //! feed these functions observations that must fail.
 
+use crate::clock::millis as ms;
 use crate::model::app::{is_token, AppState};
 use crate::model::screen::{TopLevel, Window};
 use crate::model::tree::{MarkedProcess, Observation, TreeRecord};
@@ -35,11 +36,6 @@ pub fn counter_range(dump_counter: u64, since_dump_query: Duration) -> Option<(u
         .checked_add(ticks)?
         .checked_add(COUNTER_SLACK)?;
     Some((dump_counter, max))
-}
-
-/// Milliseconds as a u64, the largest one for a duration too long to count in them.
-fn ms(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 pub fn token_is_32_hex(token: &str) -> Check {

@@ -145,6 +145,12 @@ pub fn parse_meminfo(text: &str) -> Result<(u64, u64)> {
     Ok((total, avail))
 }
 
+/// This machine's MemTotal and MemAvailable now, in KiB: the guest's for its copies, the
+/// host's for its VMs.
+pub fn read_meminfo() -> Result<(u64, u64)> {
+    parse_meminfo(&read_proc("/proc/meminfo")?)
+}
+
 /// A bounded read of a /proc file (no symlink is followed: O_NOFOLLOW on the last component).
 pub fn read_proc(path: &str) -> Result<String> {
     read_proc_up_to(path, MAX_PROC_READ)

@@ -29,15 +29,11 @@ use sharedos_report::model::density::{
     median, p95, stop_before_next, CopyMem, DensityData, Limits, Mem, SearchState, SearchStep, Stop,
 };
 use sharedos_report::model::tree::{Observation, TreeRecord};
-use sharedos_report::procfs::{parse_meminfo, parse_smaps_rollup, read_proc};
+use sharedos_report::procfs::{parse_smaps_rollup, read_meminfo, read_proc};
 use sharedos_report::report::{Check, Copies, Gate, GateName};
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::{Duration, Instant};
-
-pub fn read_meminfo() -> Result<(u64, u64)> {
-    parse_meminfo(&read_proc("/proc/meminfo")?)
-}
 
 fn copy_mem(ctx: &Ctx, label: &str, pid: i32) -> CopyMem {
     let mut c = CopyMem {

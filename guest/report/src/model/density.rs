@@ -147,9 +147,9 @@ impl SearchState {
     pub fn step(&self) -> SearchStep {
         SearchStep {
             copies_up: self.copies_up,
-            elapsed_ms: ms(self.elapsed),
+            elapsed_ms: crate::clock::millis(self.elapsed),
             mem_available_kib: self.mem_available_kib,
-            last_copy_ms: ms(self.last_copy),
+            last_copy_ms: crate::clock::millis(self.last_copy),
         }
     }
 
@@ -166,10 +166,6 @@ impl SearchState {
             self.avail_drop_per_copy_kib / 1024
         )
     }
-}
-
-fn ms(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// The bound that forbids another copy, or None when one more may be made.

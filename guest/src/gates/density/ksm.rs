@@ -116,7 +116,7 @@ pub fn reading(
             pages_shared: now.pages_shared,
             pages_sharing: now.pages_sharing,
             full_scans: now.full_scans.saturating_sub(before.full_scans),
-            took_ms: u64::try_from(t.elapsed().as_millis()).unwrap_or(u64::MAX),
+            took_ms: sharedos_report::clock::millis(t.elapsed()),
             steady: steady_now,
         })
     })();
