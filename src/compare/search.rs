@@ -11,11 +11,11 @@ use super::{progress, Arm};
 use crate::judge::compare::Search;
 use anyhow::Result;
 use sharedos_report::digest;
-use sharedos_report::model::density::{stop_before_next, Limits, SearchState, SearchStep, Stop};
+use sharedos_report::model::density::{Limits, SearchPlan, SearchStep, Searching, Stop};
 use sharedos_report::procfs;
 use sharedos_report::report::Copies;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The file a VM arm's search writes its steps to, under the comparison's directory.
 pub fn file_name(arm: Arm) -> String {
@@ -34,68 +34,35 @@ struct Archived<'a> {
     detail: Option<&'a str>,
 }
 
-/// A VM arm's search under way.
-pub(super) struct HostSearch {
-    limits: Limits,
-    count_mode: bool,
-    started: Instant,
-    avail_before_kib: u64,
-    largest_pss_kib: u64,
-    last: Duration,
-    steps: Vec<SearchStep>,
-}
+/// A VM arm's search under way: the one bookkeeping of the density gate's, read against the
+/// host's MemAvailable.
+pub(super) struct HostSearch(Searching);
 
 impl HostSearch {
     /// A search for `req`, its bounds from this host's memory now.
     pub(super) fn new(req: Copies, max_copies: Option<u32>) -> Result<HostSearch> {
         let (total, avail) = procfs::read_meminfo()?;
-        Ok(HostSearch {
-            limits: Limits::for_request(req, total, max_copies),
-            count_mode: matches!(req, Copies::Count(_)),
-            started: Instant::now(),
-            avail_before_kib: avail,
-            largest_pss_kib: 0,
-            last: Duration::ZERO,
-            steps: Vec::new(),
-        })
+        Ok(HostSearch(Searching::new(SearchPlan::new(
+            req, max_copies, total, avail,
+        ))))
     }
 
     /// Whether to stop before copy `copies_up + 1`: the bound met and what the search saw. A
     /// count reads nothing; a search reads the host's MemAvailable and records the step.
     pub(super) fn decide(&mut self, copies_up: usize) -> Result<Option<(Stop, String)>> {
-        let avail = if self.count_mode {
-            self.avail_before_kib
+        let plan = self.0.plan();
+        let avail = if plan.count_mode {
+            plan.avail_before_kib
         } else {
             procfs::read_meminfo()?.1
         };
-        let state = SearchState::new(
-            copies_up,
-            self.started.elapsed(),
-            self.avail_before_kib,
-            avail,
-            self.largest_pss_kib,
-            self.last,
-        );
-        if !self.count_mode {
-            self.steps.push(state.step());
-        }
-        Ok(
-            stop_before_next(&self.limits, &state, self.count_mode).map(|stop| {
-                let detail = if self.count_mode {
-                    format!("{} copies up as asked", state.copies_up)
-                } else {
-                    state.said()
-                };
-                (stop, detail)
-            }),
-        )
+        Ok(self.0.next(copies_up, avail))
     }
 
     /// A copy came up after `took`, its QEMU's PSS read (None: it did not read, and the
     /// search's estimate of the next copy stands on MemAvailable alone).
     pub(super) fn up(&mut self, took: Duration, pss_kib: Option<u64>) {
-        self.last = took;
-        self.largest_pss_kib = self.largest_pss_kib.max(pss_kib.unwrap_or(0));
+        self.0.up(took, pss_kib);
     }
 
     /// Writes the steps so far, and the stop once there is one; a failure is said, and the
@@ -104,8 +71,8 @@ impl HostSearch {
         let record = Archived {
             arm,
             finished: stop.is_some(),
-            limits: &self.limits,
-            steps: &self.steps,
+            limits: &self.0.plan().limits,
+            steps: self.0.steps(),
             stopped_by: stop.map(|(s, _)| s),
             detail: stop.map(|(_, d)| d),
         };
@@ -123,23 +90,24 @@ impl HostSearch {
     /// The record of the search so far, or at its end.
     pub(super) fn record(&self, stopped_by: Stop, detail: &str) -> Search {
         Search {
-            limits: self.limits,
+            limits: self.0.plan().limits,
             stopped_by,
             detail: detail.to_string(),
-            steps: self.steps.clone(),
+            steps: self.0.steps().to_vec(),
             failed: None,
         }
     }
 
     pub(super) fn count_mode(&self) -> bool {
-        self.count_mode
+        self.0.plan().count_mode
     }
 
     /// MemAvailable at the last step, in MiB; before the first copy, at the start.
     pub(super) fn avail_mib(&self) -> u64 {
-        self.steps
+        self.0
+            .steps()
             .last()
-            .map_or(self.avail_before_kib, |s| s.mem_available_kib)
+            .map_or(self.0.plan().avail_before_kib, |s| s.mem_available_kib)
             / 1024
     }
 }

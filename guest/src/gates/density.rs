@@ -26,14 +26,14 @@ use anyhow::Result;
 use serde_json::json;
 use sharedos_report::compare::{self, check};
 use sharedos_report::model::density::{
-    median, p95, stop_before_next, CopyMem, DensityData, Limits, Mem, SearchState, SearchStep, Stop,
+    median, p95, CopyMem, DensityData, Mem, SearchPlan, SearchStep, Searching, Stop,
 };
 use sharedos_report::model::tree::{Observation, TreeRecord};
 use sharedos_report::procfs::{parse_smaps_rollup, read_meminfo, read_proc};
 use sharedos_report::report::{Check, Copies, Gate, GateName};
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 fn copy_mem(ctx: &Ctx, label: &str, pid: i32) -> CopyMem {
     let mut c = CopyMem {
@@ -265,69 +265,6 @@ fn end_earlier_copies(ctx: &mut Ctx) -> Result<Vec<String>, String> {
     Ok(ended)
 }
 
-/// How many copies to restore: the bounds of the request, whether it only counts to a number,
-/// and where memory stood before the first copy.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct SearchPlan {
-    pub requested: Copies,
-    pub limits: Limits,
-    /// `--copies N`: restore N, asking and measuring each only once all are up.
-    pub count_mode: bool,
-    pub mem_total_kib: u64,
-    pub avail_before_kib: u64,
-}
-
-impl SearchPlan {
-    pub fn new(
-        requested: Copies,
-        max_copies: Option<u32>,
-        mem_total_kib: u64,
-        avail_before_kib: u64,
-    ) -> SearchPlan {
-        SearchPlan {
-            requested,
-            limits: Limits::for_request(requested, mem_total_kib, max_copies),
-            count_mode: matches!(requested, Copies::Count(_)),
-            mem_total_kib,
-            avail_before_kib,
-        }
-    }
-
-    /// Where the search stands with `copies_up` copies up and `avail_kib` MemAvailable.
-    pub fn state(
-        &self,
-        copies_up: usize,
-        elapsed: Duration,
-        avail_kib: u64,
-        largest_copy_pss_kib: u64,
-        last_copy: Duration,
-    ) -> SearchState {
-        SearchState::new(
-            copies_up,
-            elapsed,
-            self.avail_before_kib,
-            avail_kib,
-            largest_copy_pss_kib,
-            last_copy,
-        )
-    }
-
-    /// Whether to stop before the next restore: the bound met and what the search saw.
-    pub fn decide(&self, s: &SearchState) -> Option<(Stop, String)> {
-        let stop = stop_before_next(&self.limits, s, self.count_mode)?;
-        let detail = if self.count_mode {
-            format!(
-                "{} copies restored as asked, {} s in",
-                s.copies_up,
-                s.elapsed.as_secs()
-            )
-        } else {
-            s.said()
-        };
-        Some((stop, detail))
-    }
-}
-
 /// What the restoring did: the copies up (label, PID 1), each restore's time, and why it
 /// stopped.
 #[derive(Clone, Debug, PartialEq)]
@@ -348,11 +285,9 @@ fn restore_copies(
     plan: &SearchPlan,
     snap: &Observation,
 ) -> Search {
-    let started = Instant::now();
+    let mut search = Searching::new(*plan);
     let mut up: Vec<(String, i32)> = Vec::new();
     let mut restore_ms = Vec::new();
-    let mut largest_pss = 0;
-    let mut steps = Vec::new();
     let (stop, detail) = loop {
         let avail = match read_meminfo() {
             Ok((_, a)) => a,
@@ -363,12 +298,7 @@ fn restore_copies(
                 break (Stop::RestoreFailed, detail);
             }
         };
-        let last = Duration::from_millis(restore_ms.last().copied().unwrap_or(0));
-        let state = plan.state(up.len(), started.elapsed(), avail, largest_pss, last);
-        if !plan.count_mode {
-            steps.push(state.step());
-        }
-        if let Some(stop) = plan.decide(&state) {
+        if let Some(stop) = search.next(up.len(), avail) {
             break stop;
         }
         let label = format!("density-{}", up.len() + 1);
@@ -377,16 +307,19 @@ fn restore_copies(
             Err(detail) => break (Stop::RestoreFailed, detail),
         };
         up.push((label.clone(), pid));
-        if !plan.count_mode {
+        let took = Duration::from_millis(restore_ms.last().copied().unwrap_or(0));
+        if plan.count_mode {
+            search.up(took, None);
+        } else {
             match check_new_copy(ctx, &label, pid, snap) {
-                Ok(pss) => largest_pss = largest_pss.max(pss),
+                Ok(pss) => search.up(took, Some(pss)),
                 Err(detail) => break (Stop::NoAnswer, detail),
             }
             (ctx.cfg.progress)(&format!(
                 "density: {} copies up, the last restored in {:.1} s, the largest PSS {} MiB; MemAvailable {} MiB before the last",
                 up.len(),
-                restore_ms.last().copied().unwrap_or(0) as f64 / 1000.0,
-                largest_pss / 1024,
+                took.as_secs_f64(),
+                search.largest_copy_pss_kib() / 1024,
                 avail / 1024
             ));
         }
@@ -396,7 +329,7 @@ fn restore_copies(
         restore_ms,
         stop,
         detail,
-        steps,
+        steps: search.into_steps(),
     }
 }
 
@@ -602,63 +535,6 @@ mod tests {
     use super::*;
 
     const MIB: u64 = 1024;
-
-    #[test]
-    fn the_search_state_spreads_the_fall_of_memavailable_over_the_copies() {
-        let plan = SearchPlan::new(Copies::Max, None, 1024 * MIB, 900 * MIB);
-        assert!(!plan.count_mode);
-        assert_eq!(
-            plan.limits,
-            Limits::for_request(Copies::Max, 1024 * MIB, None)
-        );
-        let first = plan.state(0, Duration::ZERO, 900 * MIB, 0, Duration::ZERO);
-        assert_eq!(first.avail_drop_per_copy_kib, 0);
-        let fourth = plan.state(
-            4,
-            Duration::from_secs(9),
-            700 * MIB,
-            30 * MIB,
-            Duration::ZERO,
-        );
-        assert_eq!(fourth.copies_up, 4);
-        assert_eq!(fourth.avail_drop_per_copy_kib, 50 * MIB);
-        assert_eq!(fourth.next_copy_kib(), 50 * MIB, "the larger estimate");
-        // Memory freed meanwhile is no negative fall.
-        assert_eq!(
-            plan.state(2, Duration::ZERO, 950 * MIB, 0, Duration::ZERO)
-                .avail_drop_per_copy_kib,
-            0
-        );
-    }
-
-    #[test]
-    fn the_decision_names_the_bound_and_what_the_search_saw() {
-        let count = SearchPlan::new(Copies::Count(3), None, 1024 * MIB, 900 * MIB);
-        assert!(count.count_mode);
-        assert_eq!(
-            count.decide(&count.state(2, Duration::ZERO, MIB, 0, Duration::ZERO)),
-            None
-        );
-        assert_eq!(
-            count.decide(&count.state(3, Duration::from_secs(12), MIB, 0, Duration::ZERO)),
-            Some((Stop::Count, "3 copies restored as asked, 12 s in".into()))
-        );
-        let max = SearchPlan::new(Copies::Max, None, 1024 * MIB, 900 * MIB);
-        let (stop, detail) = max
-            .decide(&max.state(
-                9,
-                Duration::from_secs(100),
-                160 * MIB,
-                40 * MIB,
-                Duration::ZERO,
-            ))
-            .unwrap();
-        assert_eq!(stop, Stop::MemoryFloor);
-        assert!(
-            detail.starts_with("9 copies up, 100 s in, the last in 0.0 s, MemAvailable 160 MiB, next copy estimated at 82 MiB (largest copy PSS 40 MiB, MemAvailable fell 82 MiB per copy)"),
-            "{detail}"
-        );
-    }
 
     fn answer(label: &str, token_ok: bool) -> Answer {
         let c = |name: &str, ok: bool| check(name, ok, json!(null), "x");

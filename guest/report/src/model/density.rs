@@ -3,7 +3,7 @@
 
 use crate::report::Copies;
 use serde::{Deserialize, Serialize};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The most copies either form restores (`--copies N` is refused above it).
 pub const MAX_COPIES: u32 = 64;
@@ -165,6 +165,132 @@ impl SearchState {
             self.largest_copy_pss_kib / 1024,
             self.avail_drop_per_copy_kib / 1024
         )
+    }
+}
+
+/// How many copies to make: the bounds of the request, whether it only counts to a number, and
+/// where memory stood before the first copy.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SearchPlan {
+    pub requested: Copies,
+    pub limits: Limits,
+    /// `--copies N`: make N, asking and measuring each only once all are up.
+    pub count_mode: bool,
+    pub mem_total_kib: u64,
+    pub avail_before_kib: u64,
+}
+
+impl SearchPlan {
+    pub fn new(
+        requested: Copies,
+        max_copies: Option<u32>,
+        mem_total_kib: u64,
+        avail_before_kib: u64,
+    ) -> SearchPlan {
+        SearchPlan {
+            requested,
+            limits: Limits::for_request(requested, mem_total_kib, max_copies),
+            count_mode: matches!(requested, Copies::Count(_)),
+            mem_total_kib,
+            avail_before_kib,
+        }
+    }
+
+    /// Where the search stands with `copies_up` copies up and `avail_kib` MemAvailable.
+    pub fn state(
+        &self,
+        copies_up: usize,
+        elapsed: Duration,
+        avail_kib: u64,
+        largest_copy_pss_kib: u64,
+        last_copy: Duration,
+    ) -> SearchState {
+        SearchState::new(
+            copies_up,
+            elapsed,
+            self.avail_before_kib,
+            avail_kib,
+            largest_copy_pss_kib,
+            last_copy,
+        )
+    }
+
+    /// Whether to stop before the next copy: the bound met and what the search saw.
+    pub fn decide(&self, s: &SearchState) -> Option<(Stop, String)> {
+        let stop = stop_before_next(&self.limits, s, self.count_mode)?;
+        let detail = if self.count_mode {
+            format!(
+                "{} copies restored as asked, {} s in",
+                s.copies_up,
+                s.elapsed.as_secs()
+            )
+        } else {
+            s.said()
+        };
+        Some((stop, detail))
+    }
+}
+
+/// A search under way: its plan, and what it has seen of the copies so far. The density gate's
+/// restores and the host's VMs keep their count with it, so that both are held to one rule and
+/// record their steps one way.
+#[derive(Clone, Debug)]
+pub struct Searching {
+    plan: SearchPlan,
+    started: Instant,
+    largest_copy_pss_kib: u64,
+    last_copy: Duration,
+    steps: Vec<SearchStep>,
+}
+
+impl Searching {
+    pub fn new(plan: SearchPlan) -> Searching {
+        Searching {
+            plan,
+            started: Instant::now(),
+            largest_copy_pss_kib: 0,
+            last_copy: Duration::ZERO,
+            steps: Vec::new(),
+        }
+    }
+
+    /// Before copy `copies_up + 1`, with `avail_kib` MemAvailable: records the step (a
+    /// search's; a count records none) and says whether to stop, and why.
+    pub fn next(&mut self, copies_up: usize, avail_kib: u64) -> Option<(Stop, String)> {
+        let state = self.plan.state(
+            copies_up,
+            self.started.elapsed(),
+            avail_kib,
+            self.largest_copy_pss_kib,
+            self.last_copy,
+        );
+        if !self.plan.count_mode {
+            self.steps.push(state.step());
+        }
+        self.plan.decide(&state)
+    }
+
+    /// A copy came up after `took`; its PSS, where it was read (a count reads none, and a
+    /// copy whose read failed leaves the estimate of the next to MemAvailable's fall).
+    pub fn up(&mut self, took: Duration, pss_kib: Option<u64>) {
+        self.last_copy = took;
+        self.largest_copy_pss_kib = self.largest_copy_pss_kib.max(pss_kib.unwrap_or(0));
+    }
+
+    pub fn plan(&self) -> &SearchPlan {
+        &self.plan
+    }
+
+    pub fn largest_copy_pss_kib(&self) -> u64 {
+        self.largest_copy_pss_kib
+    }
+
+    pub fn steps(&self) -> &[SearchStep] {
+        &self.steps
+    }
+
+    pub fn into_steps(self) -> Vec<SearchStep> {
+        self.steps
     }
 }
 
@@ -438,6 +564,65 @@ mod tests {
         assert_eq!(
             stop_before_next(&l, &state(3, 0, 900, 0), true),
             Some(Stop::Count)
+        );
+    }
+
+    const MIB: u64 = 1024;
+
+    #[test]
+    fn the_search_state_spreads_the_fall_of_memavailable_over_the_copies() {
+        let plan = SearchPlan::new(Copies::Max, None, 1024 * MIB, 900 * MIB);
+        assert!(!plan.count_mode);
+        assert_eq!(
+            plan.limits,
+            Limits::for_request(Copies::Max, 1024 * MIB, None)
+        );
+        let first = plan.state(0, Duration::ZERO, 900 * MIB, 0, Duration::ZERO);
+        assert_eq!(first.avail_drop_per_copy_kib, 0);
+        let fourth = plan.state(
+            4,
+            Duration::from_secs(9),
+            700 * MIB,
+            30 * MIB,
+            Duration::ZERO,
+        );
+        assert_eq!(fourth.copies_up, 4);
+        assert_eq!(fourth.avail_drop_per_copy_kib, 50 * MIB);
+        assert_eq!(fourth.next_copy_kib(), 50 * MIB, "the larger estimate");
+        // Memory freed meanwhile is no negative fall.
+        assert_eq!(
+            plan.state(2, Duration::ZERO, 950 * MIB, 0, Duration::ZERO)
+                .avail_drop_per_copy_kib,
+            0
+        );
+    }
+
+    #[test]
+    fn the_decision_names_the_bound_and_what_the_search_saw() {
+        let count = SearchPlan::new(Copies::Count(3), None, 1024 * MIB, 900 * MIB);
+        assert!(count.count_mode);
+        assert_eq!(
+            count.decide(&count.state(2, Duration::ZERO, MIB, 0, Duration::ZERO)),
+            None
+        );
+        assert_eq!(
+            count.decide(&count.state(3, Duration::from_secs(12), MIB, 0, Duration::ZERO)),
+            Some((Stop::Count, "3 copies restored as asked, 12 s in".into()))
+        );
+        let max = SearchPlan::new(Copies::Max, None, 1024 * MIB, 900 * MIB);
+        let (stop, detail) = max
+            .decide(&max.state(
+                9,
+                Duration::from_secs(100),
+                160 * MIB,
+                40 * MIB,
+                Duration::ZERO,
+            ))
+            .unwrap();
+        assert_eq!(stop, Stop::MemoryFloor);
+        assert!(
+            detail.starts_with("9 copies up, 100 s in, the last in 0.0 s, MemAvailable 160 MiB, next copy estimated at 82 MiB (largest copy PSS 40 MiB, MemAvailable fell 82 MiB per copy)"),
+            "{detail}"
         );
     }
 
