@@ -59,10 +59,7 @@ impl Kind {
 
     /// As the progress lines name the arm.
     pub(super) fn name(self) -> &'static str {
-        match self {
-            Kind::Each => "VM-each",
-            Kind::Template => "VM-template",
-        }
+        self.arm().column()
     }
 }
 
