@@ -324,6 +324,7 @@ mod tests {
             initrd_sha256: "c".repeat(64),
             argv: vec!["qemu-system-x86_64".into()],
             gate_sha256: None,
+            warm_up_sha256: None,
         }
     }
 

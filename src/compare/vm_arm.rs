@@ -322,7 +322,7 @@ fn make_fork(
     workload: Option<&str>,
     ram: Option<RamFile>,
 ) -> Result<Made> {
-    let session = run::boot::open_with_ram(&base.boot, &base.gate.binary, entry, obs, ram)?;
+    let session = run::boot::open_to_fork(&base.boot, &base.gate.binary, entry, obs, ram)?;
     let accel = session.accel();
     let idle = host_mem(session.qemu_pid()).ok();
     gates::copy(session.guest(), Some(session.start()), &base.gate, obs)?;

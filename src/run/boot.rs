@@ -40,29 +40,42 @@ pub fn spec(boot: &Boot, name: &str, logs: &Path) -> SessionSpec {
 
 /// Boots the image and logs in; its logs go to the report directory. `boot_to_ssh` is timed by
 /// the session, or here when it fails. A resumed guest resumes the layer that holds
-/// `gate_binary` (none when it is empty).
+/// `gate_binary` (none when it is empty), warmed by a gate run ([`warm_up_command`]).
 pub fn open(
     boot: &Boot,
     gate_binary: &Path,
     entry: &ImageEntry,
     obs: &mut Observed,
 ) -> Result<Session> {
-    open_with_ram(boot, gate_binary, entry, obs, None)
+    open_as(boot, gate_binary, entry, obs, None, true)
 }
 
-/// [`open`], the guest's RAM in `ram` (a template's file) when given.
-pub fn open_with_ram(
+/// [`open`] for a guest that `vm-compare`'s VM arms save and resume copies of, its RAM in `ram`
+/// (a template's file) when given. Its layer is not warmed: a copy then holds what the guest of
+/// a deployment would, not the caches of a gate run it never made.
+pub fn open_to_fork(
     boot: &Boot,
     gate_binary: &Path,
     entry: &ImageEntry,
     obs: &mut Observed,
     ram: Option<crate::vm::qemu::RamFile>,
 ) -> Result<Session> {
+    open_as(boot, gate_binary, entry, obs, ram, false)
+}
+
+fn open_as(
+    boot: &Boot,
+    gate_binary: &Path,
+    entry: &ImageEntry,
+    obs: &mut Observed,
+    ram: Option<crate::vm::qemu::RamFile>,
+    warm: bool,
+) -> Result<Session> {
     let t = Instant::now();
     let spec = SessionSpec {
         accel_cache: Spot::of_image(entry),
         snapshot: snapshot::Spot::of_image(entry),
-        layer: gate_layer(boot, gate_binary)?,
+        layer: gate_layer(boot, gate_binary, warm)?,
         ram,
         ..spec(boot, &short_id(), &obs.report_dir)
     };
@@ -74,8 +87,9 @@ pub fn open_with_ram(
 }
 
 /// The layer a resumed run with a gate binary resumes: the one over the image's snapshot that
-/// holds this binary (by its sha256) at [`GUEST_GATE`]. None when booting cold or without one.
-pub fn gate_layer(boot: &Boot, gate_binary: &Path) -> Result<Option<Layer>> {
+/// holds this binary (by its sha256) at [`GUEST_GATE`], warmed when `warm`. None when booting
+/// cold or without one.
+pub fn gate_layer(boot: &Boot, gate_binary: &Path, warm: bool) -> Result<Option<Layer>> {
     if boot.cold || gate_binary.as_os_str().is_empty() {
         return Ok(None);
     }
@@ -90,7 +104,20 @@ pub fn gate_layer(boot: &Boot, gate_binary: &Path) -> Result<Option<Layer>> {
         sha256,
         guest_path: GUEST_GATE.into(),
         mode: 0o755,
+        warm_up: warm.then(warm_up_command),
     }))
+}
+
+/// What the layer's guest runs before it is saved: the gates once, on a tmpfs, their report
+/// thrown away. A resumed guest otherwise reads criu, Xvfb, the xterm, their libraries, fonts
+/// and keymaps from its disk, and loads the kernel modules criu asks for, inside the gates it
+/// times: under TCG that cost a warm run about 5 s of its 20. Only caches are left by it: its
+/// cleanup gate ends every tree it started, and its files are removed.
+pub fn warm_up_command() -> String {
+    let work = "/tmp/sharedos-warm-up";
+    format!(
+        "{GUEST_GATE} diagnose --work {work} --out {work}/report/report.json --step-timeout 180 >/dev/null 2>&1; rm -rf {work}"
+    )
 }
 
 /// Why this run's guest could not be resumed from a snapshot, told before anything boots, or

@@ -78,7 +78,7 @@ fn write_boot(s: &mut String, r: &Resolved, report_dir: &Path) -> std::fmt::Resu
         if !r.gate.binary.as_os_str().is_empty() {
             writeln!(
                 s,
-                "[snapshot layer] the layer over that snapshot keyed also by the gate binary's sha256 is resumed instead, the same way; when there is none, or it fails its checks (its base's disk included), it is made first: the snapshot resumed onto the layer's own overlay, the binary copied in and checked, then saved over QMP; layers of the same snapshot with another binary go unless a running rig holds them\n    {}\n    {}   (stdin: {})\n    {}",
+                "[snapshot layer] the layer over that snapshot keyed also by the gate binary's sha256 is resumed instead, the same way; when there is none, or it fails its checks (its base's disk included), it is made first: the snapshot resumed onto the layer's own overlay, the binary copied in and checked, the gates run once to warm the guest's caches (their report thrown away), then saved over QMP; layers of the same snapshot with another binary go unless a running rig holds them\n    {}\n    {}   (stdin: {})\n    {}\n    {}",
                 qemu::overlay_on_cmd(
                     Path::new("../<snapshot>/disk.qcow2"),
                     "qcow2",
@@ -87,7 +87,8 @@ fn write_boot(s: &mut String, r: &Resolved, report_dir: &Path) -> std::fmt::Resu
                 .display(),
                 ssh::upload_command(GUEST_GATE, 0o755),
                 r.gate.binary.display(),
-                session::sha256_command(GUEST_GATE)
+                session::sha256_command(GUEST_GATE),
+                boot::warm_up_command()
             )?;
         }
     }

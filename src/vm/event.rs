@@ -99,7 +99,7 @@ impl Event {
                 format!("{name}: {:.2} s", took.as_secs_f64())
             }
             Event::LayerMaking { base, why } => format!(
-                "{why}: making it over snapshot {}: resume, copy the gate binary in, check its sha256, save ...",
+                "{why}: making it over snapshot {}: resume, copy the gate binary in, check its sha256, run the gates once to warm its caches, save ...",
                 base.display()
             ),
             Event::SnapshotMade { dir, state_bytes } => format!(

@@ -86,6 +86,10 @@ pub struct Layer {
     pub guest_path: String,
     /// Its mode there.
     pub mode: u32,
+    /// What the guest runs once the file is in, before it is saved: the layer's guest then
+    /// holds in its caches what that command read. Its exit status is not looked at; it must
+    /// end within the bound [`make_layer`](session::make) gives it.
+    pub warm_up: Option<String>,
 }
 
 /// The guest's command that hashes `guest_path`: its first word is the sha256, or the command

@@ -67,6 +67,11 @@ pub struct Key {
     /// the record then, so that a base's key and directory are what they were before layers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gate_sha256: Option<String>,
+    /// A warmed layer's: the sha256 of the command its guest ran before it was saved (see
+    /// `Layer::warm_up`). A guest that ran it holds other caches than one that did not, so the
+    /// two are other layers of the same binary.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warm_up_sha256: Option<String>,
 }
 
 impl Key {
@@ -78,6 +83,15 @@ impl Key {
     pub fn layer(&self, gate: &str) -> Key {
         Key {
             gate_sha256: Some(gate.to_string()),
+            warm_up_sha256: None,
+            ..self.clone()
+        }
+    }
+
+    /// The key of the layer of this key whose guest ran `command` before it was saved.
+    pub fn warmed_by(&self, command: &str) -> Key {
+        Key {
+            warm_up_sha256: Some(digest::sha256_hex(command.as_bytes())),
             ..self.clone()
         }
     }
@@ -86,6 +100,7 @@ impl Key {
     pub fn base(&self) -> Key {
         Key {
             gate_sha256: None,
+            warm_up_sha256: None,
             ..self.clone()
         }
     }
@@ -125,6 +140,17 @@ impl Key {
                 "it holds {}, and this run wants {}",
                 says(&self.gate_sha256),
                 says(&want.gate_sha256)
+            ));
+        }
+        if self.warm_up_sha256 != want.warm_up_sha256 {
+            let says = |w: &Option<String>| match w {
+                Some(sha) => format!("a guest warmed by the command of sha256 {sha}"),
+                None => "a guest not warmed".to_string(),
+            };
+            return Some(format!(
+                "it holds {}, and this run wants {}",
+                says(&self.warm_up_sha256),
+                says(&want.warm_up_sha256)
             ));
         }
         None
@@ -193,6 +219,7 @@ impl Spot {
             initrd_sha256: self.initrd_sha256.clone(),
             argv,
             gate_sha256: None,
+            warm_up_sha256: None,
         }
     }
 
@@ -381,6 +408,7 @@ mod tests {
             initrd_sha256: "c".repeat(64),
             argv: vec!["qemu-system-x86_64".into(), "-m".into(), "1024".into()],
             gate_sha256: None,
+            warm_up_sha256: None,
         }
     }
 
@@ -486,6 +514,32 @@ mod tests {
         }
         .layer(&"1".repeat(64));
         assert!(!replaced_layer(&other_memory, &b));
+    }
+
+    #[test]
+    fn a_warmed_layer_is_another_layer_of_the_same_binary_and_goes_with_it() {
+        let base = key();
+        let cold = base.layer(&"1".repeat(64));
+        let warm = cold.warmed_by("sharedos-gate diagnose");
+        // What a comparison's VM arm resumes is never a layer a gate run warmed, nor the reverse.
+        assert_ne!(warm.sha256(), cold.sha256());
+        assert!(
+            cold.differs(&warm).unwrap().contains("not warmed"),
+            "{:?}",
+            cold.differs(&warm)
+        );
+        assert_ne!(warm.sha256(), cold.warmed_by("another command").sha256());
+        assert!(!serde_json::to_string(&cold).unwrap().contains("warm_up"));
+        // Both are layers of the same base; neither replaces the other, and a new binary
+        // replaces both.
+        assert_eq!(warm.base(), base);
+        assert!(!replaced_layer(&warm, &cold) && !replaced_layer(&cold, &warm));
+        let next = base.layer(&"2".repeat(64));
+        assert!(replaced_layer(&warm, &next) && replaced_layer(&cold, &next));
+        assert!(replaced_layer(
+            &warm,
+            &next.warmed_by("sharedos-gate diagnose")
+        ));
     }
 
     #[test]

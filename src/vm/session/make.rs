@@ -77,6 +77,14 @@ pub(super) fn make_layer(
                 crate::escape::line(&sharedos_report::text::tail(&out.output, 3, 300))
             );
         }
+        if let Some(warm) = &layer.warm_up {
+            // Its bound: a whole gate run under TCG takes about 25 s on a quiet 2-core host.
+            guest.set_timeout(b.ssh * 4);
+            guest
+                .exec(warm)
+                .context("warming the layer's guest (the command did not end in time)")?;
+            guest.set_timeout(b.ssh);
+        }
         // The saved guest accepts the key this resume put in.
         std::fs::copy(key_path(run_dir), making.join(snapshot::KEY))
             .context("keeping the key the saved guest accepts")?;

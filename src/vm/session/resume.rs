@@ -185,7 +185,10 @@ fn with_layer(
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let key = base_r.key.layer(&layer.sha256);
+    let key = match &layer.warm_up {
+        Some(w) => base_r.key.layer(&layer.sha256).warmed_by(w),
+        None => base_r.key.layer(&layer.sha256),
+    };
     let dir = spot.dir(&key);
     let why = match snapshot::load(&dir) {
         Ok(None) => "there was no snapshot layer holding this gate binary".to_string(),
@@ -385,9 +388,10 @@ pub(super) fn resume(
     });
     let start = GuestStart {
         how: "resumed".into(),
-        reason: match &r.key.gate_sha256 {
-            None => "the snapshot for this image and these settings passed its checks".into(),
-            Some(_) => "the layer holding this gate binary over the snapshot for this image and these settings passed its checks".into(),
+        reason: match (&r.key.gate_sha256, &r.key.warm_up_sha256) {
+            (None, _) => "the snapshot for this image and these settings passed its checks".into(),
+            (Some(_), None) => "the layer holding this gate binary over the snapshot for this image and these settings passed its checks".into(),
+            (Some(_), Some(_)) => "the layer holding this gate binary over the snapshot for this image and these settings passed its checks (the layer's guest ran the gates once, their report thrown away, before it was saved)".into(),
         },
         snapshot: Some(SnapshotRef {
             state_sha256: r.state_sha256.clone(),
