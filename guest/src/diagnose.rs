@@ -109,6 +109,7 @@ pub fn run(cfg: Config, progress: &mut dyn FnMut(&Gate)) -> Report {
 
 /// As `run`, for one phase of the sequence.
 pub fn run_phase(cfg: Config, phase: &dyn Phase, progress: &mut dyn FnMut(&Gate)) -> Report {
+    let _sched_hooks_on = hold_perf_sched_hooks();
     let env = environment::capture(cfg.argv.clone());
     let mut ctx = Ctx::new(cfg, env);
     let mut setup_error = None;
@@ -256,6 +257,44 @@ pub fn render_plan(cfg: &Config) -> String {
         ));
     }
     s
+}
+
+/// Opens a disabled software perf event on this process and holds it for the run, so that the
+/// kernel's scheduler hooks for perf stay patched in from the start to the end.
+///
+/// Why: every `criu restore` on newer kernels sets a hardware breakpoint through ptrace, which
+/// creates a perf event; the first such event patches the scheduler's code in (a static key,
+/// written with int3 breakpoints while the other CPUs run), and the last one's release patches
+/// it out again. A guest with two vCPUs under QEMU's multi-threaded TCG can run a stale
+/// translation of that code and take the int3 as an oops (seen on trixie's 6.12 in
+/// `__schedule`, from criu's `ptrace_set_breakpoint_addr`). Held here, the count never drops to
+/// zero during the run: the code is patched once, before the tree starts, instead of at every
+/// restore. Nothing the gates measure depends on it. None when the kernel refuses the event;
+/// the run goes on as before then.
+fn hold_perf_sched_hooks() -> Option<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // `struct perf_event_attr` as its first published size (PERF_ATTR_SIZE_VER0, 64 bytes):
+    // type, size, config, then at byte 40 the flag bits, of which bit 0 is `disabled`.
+    let mut attr = [0u8; 64];
+    attr[0..4].copy_from_slice(&1u32.to_ne_bytes()); // PERF_TYPE_SOFTWARE
+    attr[4..8].copy_from_slice(&64u32.to_ne_bytes());
+    attr[8..16].copy_from_slice(&9u64.to_ne_bytes()); // PERF_COUNT_SW_DUMMY
+    attr[40..48].copy_from_slice(&1u64.to_ne_bytes());
+    // SAFETY: perf_event_open(2) reads `attr`'s 64 bytes, which live across the call; pid 0 is
+    // this process, cpu -1 any, no group, and the flag is PERF_FLAG_FD_CLOEXEC.
+    let fd = unsafe {
+        nix::libc::syscall(
+            nix::libc::SYS_perf_event_open,
+            attr.as_ptr(),
+            0 as nix::libc::pid_t,
+            -1 as nix::libc::c_int,
+            -1 as nix::libc::c_int,
+            8 as nix::libc::c_ulong,
+        )
+    };
+    let fd = i32::try_from(fd).ok().filter(|fd| *fd >= 0)?;
+    // SAFETY: the kernel just returned this descriptor, and nothing else owns it.
+    Some(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
 }
 
 #[cfg(test)]
