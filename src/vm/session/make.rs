@@ -19,8 +19,9 @@ use std::time::Duration;
 
 /// Makes the layer of key `key` over the base snapshot `base`: the base resumed with the
 /// layer's overlay in a fresh directory of the store (backed by the base's disk through a
-/// relative name), the file put in and its sha256 checked in the guest, then the guest saved
-/// over QMP and QEMU quit, as a snapshot is made; installed under `key`, held, and the layers
+/// relative name), the file put in and its sha256 checked in the guest, the layer's warm-up
+/// run there when it has one, then the guest saved over QMP and QEMU quit, as a snapshot is
+/// made; installed under `key`, held, and the layers
 /// of the same base with another file removed unless a running rig holds them.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn make_layer(
