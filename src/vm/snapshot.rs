@@ -131,30 +131,36 @@ impl Key {
                 want.argv.get(at).map(String::as_str).unwrap_or("")
             ));
         }
-        if self.gate_sha256 != want.gate_sha256 {
-            let says = |g: &Option<String>| match g {
-                Some(sha) => format!("the gate binary of sha256 {sha}"),
-                None => "no gate binary".to_string(),
-            };
-            return Some(format!(
-                "it holds {}, and this run wants {}",
-                says(&self.gate_sha256),
-                says(&want.gate_sha256)
-            ));
-        }
-        if self.warm_up_sha256 != want.warm_up_sha256 {
-            let says = |w: &Option<String>| match w {
-                Some(sha) => format!("a guest warmed by the command of sha256 {sha}"),
-                None => "a guest not warmed".to_string(),
-            };
-            return Some(format!(
-                "it holds {}, and this run wants {}",
-                says(&self.warm_up_sha256),
-                says(&want.warm_up_sha256)
-            ));
-        }
-        None
+        holds_other(
+            &self.gate_sha256,
+            &want.gate_sha256,
+            "the gate binary of sha256",
+            "no gate binary",
+        )
+        .or_else(|| {
+            holds_other(
+                &self.warm_up_sha256,
+                &want.warm_up_sha256,
+                "a guest warmed by the command of sha256",
+                "a guest not warmed",
+            )
+        })
     }
+}
+
+/// How a layer's hash `have` differs from the `want`ed one, in words: `named` and the sha256, or
+/// `none` for a layer without it. None when they agree.
+fn holds_other(
+    have: &Option<String>,
+    want: &Option<String>,
+    named: &str,
+    none: &str,
+) -> Option<String> {
+    let says = |h: &Option<String>| match h {
+        Some(sha) => format!("{named} {sha}"),
+        None => none.to_string(),
+    };
+    (have != want).then(|| format!("it holds {}, and this run wants {}", says(have), says(want)))
 }
 
 /// A layer's record of the snapshot it was made over: its disk is that snapshot's disk, so a

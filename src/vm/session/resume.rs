@@ -388,10 +388,16 @@ pub(super) fn resume(
     });
     let start = GuestStart {
         how: "resumed".into(),
-        reason: match (&r.key.gate_sha256, &r.key.warm_up_sha256) {
-            (None, _) => "the snapshot for this image and these settings passed its checks".into(),
-            (Some(_), None) => "the layer holding this gate binary over the snapshot for this image and these settings passed its checks".into(),
-            (Some(_), Some(_)) => "the layer holding this gate binary over the snapshot for this image and these settings passed its checks (the layer's guest ran the gates once, their report thrown away, before it was saved)".into(),
+        reason: match &r.key.gate_sha256 {
+            None => "the snapshot for this image and these settings passed its checks".into(),
+            Some(_) => format!(
+                "the layer holding this gate binary over the snapshot for this image and these settings passed its checks{}",
+                if r.key.warm_up_sha256.is_some() {
+                    " (the layer's guest ran the gates once, their report thrown away, before it was saved)"
+                } else {
+                    ""
+                }
+            ),
         },
         snapshot: Some(SnapshotRef {
             state_sha256: r.state_sha256.clone(),
