@@ -30,8 +30,13 @@ pub enum Event {
     /// guest's first answer, its setup over that first session).
     Stage { name: &'static str, took: Duration },
     /// No layer over the snapshot `base` holds the session's file (`why`): one is being made
-    /// (the base resumed, the file put in and checked, the guest saved).
-    LayerMaking { base: PathBuf, why: String },
+    /// (the base resumed, the file put in and checked, when `warmed` the layer's warm-up run,
+    /// the guest saved).
+    LayerMaking {
+        base: PathBuf,
+        why: String,
+        warmed: bool,
+    },
     /// A snapshot of this image and these settings was saved, for this and later runs.
     SnapshotMade { dir: PathBuf, state_bytes: u64 },
     /// Once a snapshot was made: another of the image's snapshots, which no run here can use
@@ -98,9 +103,14 @@ impl Event {
             Event::Stage { name, took } => {
                 format!("{name}: {:.2} s", took.as_secs_f64())
             }
-            Event::LayerMaking { base, why } => format!(
-                "{why}: making it over snapshot {}: resume, copy the gate binary in, check its sha256, run the gates once to warm its caches, save ...",
-                base.display()
+            Event::LayerMaking { base, why, warmed } => format!(
+                "{why}: making it over snapshot {}: resume, copy the gate binary in, check its sha256, {}save ...",
+                base.display(),
+                if *warmed {
+                    "run the gates once to warm its caches, "
+                } else {
+                    ""
+                }
             ),
             Event::SnapshotMade { dir, state_bytes } => format!(
                 "snapshot saved: {} ({} MiB of machine state)",
@@ -139,6 +149,23 @@ impl Event {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_layer_is_said_to_be_warmed_only_when_it_is() {
+        let making = |warmed| Event::LayerMaking {
+            base: "/s/bookworm-0123".into(),
+            why: "there was none".into(),
+            warmed,
+        };
+        assert!(making(true)
+            .line()
+            .contains("check its sha256, run the gates once to warm its caches, save ..."));
+        let cold = making(false).line();
+        assert!(
+            cold.ends_with("check its sha256, save ...") && !cold.contains("warm"),
+            "{cold}"
+        );
+    }
 
     #[test]
     fn lines_say_what_happened() {

@@ -223,6 +223,7 @@ fn with_layer(
     sink(&Event::LayerMaking {
         base: base_dir.clone(),
         why: why.clone(),
+        warmed: layer.warm_up.is_some(),
     });
     let since = Instant::now();
     match make_layer(
