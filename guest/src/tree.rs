@@ -21,7 +21,7 @@ pub use argv::{
     xterm_argv, xvfb_argv,
 };
 pub use init::init_main;
-pub use setup::{pid_line, spawn_main, spawn_setup, spawned_pid};
+pub use setup::{bind_with_flags, pid_line, spawn_main, spawn_setup, spawned_pid};
 pub use workload::{
     browser_prefs, expected_processes, page_html, workload, After, Program, TreeFile, Workload,
     BROWSER_NO_SANDBOX_ENV, BROWSER_PROFILE, BUS_SOCKET, EDITOR_CLASS, PAGE, WM_NAME,

@@ -6,11 +6,12 @@ use super::{fidelity, workload, Config, Ctx, GateBuilder};
 use crate::probe::{all_differ, namespaces_of};
 use crate::tree::{self, TreeSpec};
 use anyhow::{Context, Result};
-use nix::mount::{mount, MsFlags};
+use nix::mount::MsFlags;
 use serde_json::json;
 use sharedos_report::compare::check;
 use sharedos_report::report::{Gate, GateName};
 use sharedos_report::wait;
+use std::path::Path;
 use std::time::Instant;
 
 /// A read-only bind of `/` for the tree's root and for CRIU's `--root`. Made in this process's
@@ -18,23 +19,7 @@ use std::time::Instant;
 pub fn make_root_bind(ctx: &Ctx) -> Result<()> {
     let root = ctx.cfg.root_bind();
     std::fs::create_dir_all(&root).with_context(|| format!("mkdir {}", root.display()))?;
-    mount(
-        Some("/"),
-        &root,
-        None::<&str>,
-        MsFlags::MS_BIND,
-        None::<&str>,
-    )
-    .with_context(|| format!("bind-mounting / on {}", root.display()))?;
-    mount(
-        None::<&str>,
-        &root,
-        None::<&str>,
-        MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY,
-        None::<&str>,
-    )
-    .with_context(|| format!("remounting {} read-only", root.display()))?;
-    Ok(())
+    tree::bind_with_flags(Path::new("/"), &root, MsFlags::MS_RDONLY)
 }
 
 /// The read-only bind of / that `make_root_bind` makes, as the equivalent command.

@@ -166,11 +166,11 @@ fn mount_fs(fstype: &str, target: &Path, flags: MsFlags, data: &str) -> Result<(
 }
 
 /// The directory of the tree's /tmp that holds what its /dev, /dev/shm and /var/lib/xkb show.
-pub const OWN_DIR: &str = ".sharedos-tree";
+const OWN_DIR: &str = ".sharedos-tree";
 
 /// Binds `source` on `target`, then gives the bind exactly `flags` (a bind starts with its
 /// source mount's).
-fn bind_with_flags(source: &Path, target: &Path, flags: MsFlags) -> Result<()> {
+pub fn bind_with_flags(source: &Path, target: &Path, flags: MsFlags) -> Result<()> {
     mount(
         Some(source),
         target,
