@@ -410,7 +410,7 @@ mod tests {
         dense.options.copies = Some(Copies::Max);
         let text = render_plan(&dense);
         assert!(
-            text.contains("[density] restore copy density-1")
+            text.contains("restore copy density-1")
                 && text.contains("--pidfile /w/restore-density-1.pid")
                 && text.contains("--copies max"),
             "{text}"

@@ -10,6 +10,7 @@ pub mod exec;
 pub mod gates;
 pub mod lies;
 pub mod migrate;
+pub mod netns;
 pub mod output;
 pub mod probe;
 pub mod pstree;

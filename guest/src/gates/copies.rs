@@ -3,7 +3,8 @@
 
 use super::step::{Kind, Step};
 use super::{fidelity, Config, Ctx};
-use crate::criu;
+use crate::criu::{self, NetNs};
+use crate::netns;
 use crate::probe::{self, TreeRecordExt};
 use anyhow::{Context, Result};
 use sharedos_report::model::tree::TreeRecord;
@@ -38,7 +39,12 @@ impl Ctx {
                 );
             }
         }
-        let step = criu_restore_step(&self.cfg, &criu_path, label, "");
+        let net = if netns::dumped_empty(&self.cfg.dump_dir()) {
+            NetNs::New
+        } else {
+            NetNs::Saved
+        };
+        let step = criu_restore_step(&self.cfg, &criu_path, label, "", net);
         let out = self.run(&step);
         let pid = std::fs::read_to_string(&pidfile)
             .with_context(|| format!("reading {}", pidfile.display()))
@@ -89,8 +95,8 @@ impl Ctx {
 }
 
 /// `criu restore` of the dump as copy `label`, with what the options add; `what` is the plan's
-/// account of it.
-pub fn criu_restore_step(cfg: &Config, criu: &Path, label: &str, what: &str) -> Step {
+/// account of it. `net` follows the dump: a namespace it left out is made new.
+pub fn criu_restore_step(cfg: &Config, criu: &Path, label: &str, what: &str, net: NetNs) -> Step {
     Step::new(
         Kind::CriuRestore,
         &format!("criu restore of copy {label}"),
@@ -101,6 +107,7 @@ pub fn criu_restore_step(cfg: &Config, criu: &Path, label: &str, what: &str) -> 
             &cfg.tree_root(&format!("copy-{label}")),
             &cfg.pidfile(label),
             &cfg.criu_log(&format!("restore-{label}")),
+            net,
             &cfg.restore_extra(label),
         ),
     )
@@ -118,7 +125,14 @@ pub fn restore_steps(cfg: &Config, criu: &Path, label: &str, what: &str) -> Vec<
     if let Some(l) = cfg.options.cgroup {
         v.push(fidelity::group_step(cfg, &tree, &l));
     }
-    v.push(criu_restore_step(cfg, criu, label, what));
+    v.extend(only_when(
+        "the dump left the network namespace out: a new one",
+        vec![criu_restore_step(cfg, criu, label, what, NetNs::New)],
+    ));
+    v.extend(only_when(
+        "the dump saved it",
+        vec![criu_restore_step(cfg, criu, label, what, NetNs::Saved)],
+    ));
     v
 }
 

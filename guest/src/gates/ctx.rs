@@ -171,6 +171,8 @@ pub struct Ctx {
     pub env: Environment,
     pub criu: Option<PathBuf>,
     pub lock: NetworkLock,
+    /// Whether this CRIU can lock the network with nftables (`criu check --feature`).
+    pub nft_lock: bool,
     /// Host pid of the original tree's PID 1.
     pub tree: Option<i32>,
     /// The state the dump captured.
@@ -192,6 +194,7 @@ impl Ctx {
             env,
             criu: None,
             lock: NetworkLock::Iptables,
+            nft_lock: false,
             tree: None,
             snapshot: None,
             copies: BTreeMap::new(),
@@ -395,7 +398,13 @@ pub(crate) mod tests {
         assert!(ctx.may_run(&sneak(Kind::CriuDump)).is_err(), "no gate runs");
         ctx.begin(GateName::Dump, &dump::plan(&cfg));
         let criu = cfg.planned_criu();
-        let dump = dump::dump_step(&cfg, &criu, 4242, NetworkLock::Iptables);
+        let dump = dump::dump_step(
+            &cfg,
+            &criu,
+            4242,
+            NetworkLock::Iptables,
+            crate::criu::NetNs::Saved,
+        );
         assert_eq!(ctx.may_run(&dump), Ok(()));
         let why = ctx.may_run(&sneak(Kind::FirewallList)).unwrap_err();
         assert!(

@@ -1,10 +1,12 @@
 //! dump: CRIU checkpoints the whole tree. The state just before the dump is what every restored
 //! copy is compared with.
 
+use super::copies::only_when;
 use super::state::obs_value;
 use super::step::{Kind, Step, PID};
 use super::{Config, Ctx, GateBuilder};
-use crate::criu::{self, NetworkLock};
+use crate::criu::{self, NetNs, NetworkLock};
+use crate::netns;
 use crate::{probe, pstree};
 use serde_json::json;
 use sharedos_report::compare::{self, check};
@@ -38,7 +40,13 @@ fn write_listing(ctx: &Ctx) -> anyhow::Result<(u64, usize)> {
 }
 
 /// `criu dump` of the tree whose PID 1 is `pid` (its host pid).
-pub fn dump_step(cfg: &Config, criu: &Path, pid: impl Display, lock: NetworkLock) -> Step {
+pub fn dump_step(
+    cfg: &Config,
+    criu: &Path,
+    pid: impl Display,
+    lock: NetworkLock,
+    net: NetNs,
+) -> Step {
     Step::new(
         Kind::CriuDump,
         "criu dump of the tree",
@@ -49,18 +57,37 @@ pub fn dump_step(cfg: &Config, criu: &Path, pid: impl Display, lock: NetworkLock
             &cfg.dump_dir(),
             &cfg.criu_log("dump"),
             lock,
+            net,
             &cfg.dump_extra(),
         ),
     )
 }
 
 pub fn plan(cfg: &Config) -> Vec<Step> {
-    vec![dump_step(
-        cfg,
-        &cfg.planned_criu(),
-        PID,
-        NetworkLock::detect(),
-    )]
+    let criu = cfg.planned_criu();
+    let lock = NetworkLock::detect();
+    [
+        only_when(
+            "the tree's network namespace is as it was made (loopback alone, down, no address), \
+             locked with nftables where CRIU has it",
+            vec![dump_step(
+                cfg,
+                &criu,
+                PID,
+                NetworkLock::Nftables,
+                NetNs::New,
+            )],
+        ),
+        only_when(
+            "that, on a CRIU without the nftables lock",
+            vec![dump_step(cfg, &criu, PID, lock, NetNs::New)],
+        ),
+        only_when(
+            "it is not: its contents saved in full",
+            vec![dump_step(cfg, &criu, PID, lock, NetNs::Saved)],
+        ),
+    ]
+    .concat()
 }
 
 pub fn run(ctx: &mut Ctx) -> Gate {
@@ -69,14 +96,15 @@ pub fn run(ctx: &mut Ctx) -> Gate {
         g.problem("no tree or no usable criu");
         return g.finish("");
     };
-    let Some(seen) = record_dump_time(ctx, &mut g, pid) else {
+    let Some((seen, hosts)) = record_dump_time(ctx, &mut g, pid) else {
         return g.finish("");
     };
+    let net = network_namespace(&mut g, pid, &hosts);
     if let Err(e) = std::fs::create_dir_all(ctx.cfg.dump_dir()) {
         g.problem(format!("mkdir {}: {e}", ctx.cfg.dump_dir().display()));
         return g.finish("");
     }
-    if !run_dump(ctx, &mut g, &criu_path, pid) {
+    if !run_dump(ctx, &mut g, &criu_path, pid, net) {
         // CRIU resumes a tree it failed to dump; cleanup ends it.
         return g.finish("");
     }
@@ -87,9 +115,13 @@ pub fn run(ctx: &mut Ctx) -> Gate {
 }
 
 /// The state every copy is compared with, kept as the snapshot, and the tree's processes just
-/// before the dump by their pids inside the tree: what CRIU's pstree must list. None when the
-/// state could not be read.
-fn record_dump_time(ctx: &mut Ctx, g: &mut GateBuilder, pid: i32) -> Option<BTreeSet<i32>> {
+/// before the dump by their pids inside the tree (what CRIU's pstree must list) and on the host.
+/// None when the state could not be read.
+fn record_dump_time(
+    ctx: &mut Ctx,
+    g: &mut GateBuilder,
+    pid: i32,
+) -> Option<(BTreeSet<i32>, Vec<i32>)> {
     match ctx.observe(pid, "dump-time") {
         Ok(o) => {
             g.data("dump_time_state", obs_value(&o));
@@ -109,19 +141,51 @@ fn record_dump_time(ctx: &mut Ctx, g: &mut GateBuilder, pid: i32) -> Option<BTre
             .map(|p| json!({"pid": p.pid, "ns_pid": p.ns_pid, "program": p.program(), "pidns": p.pidns}))
             .collect::<Vec<_>>()),
     );
-    Some(
-        marked
-            .iter()
-            .filter(|p| tree_ns.is_some() && p.pidns == tree_ns)
-            .filter_map(|p| p.ns_pid)
-            .collect(),
-    )
+    let tree: Vec<_> = marked
+        .iter()
+        .filter(|p| tree_ns.is_some() && p.pidns == tree_ns)
+        .collect();
+    Some((
+        tree.iter().filter_map(|p| p.ns_pid).collect(),
+        tree.iter().map(|p| p.pid).collect(),
+    ))
+}
+
+/// Whether CRIU may leave the tree's network namespace out of the dump (`crate::netns`): only
+/// when a new one would equal it. The reading and the choice go in the gate's data; a namespace
+/// that cannot be read is saved in full.
+fn network_namespace(g: &mut GateBuilder, pid: i32, hosts: &[i32]) -> NetNs {
+    let (net, reading, why) = match netns::read(pid, hosts) {
+        Ok(r) => match r.differs_from_new() {
+            None => (NetNs::New, json!(r), None),
+            Some(why) => (NetNs::Saved, json!(r), Some(why)),
+        },
+        Err(e) => (
+            NetNs::Saved,
+            json!(null),
+            Some(format!("it could not be read: {e:#}")),
+        ),
+    };
+    g.data(
+        "network_namespace",
+        json!({
+            "reading": reading,
+            "criu": match net {
+                NetNs::New => "left out of the dump (--empty-ns net): each restore makes a new one, which equals it",
+                NetNs::Saved => "saved in full",
+            },
+            "why_saved": why,
+        }),
+    );
+    net
 }
 
 /// Runs `criu dump`; whether it succeeded.
-fn run_dump(ctx: &Ctx, g: &mut GateBuilder, criu: &Path, pid: i32) -> bool {
+fn run_dump(ctx: &Ctx, g: &mut GateBuilder, criu: &Path, pid: i32, net: NetNs) -> bool {
+    let lock = NetworkLock::for_dump(ctx.lock, net, ctx.nft_lock);
+    g.data("network_lock", json!(lock.as_str()));
     let started = Instant::now();
-    let out = ctx.run(&dump_step(&ctx.cfg, criu, pid, ctx.lock));
+    let out = ctx.run(&dump_step(&ctx.cfg, criu, pid, lock, net));
     let ms = started.elapsed().as_millis() as u64;
     g.data("dump_ms", json!(ms));
     let dumped = out.success();

@@ -76,7 +76,7 @@ pub fn selected(options: &RunOptions) -> Vec<&'static Def> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::criu::NetworkLock;
+    use crate::criu::{NetNs, NetworkLock};
     use sharedos_report::report::Copies;
     use std::path::Path;
 
@@ -97,9 +97,14 @@ mod tests {
                 prerequisites::xterm_version_step(Path::new("/usr/bin/xterm")),
                 prerequisites::criu_version_step(&criu),
                 prerequisites::criu_check_step(&criu),
+                prerequisites::nft_lock_check_step(&criu),
             ],
             GateName::Launch => vec![launch::spawn_step(cfg, &cfg.spec())],
-            GateName::Dump => vec![dump::dump_step(cfg, &criu, pid, NetworkLock::detect())],
+            GateName::Dump => vec![
+                dump::dump_step(cfg, &criu, pid, NetworkLock::Nftables, NetNs::New),
+                dump::dump_step(cfg, &criu, pid, NetworkLock::detect(), NetNs::New),
+                dump::dump_step(cfg, &criu, pid, NetworkLock::detect(), NetNs::Saved),
+            ],
             GateName::RestoreLiveProcess => {
                 let mut v = restores(&["a"]);
                 v.extend(

@@ -126,6 +126,15 @@ pub fn criu_check_step(criu: &Path) -> Step {
     )
 }
 
+pub fn nft_lock_check_step(criu: &Path) -> Step {
+    Step::new(
+        Kind::CriuCheck,
+        "criu check: nftables lock",
+        "whether CRIU can lock the network with nftables (used for a dump that leaves the network namespace out)",
+        criu::nft_lock_check_argv(criu),
+    )
+}
+
 /// What this gate runs, in its order. The plan names xterm as PATH will find it.
 pub fn plan(cfg: &Config) -> Vec<Step> {
     let criu = cfg.planned_criu();
@@ -134,6 +143,7 @@ pub fn plan(cfg: &Config) -> Vec<Step> {
         xterm_version_step(Path::new("xterm")),
         criu_version_step(&criu),
         criu_check_step(&criu),
+        nft_lock_check_step(&criu),
     ]
 }
 
@@ -151,6 +161,12 @@ pub fn run(ctx: &mut Ctx) -> Gate {
     ctx.criu = check_criu(ctx, &mut g, root, can_run);
     ctx.lock = NetworkLock::detect();
     g.data("criu_network_lock", json!(ctx.lock.as_str()));
+    if let Some(criu) = ctx.criu.clone() {
+        let out = ctx.run(&nft_lock_check_step(&criu));
+        ctx.nft_lock = out.success();
+        g.data("criu_nftables_lock", json!(ctx.nft_lock));
+        g.evidence(out.evidence);
+    }
     g.data("tree_checks", json!(TREE_CHECKS));
     g.finish("root; criu, Xvfb, xterm, nsenter and a firewall lister present; `criu check` succeeded; work and report directories writable; display free")
 }
