@@ -186,6 +186,7 @@ fn vm_column_checked(
     let copies = s[col]["copies"].as_array().unwrap();
     assert_eq!(copies.len(), 4, "{s:#}");
     let mut tokens = Vec::new();
+    let mut macs = Vec::new();
     for c in copies.iter().chain([&s[col]["reset"]]) {
         let pss = c["host_mem"]["pss_kib"].as_u64().unwrap_or(0);
         // A guest of 1024 MiB with a tree up: its QEMU holds far more than the tree alone,
@@ -217,10 +218,16 @@ fn vm_column_checked(
             "fork_counter_continues",
             "fork_same_windows",
             "fork_same_framebuffer",
+            "fork_own_mac",
         ] {
             assert!(probe.check(check).is_some_and(|c| c.passed), "{check}");
         }
         tokens.push(probe.check("fork_token_kept").unwrap().value["seen"].clone());
+        // Its card took the MAC the host gave it with its go, each copy's its own.
+        let mac = probe.check("fork_own_mac").unwrap().value["seen"].clone();
+        assert_eq!(mac, c["mac"], "{c:#}");
+        assert!(!macs.contains(&mac), "{mac} twice: {s:#}");
+        macs.push(mac);
         // CRIU's gates did not run, and say why.
         let dump = r.gate(GateName::Dump).unwrap();
         assert_eq!(dump.status, Status::NotRun);
@@ -390,7 +397,8 @@ fn vm_compare_as_root_measures_ksm_and_puts_the_host_s_settings_back() {
 
 /// The baseline's lies, each failing a named check: copy-1's app restarted before its go (its
 /// guest sees a new token and a counter from zero: `fork_token_kept` and
-/// `fork_counter_continues` fail), and copy-2 resumed from another guest's save (its guest
+/// `fork_counter_continues` fail) and its go given without a MAC of its own (`fork_own_mac`
+/// fails: it kept the saved guest's), and copy-2 resumed from another guest's save (its guest
 /// finds nothing wrong, its fork-time state being its own save's; the host fails it on
 /// `fork_token_kept`: the token is not the one the comparison's saved guest recorded).
 #[test]
@@ -413,6 +421,8 @@ fn vm_compare_lies_fail_named_checks() {
             "restarted-app",
             "--lie",
             "wrong-save",
+            "--lie",
+            "same-mac",
         ],
     );
     let (code, s, said) = run_compare(&sb, &args, &out_dir, false);
@@ -420,7 +430,7 @@ fn vm_compare_lies_fail_named_checks() {
     assert_eq!(s["verdict"], "FAIL");
     let lie = s["vm_each"]["lie"].as_str().unwrap();
     assert!(
-        lie.contains("wrong-save") && lie.contains("restarted-app"),
+        lie.contains("wrong-save") && lie.contains("restarted-app") && lie.contains("same-mac"),
         "{lie}"
     );
     let problems = |i: usize| s["vm_each"]["copies"][i]["problems"].to_string();
@@ -433,9 +443,16 @@ fn vm_compare_lies_fail_named_checks() {
     let r = read_report(&out_dir.join("copy-1"));
     let probe = r.gate(GateName::LiveStateProbe).unwrap();
     assert_eq!(probe.status, Status::Fail);
-    for check in ["fork_token_kept", "fork_counter_continues"] {
+    for check in ["fork_token_kept", "fork_counter_continues", "fork_own_mac"] {
         assert!(probe.check(check).is_some_and(|c| !c.passed), "{check}");
     }
+    assert!(
+        problems(0).contains("failed its check fork_own_mac")
+            && problems(0).contains("the host's record gives it no MAC of its own"),
+        "{s:#}"
+    );
+    let own = probe.check("fork_own_mac").unwrap();
+    assert_eq!(own.value["seen"], own.value["fork_time"], "{own:?}");
 
     // copy-2: the guest saw its fork-time state kept: only the host can tell.
     assert!(

@@ -31,6 +31,18 @@ const FORK_COPY: &str = "fork-copy";
 pub const READY_FILE: &str = "fork-ready";
 /// The most of the go file's text kept: the host writes a copy's label there.
 const MAX_GO: u64 = 256;
+/// The guest's one network card, as the image's init names it, and where its MAC is read.
+const NIC_ADDRESS: &str = "/sys/class/net/eth0/address";
+
+/// The network card's MAC, or empty when it cannot be read (the check then fails).
+fn mac() -> String {
+    let mut s = String::new();
+    let read = std::fs::File::open(NIC_ADDRESS).and_then(|f| f.take(64).read_to_string(&mut s));
+    match read {
+        Ok(_) => s.trim().to_string(),
+        Err(_) => String::new(),
+    }
+}
 
 pub struct VmFork {
     /// The file the host writes in each copy; the run waits for it after the fork-time state.
@@ -94,6 +106,7 @@ impl VmFork {
         let text = serde_json::to_string_pretty(&CarriedState::of(&at_fork))?;
         std::fs::write(&state, text + "\n")
             .with_context(|| format!("writing {}", state.display()))?;
+        let mac_at_fork = mac();
         let ready = ctx.cfg.work.join(READY_FILE);
         std::fs::write(&ready, b"ready\n")
             .with_context(|| format!("writing {}", ready.display()))?;
@@ -103,6 +116,8 @@ impl VmFork {
         .map_err(|e| anyhow::anyhow!("{e}"))?;
         let seen = ctx.observe(pid, FORK_COPY)?;
         let mut checks = fork_checks(&at_fork, &seen);
+        // The host gives each copy its MAC with its go.
+        checks.push(compare::own_mac("fork_own_mac", &mac_at_fork, &mac()));
         // The workload's own state, as a CRIU copy is held to it: the editor's text, or the
         // page's token and counter (nothing more for the xterm).
         let mut g = GateBuilder::new(GateName::LiveStateProbe);

@@ -54,15 +54,43 @@ pub fn log_tail_command() -> String {
     format!("tail -n 30 {LOG}")
 }
 
-/// Gives a copy its own host name and its label: the label written aside, then renamed into
-/// place, so the run never reads half of it. Every copy of one save comes up with the saved
-/// guest's host name; from its go on, each has its own, as its own SSH key, entropy and
-/// generation ID already are. Labels are the host's own (`copy-N`, `reset`, `template-N`).
-pub fn go_command(label: &str) -> Option<String> {
+/// The guest's one network card, as the image's init names it.
+pub const NIC: &str = "eth0";
+
+/// A copy's MAC address: QEMU's own prefix `52:54` (locally administered, unicast), then the
+/// first four bytes of sha256 over the comparison's `salt` and the copy's label. Copies of one
+/// comparison get different ones, and none gets the saved guest's (QEMU's default
+/// 52:54:00:12:34:56) but by a 2^-32 chance, which the copy's own check would catch.
+pub fn copy_mac(salt: &str, label: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let h = Sha256::digest(format!("{salt}/{label}").as_bytes());
+    format!("52:54:{:02x}:{:02x}:{:02x}:{:02x}", h[0], h[1], h[2], h[3])
+}
+
+/// Gives a copy its own host name, its own MAC, and its label: the label written aside, then
+/// renamed into place, so the run never reads half of it. Every copy of one save comes up with
+/// the saved guest's host name and MAC; from its go on, each has its own, as its own SSH key,
+/// entropy and generation ID already are. The card announces its new address (`arp_notify`),
+/// so QEMU's user network sends to it at once and the SSH session the go runs over goes on.
+/// `mac` None keeps the saved guest's (`--lie same-mac`). Labels are the host's own (`copy-N`,
+/// `reset`, `template-N`).
+pub fn go_command(label: &str, mac: Option<&str>) -> Option<String> {
     let ok = label.starts_with(|c: char| c.is_ascii_alphanumeric())
         && label.len() <= 63
         && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-');
-    ok.then(|| format!("hostname {label} && printf '%s\\n' {label} >{GO}.new && mv {GO}.new {GO}"))
+    if !ok || mac.is_some_and(|m| !sharedos_report::compare::is_mac(m)) {
+        return None;
+    }
+    let nic = mac
+        .map(|m| {
+            format!(
+                "echo 1 >/proc/sys/net/ipv4/conf/{NIC}/arp_notify && ip link set dev {NIC} address {m} && "
+            )
+        })
+        .unwrap_or_default();
+    Some(format!(
+        "{nic}hostname {label} && printf '%s\\n' {label} >{GO}.new && mv {GO}.new {GO}"
+    ))
 }
 
 /// Has a copy's guest give the host back what it does not use: its page cache dropped, then the
@@ -146,14 +174,29 @@ mod tests {
     }
 
     #[test]
-    fn only_the_hosts_labels_go_in() {
+    fn only_the_hosts_labels_and_macs_go_in() {
         assert_eq!(
-            go_command("copy-2").unwrap(),
+            go_command("copy-2", None).unwrap(),
             "hostname copy-2 && printf '%s\\n' copy-2 >/root/fork-go.new && mv /root/fork-go.new /root/fork-go"
         );
-        assert!(go_command("-v").is_none());
-        assert!(go_command(&"a".repeat(64)).is_none());
-        assert!(go_command("x; rm -rf /").is_none());
-        assert!(go_command("").is_none());
+        assert_eq!(
+            go_command("copy-2", Some("52:54:0a:1b:2c:3d")).unwrap(),
+            "echo 1 >/proc/sys/net/ipv4/conf/eth0/arp_notify && ip link set dev eth0 address 52:54:0a:1b:2c:3d && hostname copy-2 && printf '%s\\n' copy-2 >/root/fork-go.new && mv /root/fork-go.new /root/fork-go"
+        );
+        assert!(go_command("-v", None).is_none());
+        assert!(go_command(&"a".repeat(64), None).is_none());
+        assert!(go_command("x; rm -rf /", None).is_none());
+        assert!(go_command("", None).is_none());
+        assert!(go_command("copy-2", Some("52:54:0a:1b:2c:3d; reboot")).is_none());
+    }
+
+    #[test]
+    fn each_copy_gets_a_mac_of_its_own() {
+        let a = copy_mac("salt", "copy-1");
+        assert!(sharedos_report::compare::is_mac(&a), "{a}");
+        assert!(a.starts_with("52:54:"));
+        assert_eq!(a, copy_mac("salt", "copy-1"));
+        assert_ne!(a, copy_mac("salt", "copy-2"));
+        assert_ne!(a, copy_mac("other", "copy-1"));
     }
 }

@@ -377,6 +377,8 @@ pub enum Lie {
     WrongSave,
     /// The first copy's state app restarted before its go.
     RestartedApp,
+    /// The first copy given its go without a MAC of its own: it keeps the saved guest's.
+    SameMac,
 }
 
 impl Lie {
@@ -388,6 +390,10 @@ impl Lie {
             ),
             Lie::RestartedApp => {
                 "copy-1's state app was restarted before its go on purpose (--lie restarted-app)"
+                    .into()
+            }
+            Lie::SameMac => {
+                "copy-1 was given its go without a MAC of its own on purpose (--lie same-mac)"
                     .into()
             }
         }

@@ -74,6 +74,8 @@ pub(super) struct Up {
     resume: Duration,
     /// The nonce the host gave this resume, as its session recorded it.
     nonce: String,
+    /// The MAC the copy gets with its go; None keeps the saved guest's (`--lie same-mac`).
+    mac: Option<String>,
     host_mem: Result<Mem, String>,
     /// The same QEMU's memory by what holds it, read with `host_mem`.
     split: Option<QemuMem>,
@@ -112,6 +114,8 @@ pub(super) fn column(
         ram.as_ref().map(template::RamGuard::template),
     )?;
     *accel = made.accel.as_str().to_string();
+    // What makes this comparison's copy MACs its own (`fork::copy_mac`).
+    let salt = sharedos_report::random::random_hex(8)?;
     col.fork_token = made.token.clone();
     let saved = &made.fork;
     progress().note(&format!(
@@ -185,7 +189,7 @@ pub(super) fn column(
             _ => saved,
         };
         let label = kind.copy_label(i);
-        match open_copy(base, &entry, &media, from, out, &label) {
+        match open_copy(base, &entry, &media, from, out, &label, &salt) {
             Ok(c) => {
                 let pss = host_mem(c.session.qemu_pid()).ok().map(|m| m.pss_kib);
                 search.up(c.resume, pss);
@@ -258,7 +262,10 @@ pub(super) fn column(
     // The first copy runs to its end alone; then it is put back to the save while the others
     // still wait, so that the reset is timed among as many guests as the copies were.
     let mut rest = up.into_iter();
-    if let Some(first) = rest.next() {
+    if let Some(mut first) = rest.next() {
+        if lies.contains(&Lie::SameMac) {
+            first.mac = None;
+        }
         if lies.contains(&Lie::RestartedApp) {
             // A lie that did not happen is said; the copies still end and are archived.
             match first.session.guest().exec(&fork::restart_app_command()) {
@@ -278,13 +285,13 @@ pub(super) fn column(
         }
         col.copies.push(finish_copy(first, b, true, origin));
     }
-    match open_copy(base, &entry, &media, saved, out, kind.reset_label()) {
+    match open_copy(base, &entry, &media, saved, out, kind.reset_label(), &salt) {
         Ok(mut r) => {
             r.host_mem = host_mem(r.session.qemu_pid());
             r.split = host_split(r.session.qemu_pid());
             let all: Vec<Up> = rest.chain([r]).collect();
             for c in &all {
-                give_go(&c.session, &c.label);
+                give_go(c);
             }
             let mut done: Vec<VmCopy> = all
                 .into_iter()
@@ -377,6 +384,7 @@ fn open_copy(
     saved: &Fork,
     out: &Path,
     label: &str,
+    salt: &str,
 ) -> std::result::Result<Up, Box<VmCopy>> {
     let dir = out.join(label);
     let failed = |why: String| {
@@ -418,6 +426,7 @@ fn open_copy(
                 session,
                 resume,
                 nonce,
+                mac: Some(fork::copy_mac(salt, label)),
                 host_mem: Err("not read".into()),
                 split: None,
             })
@@ -434,28 +443,31 @@ fn open_copy(
     }
 }
 
-/// Writes the copy's go; a failure shows when its run is followed, as a run that never ends.
-fn give_go(session: &Session, label: &str) {
-    if let Some(cmd) = fork::go_command(label) {
-        let _ = session.guest().exec(&cmd);
+/// Writes the copy's go, with its MAC; a failure shows when its run is followed, as a run that
+/// never ends, or in the copy's `fork_own_mac`.
+fn give_go(c: &Up) {
+    if let Some(cmd) = fork::go_command(&c.label, c.mac.as_deref()) {
+        let _ = c.session.guest().exec(&cmd);
     }
 }
 
 /// Gives the copy its go (unless given already), follows its run to the end, fetches its
 /// report, ends its QEMU and archives the report; the copy as the column records it.
 fn finish_copy(c: Up, b: run::Bounds, go_first: bool, origin: cmp::Origin) -> VmCopy {
+    if go_first {
+        give_go(&c);
+    }
     let Up {
         label,
         mut obs,
         session,
         resume,
         nonce,
+        mac,
         host_mem,
         split,
     } = c;
-    if go_first {
-        give_go(&session, &label);
-    }
+    let mac = mac.unwrap_or_default();
     let dir = obs.report_dir.clone();
     let result = (|| {
         // The run's exit code is not waited for (`tail --pid`): the judged report is the verdict.
@@ -466,7 +478,7 @@ fn finish_copy(c: Up, b: run::Bounds, go_first: bool, origin: cmp::Origin) -> Vm
     })();
     run::boot::end(session, &mut obs);
     run::archive::finish(obs, result, None);
-    let mut problems = cmp::vm_copy_problems(&dir, origin, &nonce);
+    let mut problems = cmp::vm_copy_problems(&dir, origin, &nonce, &mac);
     let host_mem = match host_mem {
         Ok(m) => Some(m),
         Err(e) => {
@@ -478,6 +490,7 @@ fn finish_copy(c: Up, b: run::Bounds, go_first: bool, origin: cmp::Origin) -> Vm
         report: label.clone(),
         label,
         nonce,
+        mac,
         resume_ms: ms(resume),
         host_mem,
         host_split: split,

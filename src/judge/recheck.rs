@@ -37,6 +37,9 @@ pub enum Kind {
     /// `{dump_time, seen, typed_elsewhere?}`: the copy's editor holds the dump-time text and
     /// none of what was typed into another copy.
     EditorSameText,
+    /// `{fork_time, seen}`: two MAC addresses, both well formed, the copy's another than the
+    /// saved guest's.
+    OwnMac,
 }
 
 /// The live probe's checks judged again.
@@ -111,11 +114,12 @@ fn rechecked(w: Workload) -> Vec<(GateName, String, Kind)> {
 /// A copy of a VM fork (`diagnose --vm-fork-go`): its live probe holds the copy against the
 /// fork-time state. Judged again wherever the guest claims one passed;
 /// `verdict::vm_fork_copy_problems` requires each of them.
-pub const FORK_CHECKS: [(&str, Kind); 4] = [
+pub const FORK_CHECKS: [(&str, Kind); 5] = [
     ("fork_token_kept", Kind::SameToken),
     ("fork_counter_continues", Kind::CounterContinues),
     ("fork_same_windows", Kind::SameWindows),
     ("fork_same_framebuffer", Kind::SameFramebuffer),
+    ("fork_own_mac", Kind::OwnMac),
 ];
 
 /// The restored copies are all held against one dump: these checks must name the same dump-time
@@ -244,6 +248,10 @@ fn judge(kind: Kind, c: &Check, frames: &mut Frames) -> Result<(), String> {
         Kind::SameToken => {
             let (dump, seen): (String, String) = (field(v, "dump_time")?, field(v, "seen")?);
             compare::same_token(&c.name, &dump, &seen)
+        }
+        Kind::OwnMac => {
+            let (at_fork, seen): (String, String) = (field(v, "fork_time")?, field(v, "seen")?);
+            compare::own_mac(&c.name, &at_fork, &seen)
         }
         Kind::CounterContinues => compare::counter_continues(
             &c.name,

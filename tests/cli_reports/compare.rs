@@ -33,6 +33,7 @@ fn write_comparison(dir: &Path) {
         label: label.into(),
         report: label.into(),
         nonce: format!("{label:0>32}"),
+        mac: String::new(),
         resume_ms: 1700,
         host_mem: Some(mem(380_000)),
         host_split: None,

@@ -46,7 +46,8 @@ pub struct CompareArgs {
     pub workload: Option<String>,
     /// A fault put into the VM-each column on purpose, to show its checks catch it: `wrong-save`
     /// resumes the last copy from a second guest's save, `restarted-app` restarts the first
-    /// copy's state app before its go. Repeatable. The shared-OS column is not run, and
+    /// copy's state app before its go, `same-mac` gives the first copy its go without a MAC of
+    /// its own. Repeatable. The shared-OS column is not run, and
     /// the verdict is FAIL. For the rig's own tests.
     #[arg(long, value_enum, hide = true)]
     pub lie: Vec<compare::Lie>,

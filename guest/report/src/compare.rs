@@ -47,6 +47,28 @@ pub fn token_is_32_hex(token: &str) -> Check {
     )
 }
 
+/// A MAC address as Linux prints it: six lowercase hex pairs joined by colons.
+pub fn is_mac(s: &str) -> bool {
+    let parts: Vec<&str> = s.split(':').collect();
+    parts.len() == 6
+        && parts.iter().all(|p| {
+            p.len() == 2
+                && p.chars()
+                    .all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c))
+        })
+}
+
+/// A VM copy's network card has a MAC of its own: another than the saved guest's, which every
+/// copy of the save comes up with.
+pub fn own_mac(name: &str, fork_time: &str, seen: &str) -> Check {
+    check(
+        name,
+        is_mac(fork_time) && is_mac(seen) && seen != fork_time,
+        json!({"fork_time": fork_time, "seen": seen}),
+        &format!("a MAC address other than the saved guest's {fork_time}"),
+    )
+}
+
 pub fn same_token(name: &str, dump_time: &str, seen: &str) -> Check {
     check(
         name,
@@ -737,5 +759,17 @@ mod tests {
         assert!(!pstree_matches(&more, &seen).passed);
         assert!(!pstree_matches(&BTreeSet::new(), &seen).passed);
         assert!(!pstree_matches(&BTreeSet::new(), &BTreeSet::new()).passed);
+    }
+
+    #[test]
+    fn a_copy_keeping_the_saved_mac_fails() {
+        let saved = "52:54:00:12:34:56";
+        assert!(own_mac("m", saved, "52:54:9a:0b:00:01").passed);
+        assert!(!own_mac("m", saved, saved).passed);
+        assert!(!own_mac("m", saved, "").passed);
+        assert!(!own_mac("m", "", "52:54:9a:0b:00:01").passed);
+        assert!(!own_mac("m", saved, "52:54:9A:0b:00:01").passed);
+        assert!(!own_mac("m", saved, "52:54:9a:0b:00").passed);
+        assert!(!own_mac("m", saved, "52:54:9a:0b:00:01\n").passed);
     }
 }

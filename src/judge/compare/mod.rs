@@ -327,6 +327,10 @@ pub struct VmCopy {
     /// record of that resume, which the copy's report must carry. Empty when it did not come up.
     #[serde(default)]
     pub nonce: String,
+    /// The MAC address the host gave this copy with its go (`compare::fork::copy_mac`); its
+    /// report's `fork_own_mac` must have seen it. Empty when the host gave none.
+    #[serde(default)]
+    pub mac: String,
     /// From its QEMU's start to the copy's guest answering over SSH with this copy's key.
     pub resume_ms: u64,
     /// Its QEMU process, read by the host with every copy up and the tree idle; None when the
@@ -515,8 +519,8 @@ impl VmEach {
 /// A copy's problems from its archived report, judged by the one verdict, the copy bound to
 /// the save it must have been resumed from and to the resume the host made (`nonce`, the
 /// host's record of it).
-pub fn vm_copy_problems(dir: &Path, origin: Origin, nonce: &str) -> Vec<String> {
-    copy_problems(&verdict::judge(dir, &How::full(None)), origin, nonce)
+pub fn vm_copy_problems(dir: &Path, origin: Origin, nonce: &str, mac: &str) -> Vec<String> {
+    copy_problems(&verdict::judge(dir, &How::full(None)), origin, nonce, mac)
 }
 
 /// [`vm_copy_problems`] of a report directory already opened (reached beneath a comparison
@@ -526,21 +530,68 @@ pub fn vm_copy_judged(
     how: &How,
     origin: Origin,
     nonce: &str,
+    mac: &str,
 ) -> (Vec<String>, Option<Outcome>) {
     let judged = verdict::judge_dir(dir, how);
-    (copy_problems(&judged, origin, nonce), judged.ok())
+    (copy_problems(&judged, origin, nonce, mac), judged.ok())
 }
 
-fn copy_problems(judged: &Result<Outcome, Refused>, origin: Origin, nonce: &str) -> Vec<String> {
+fn copy_problems(
+    judged: &Result<Outcome, Refused>,
+    origin: Origin,
+    nonce: &str,
+    mac: &str,
+) -> Vec<String> {
     match judged {
         Ok(o) => {
             let mut p = verdict::vm_fork_copy_problems(o, origin.token);
             p.extend(fork_origin_problem(o, origin.state_sha256));
             p.extend(resume_problem(o, nonce));
+            p.extend(mac_problem(o, mac));
             p
         }
         Err(e) => vec![format!("its report does not read back: {e}")],
     }
+}
+
+/// Whether a copy's report saw the MAC the host gave it (`recorded`): a copy that kept the
+/// saved guest's, or took another's, is not a machine of its own. The copy's `fork_own_mac`
+/// missing or failing is `vm_fork_copy_problems`'s to say.
+pub fn mac_problem(o: &Outcome, recorded: &str) -> Option<String> {
+    let seen = o
+        .gates
+        .iter()
+        .find(|g| g.name == sharedos_report::report::GateName::LiveStateProbe)
+        .and_then(|g| g.check("fork_own_mac"))
+        .and_then(|c| c.value.get("seen"))
+        .and_then(|v| v.as_str())?;
+    if recorded.is_empty() {
+        return Some("the host's record gives it no MAC of its own".into());
+    }
+    (seen != recorded).then(|| {
+        format!(
+            "its card's MAC is {}, not the {recorded} the host gave it",
+            crate::escape::line(seen)
+        )
+    })
+}
+
+/// Each copy whose MAC an earlier one in the column was given too, as (the later's index, the
+/// first's index): two copies with one MAC are not two machines.
+pub fn repeated_macs(macs: &[&str]) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    for (i, m) in macs.iter().enumerate() {
+        if m.is_empty() {
+            continue;
+        }
+        if let Some(f) = macs
+            .get(..i)
+            .and_then(|before| before.iter().position(|b| b == m))
+        {
+            out.push((i, f));
+        }
+    }
+    out
 }
 
 /// The nonce of the resume a judged report records, when its guest echoed it back: what only

@@ -15,8 +15,8 @@
 //! said to be ([`HOST_RECORDED`]).
 
 use super::{
-    judge, resume_nonce, shared_os_column, vm_copy_judged, Arm, SharedOs, Summary, VmCopy, VmEach,
-    COMPARE_FILE, FORMAT,
+    judge, repeated_macs, resume_nonce, shared_os_column, vm_copy_judged, Arm, SharedOs, Summary,
+    VmCopy, VmEach, COMPARE_FILE, FORMAT,
 };
 use crate::judge::ledger::Ledger;
 use crate::judge::reader::{Kind, ReportDir};
@@ -435,7 +435,7 @@ fn vm_column(files: &ReportDir, said: &VmEach, how: &How) -> Column {
     let mut resumes: Vec<Option<String>> = Vec::new();
     let mut one = |c: &VmCopy| -> VmCopy {
         let (problems, o) = match files.open_beneath(&c.report) {
-            Ok(d) => vm_copy_judged(d, how, said.origin(), &c.nonce),
+            Ok(d) => vm_copy_judged(d, how, said.origin(), &c.nonce, &c.mac),
             Err(e) => (
                 vec![format!("its report does not read back: {}: {e}", c.report)],
                 None,
@@ -455,8 +455,24 @@ fn vm_column(files: &ReportDir, said: &VmEach, how: &How) -> Column {
             ..c.clone()
         }
     };
-    let copies: Vec<VmCopy> = said.copies.iter().map(&mut one).collect();
-    let reset = said.reset.as_ref().map(&mut one);
+    let mut copies: Vec<VmCopy> = said.copies.iter().map(&mut one).collect();
+    let mut reset = said.reset.as_ref().map(&mut one);
+    let macs: Vec<String> = copies.iter().chain(&reset).map(|c| c.mac.clone()).collect();
+    let macs: Vec<&str> = macs.iter().map(String::as_str).collect();
+    for (later, first) in repeated_macs(&macs) {
+        let first_label = copies
+            .iter()
+            .chain(&reset)
+            .nth(first)
+            .map(|c| c.label.clone())
+            .unwrap_or_default();
+        if let Some(c) = copies.iter_mut().chain(reset.as_mut()).nth(later) {
+            c.problems.push(format!(
+                "the host's record gives it the MAC {} of {first_label} too",
+                crate::escape::line(&c.mac)
+            ));
+        }
+    }
     // The column's own problems are the host's record of what stopped it (a copy that did not
     // come up, an interrupt): no report holds them, and they only ever fail the comparison.
     let mut problems = said.problems.clone();

@@ -7,6 +7,7 @@ fn copy(label: &str) -> VmCopy {
         label: label.into(),
         report: label.into(),
         nonce: format!("{label:0>32}"),
+        mac: String::new(),
         resume_ms: 3000,
         host_mem: Some(Mem {
             rss_kib: 400_000,

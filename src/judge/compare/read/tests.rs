@@ -87,14 +87,26 @@ pub(crate) fn nonce_of(label: &str) -> String {
     format!("{hex:0>32}")
 }
 
+/// The MAC the host gave the copy `label` in the fixture.
+pub(crate) fn mac_of(label: &str) -> String {
+    crate::compare::fork::copy_mac("fixture", label)
+}
+
+/// The MAC every copy of a save comes up with, QEMU's default.
+pub(crate) const SAVED_MAC: &str = "52:54:00:12:34:56";
+
 /// A copy of a VM fork whose live probe held it, resumed from the fork `state`, its resume's
-/// nonce the one the fixture gives its directory's name.
+/// nonce and its MAC the ones the fixture gives its directory's name.
 pub(crate) fn vm_copy_report(dir: &Path, state: &str, after: impl FnOnce(&mut Report)) {
-    let nonce = dir
+    let label = dir
         .file_name()
-        .map(|n| nonce_of(&n.to_string_lossy()))
+        .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
+    let nonce = nonce_of(&label);
     write(dir, vm_report(), |r| {
+        r.gate_mut(GateName::LiveStateProbe).unwrap().checks.push(
+            sharedos_report::compare::own_mac("fork_own_mac", SAVED_MAC, &mac_of(&label)),
+        );
         for ((name, _), (gate, from)) in crate::judge::recheck::FORK_CHECKS.iter().zip([
             (GateName::RestoreLiveProcess, "same_token"),
             (GateName::RestoreLiveProcess, "counter_continues"),
@@ -142,6 +154,7 @@ fn copy(label: &str, pss: u64) -> VmCopy {
         label: label.into(),
         report: label.into(),
         nonce: nonce_of(label),
+        mac: mac_of(label),
         resume_ms: 1600,
         host_mem: Some(mem(pss)),
         host_split: None,
@@ -554,6 +567,71 @@ fn a_copy_not_bound_to_a_resume_the_host_recorded_does_not_count() {
             "VM-each reset: its guest echoed {}, not the nonce its host gave ({})",
             "0".repeat(32),
             nonce_of("reset")
+        )),
+        "{p}"
+    );
+}
+
+#[test]
+fn a_copy_without_a_mac_of_its_own_does_not_count() {
+    let f = fixture("macs");
+    // The copy kept the saved guest's MAC: its own check fails, and the host judges it again.
+    vm_copy_report(&f.0.join("copy-1"), STATE, |r| {
+        let c = r
+            .gate_mut(GateName::LiveStateProbe)
+            .unwrap()
+            .checks
+            .iter_mut()
+            .find(|c| c.name == "fork_own_mac")
+            .unwrap();
+        *c = sharedos_report::compare::own_mac("fork_own_mac", SAVED_MAC, SAVED_MAC);
+    });
+    // Another copy's report says it saw a MAC the host did not give it.
+    vm_copy_report(&f.0.join("copy-2"), STATE, |r| {
+        let c = r
+            .gate_mut(GateName::LiveStateProbe)
+            .unwrap()
+            .checks
+            .iter_mut()
+            .find(|c| c.name == "fork_own_mac")
+            .unwrap();
+        *c = sharedos_report::compare::own_mac("fork_own_mac", SAVED_MAC, &mac_of("copy-9"));
+    });
+    let j = read(&f.0, None).unwrap();
+    assert_eq!(j.summary.verdict, Verdict::Fail);
+    let p = j.summary.problems.join("\n");
+    assert!(
+        p.contains("VM-each copy-1: live_state_probe failed its check fork_own_mac"),
+        "{p}"
+    );
+    assert!(
+        p.contains(&format!(
+            "VM-each copy-2: its card's MAC is {}, not the {} the host gave it",
+            mac_of("copy-9"),
+            mac_of("copy-2")
+        )),
+        "{p}"
+    );
+    // The host's record gives two copies one MAC.
+    let f = fixture("macs-twice");
+    let mut s = summary();
+    s.vm_each.reset.as_mut().unwrap().mac = mac_of("copy-1");
+    put(&f.0, &s);
+    vm_copy_report(&f.0.join("reset"), STATE, |r| {
+        let c = r
+            .gate_mut(GateName::LiveStateProbe)
+            .unwrap()
+            .checks
+            .iter_mut()
+            .find(|c| c.name == "fork_own_mac")
+            .unwrap();
+        *c = sharedos_report::compare::own_mac("fork_own_mac", SAVED_MAC, &mac_of("copy-1"));
+    });
+    let p = read(&f.0, None).unwrap().summary.problems.join("\n");
+    assert!(
+        p.contains(&format!(
+            "VM-each reset: the host's record gives it the MAC {} of copy-1 too",
+            mac_of("copy-1")
         )),
         "{p}"
     );
