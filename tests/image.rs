@@ -26,7 +26,7 @@ use common::{last_line, Sandbox};
 /// definition, its lock and the guest files in images/base/: a commit that changes one of those
 /// on purpose updates these in the same commit; any other change to them is a regression.
 const BOOKWORM_IMAGE_SHA256: &str =
-    "597742ef2ec0c5887b91441558951fac60cc3f288fda723b67d0cdd503427cf5";
+    "75cad91c885553d89c21733766c018f874cf6bc623b9ba59b9a3f9135738bf26";
 const BOOKWORM_KERNEL_SHA256: &str =
     "3d616aa853fe11b1c0ea99a1cdb4fb6ddc9010ba7c4562de700ad94264989654";
 const BOOKWORM_INITRD_SHA256: &str =
@@ -35,7 +35,7 @@ const BOOKWORM_INITRD_SHA256: &str =
 /// trixie's image, vmlinuz and initrd as its lock has built them in unshare mode and in guest
 /// mode; updated with its definition or lock, as bookworm's are.
 const TRIXIE_SHA256: (&str, &str, &str) = (
-    "5eeacecc531805b0f04362355efb7e50e127491fb10777dde93f274bebcf3894",
+    "cba43d3452aef748adbff953ffe9049b938d3af4298531e3673ab7c3519d6a02",
     "ed8f0dbdbefe3994093937f5ee934818ae902b88cb0b6bc423811c10d55b87b0",
     "f4773794eae0dddbc42d01f73417b8e37f07c70c2778d826fca6d001246469b4",
 );

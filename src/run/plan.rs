@@ -74,7 +74,7 @@ fn write_boot(s: &mut String, r: &Resolved, report_dir: &Path) -> std::fmt::Resu
         for (accel, cmd) in lines {
             writeln!(s, "[resume {}]\n    {}", accel.as_str(), cmd.display())?;
         }
-        writeln!(s, "[resume ssh] over the snapshot's key: the clock, host entropy and a CRNG reseed, this run's key, a nonce echoed; then one session with this run's key")?;
+        writeln!(s, "[resume agent] through the guest's agent, on its port {} (<run dir>/{}): the clock, host entropy and a CRNG reseed, this run's key, a nonce echoed; meanwhile the SSH handshake, then one session with this run's key", crate::vm::qemu::AGENT_PORT, crate::vm::qemu::AGENT_SOCKET)?;
         if !r.gate.binary.as_os_str().is_empty() {
             writeln!(
                 s,

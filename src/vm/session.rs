@@ -15,7 +15,7 @@ mod boot;
 mod make;
 mod resume;
 
-pub use resume::{after_resume_command, snapshot_found};
+pub use resume::{agent_answer, agent_setup_line, snapshot_found};
 
 use boot::{cold, Up};
 use make::save_and_quit;

@@ -68,6 +68,12 @@ pub struct Guest {
     timeout: Cell<Duration>,
 }
 
+/// Why one connection attempt failed: worth another, or not.
+enum Attempt {
+    Again(anyhow::Error),
+    Final(anyhow::Error),
+}
+
 pub struct ExecResult {
     pub status: i32,
     /// Standard output and error, merged as the guest wrote them.
@@ -79,6 +85,18 @@ impl Guest {
     /// Retries the connection (not the key check) until `timeout`: QEMU's forward accepts
     /// before the guest's sshd is reachable through it.
     pub fn connect(port: u16, expected: &str, key: &Path, timeout: Duration) -> Result<Guest> {
+        Self::connect_when(port, expected, key, timeout, &|| Ok(()))
+    }
+
+    /// [`Guest::connect`], which logs in only once `ready` says the key may be used: the
+    /// handshake goes on meanwhile. An error of `ready` ends the connecting.
+    pub fn connect_when(
+        port: u16,
+        expected: &str,
+        key: &Path,
+        timeout: Duration,
+        ready: &dyn Fn() -> Result<()>,
+    ) -> Result<Guest> {
         let addr = SocketAddr::from(([127, 0, 0, 1], port));
         let started = Instant::now();
         let mut last_err = String::new();
@@ -91,10 +109,10 @@ impl Guest {
             let left = timeout
                 .saturating_sub(started.elapsed())
                 .max(Duration::from_secs(1));
-            match Self::try_connect(addr, expected, key, left) {
+            match Self::try_connect(addr, expected, key, left, ready) {
                 Ok(g) => return Ok(g),
-                Err(e) if e.to_string().contains("host key mismatch") => return Err(e),
-                Err(e) => last_err = format!("{e:#}"),
+                Err(Attempt::Final(e)) => return Err(e),
+                Err(Attempt::Again(e)) => last_err = format!("{e:#}"),
             }
             std::thread::sleep(Duration::from_millis(300));
         }
@@ -104,28 +122,46 @@ impl Guest {
         )
     }
 
-    fn try_connect(addr: SocketAddr, expected: &str, key: &Path, left: Duration) -> Result<Guest> {
+    fn try_connect(
+        addr: SocketAddr,
+        expected: &str,
+        key: &Path,
+        left: Duration,
+        ready: &dyn Fn() -> Result<()>,
+    ) -> std::result::Result<Guest, Attempt> {
+        let again = Attempt::Again;
         let tcp = TcpStream::connect_timeout(&addr, Duration::from_secs(10).min(left))
-            .with_context(|| format!("TCP connect to {addr}"))?;
-        let mut session = Session::new().context("creating an SSH session")?;
+            .with_context(|| format!("TCP connect to {addr}"))
+            .map_err(again)?;
+        let mut session = Session::new()
+            .context("creating an SSH session")
+            .map_err(again)?;
         session.set_tcp_stream(tcp);
         session.set_timeout(millis(left.min(SESSION_TIMEOUT)));
         let timeout = SESSION_TIMEOUT;
-        session.handshake().context("SSH handshake")?;
+        session
+            .handshake()
+            .context("SSH handshake")
+            .map_err(again)?;
         let seen = session
             .host_key_hash(HashType::Sha256)
             .map(fingerprint)
-            .context("the server sent no host key")?;
+            .context("the server sent no host key")
+            .map_err(again)?;
         if seen != expected {
-            bail!(
+            return Err(Attempt::Final(anyhow::anyhow!(
                 "host key mismatch: the guest's console announced {expected}, the SSH server presented {seen}; refusing to log in"
-            );
+            )));
         }
+        ready().map_err(Attempt::Final)?;
         session
             .userauth_pubkey_file("root", None, key, None)
-            .with_context(|| format!("logging in as root with {}", key.display()))?;
+            .with_context(|| format!("logging in as root with {}", key.display()))
+            .map_err(again)?;
         if !session.authenticated() {
-            bail!("the guest did not accept the run's key");
+            return Err(again(anyhow::anyhow!(
+                "the guest did not accept the run's key"
+            )));
         }
         Ok(Guest {
             session,

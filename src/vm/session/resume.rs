@@ -1,6 +1,6 @@
 //! The resume path: whether a start can be a resume, the image's snapshot for these settings
 //! found and checked (or made first), the layer over it that holds the spec's file, the resume
-//! itself, and what the resumed guest runs first (its clock, entropy, key and the nonce).
+//! itself, and what the resumed guest is told first (its clock, entropy, key and the nonce).
 
 use super::boot::{booting, cold, new_key, public_key_text, with_qemu_said, Up};
 use super::make::{make, make_layer};
@@ -344,31 +344,67 @@ pub(super) fn resume(
     // A resumed guest answers within a few of its seconds; one that does not is not waited on
     // as long as a boot.
     let answer = b.ssh / 3;
-    let first = Guest::connect(inst.port, &r.host_key, &dir.join(snapshot::KEY), answer)
-        .map_err(|e| with_qemu_said(e, &qemu_log))
-        .context("the resumed guest did not answer with the snapshot's key")?;
-    lap("resume_answer", sink);
-    first.set_timeout(answer);
     let nonce = sharedos_report::random::random_hex(16)?;
     let entropy = sharedos_report::random::random_hex(32)?;
     let clock_set_to = sharedos_report::clock::now_rfc3339();
-    let out = first
-        .exec(&after_resume_command(
-            &public,
-            &nonce,
-            &entropy,
-            std::time::SystemTime::now(),
-        )?)
-        .context("setting up the resumed guest")?;
-    let echo = out.output.trim().to_string();
-    if out.status != 0 || echo != nonce {
-        bail!(
-            "the resumed guest did not echo this run's nonce (exit {}, it said {:?})",
-            out.status,
-            sharedos_report::text::tail(&echo, 3, 300)
+    let line = agent_setup_line(&public, &nonce, &entropy, std::time::SystemTime::now())?;
+    let agent_socket = inst.qmp.with_file_name(qemu::AGENT_SOCKET);
+    // The agent sets the guest up while the SSH handshake goes on; the login, with the run's
+    // key, waits for the agent to have made it the one sshd accepts. The host key is the one
+    // the snapshot's boot announced.
+    let (first, setup_took) = std::thread::scope(|s| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        s.spawn(move || {
+            let t = Instant::now();
+            let done = agent_setup(&agent_socket, &line, answer).map_err(|e| format!("{e:#}"));
+            let _ = tx.send((done, t.elapsed()));
+        });
+        let seen: std::cell::RefCell<Option<(std::result::Result<String, String>, _)>> =
+            std::cell::RefCell::new(None);
+        let ready = || -> Result<()> {
+            let mut got = seen.borrow_mut();
+            if got.is_none() {
+                *got = Some(
+                    rx.recv()
+                        .map_err(|_| anyhow::anyhow!("the thread setting up the guest ended"))?,
+                );
+            }
+            match got.as_ref().map(|(done, _)| done) {
+                Some(Ok(echo)) if *echo == nonce => Ok(()),
+                Some(Ok(echo)) => bail!(
+                    "the resumed guest did not echo this run's nonce (it said {:?})",
+                    sharedos_report::text::tail(&crate::escape::line(echo), 1, 300)
+                ),
+                Some(Err(e)) => bail!("{e}"),
+                None => bail!("the guest's setup said nothing"),
+            }
+        };
+        let first = Guest::connect_when(
+            inst.port,
+            &r.host_key,
+            &super::key_path(run_dir),
+            answer,
+            &ready,
         );
+        // A login that failed before it waited for the setup still has the setup's word.
+        let setup = ready();
+        let (echo, took) = match seen.borrow().as_ref() {
+            Some((Ok(echo), t)) => (echo.clone(), Some(*t)),
+            Some((Err(_), t)) => (String::new(), Some(*t)),
+            None => (String::new(), None),
+        };
+        (setup.and(first).map(|g| (g, echo)), took)
+    });
+    let (first, echo) = first
+        .map_err(|e| with_qemu_said(e, &qemu_log))
+        .context("the resumed guest did not answer its setup and a login with the run's key")?;
+    if let Some(took) = setup_took {
+        sink(&Event::Stage {
+            name: "resume_setup",
+            took,
+        });
     }
-    lap("resume_setup", sink);
+    lap("resume_answer", sink);
     if let Some(how) = started.qemu.exited() {
         bail!("QEMU exited ({how}) after the resume");
     }
@@ -378,10 +414,8 @@ pub(super) fn resume(
         host_key: r.host_key.clone(),
         since,
     };
-    // The session the setup ran over carries on as the run's: a second login with the run's
-    // key would cost another handshake (0.4 s under TCG) and prove nothing more, since the
-    // nonce already came back over this pinned session. From the setup on, sshd accepts only
-    // the run's key for any new login, as `--keep-vm` hands it out.
+    // From the setup on, sshd accepts only the run's key for any login, as `--keep-vm` hands
+    // it out.
     let guest = first;
     guest.set_timeout(ssh::SESSION_TIMEOUT);
     sink(&Event::LoggedIn {
@@ -445,26 +479,23 @@ fn deferred_incoming(qmp: &Path, incoming: &Path, timeout: std::time::Duration) 
     Ok(())
 }
 
-/// What the resumed guest runs first, as root over the snapshot's key: its clock from the
-/// host's (it stood still while saved); fresh entropy from the host, credited, and its CRNG
-/// reseeded from it (every resume starts from the same generator state, and Debian's cloud
+/// What the resumed guest is told first, as one line to its agent (`qemu::agent_args`; the agent
+/// is `sharedos-init`'s, started at boot and blocked on its port in every snapshot): its clock
+/// from the host's (it stood still while saved); fresh entropy from the host, credited, and its
+/// CRNG reseeded from it (every resume starts from the same generator state, and Debian's cloud
 /// kernels have no vmgenid driver to notice the new generation ID); the run's key as the only
-/// one sshd accepts; and the nonce back. Each step must succeed for the nonce to come back.
-///
-/// It is one perl program (perl-base is in every Debian system), because every program a
-/// resumed guest starts costs 0.1-0.3 s under TCG: `date`, `mv` and a shell pipeline cost more
-/// than the work. The syscall is clock_settime(CLOCK_REALTIME) on x86_64, the only architecture
-/// the VM boots; the ioctls are RNDADDENTROPY and RNDRESEEDCRNG.
-pub fn after_resume_command(
+/// one sshd accepts; and the nonce to echo. The agent answers `ok NONCE` only when every step
+/// succeeded. `setup SECS NANOS ENTROPY_HEX KEY_TYPE KEY_BASE64 NONCE`.
+pub fn agent_setup_line(
     public: &str,
     nonce: &str,
     entropy: &str,
     now: std::time::SystemTime,
 ) -> Result<String> {
     let param = contract::authorized_key_param(public)?;
-    // The parameter's characters are checked (alphanumerics, `+/=,-`), so it needs no quoting,
-    // neither in the shell's single quotes nor in perl's double ones.
-    let line = param
+    // The parameter's characters are checked (alphanumerics, `+/=,-`), and its one space is a
+    // comma: the line's words are the agent's fields.
+    let key = param
         .strip_prefix(contract::AUTHORIZED_KEY)
         .unwrap_or(&param)
         .replacen(',', " ", 1);
@@ -474,21 +505,87 @@ pub fn after_resume_command(
     {
         bail!("the nonce and the entropy must be hex");
     }
-    let bits = entropy.len() * 4;
     let t = now
         .duration_since(std::time::UNIX_EPOCH)
         .context("the host clock is before 1970")?;
-    let (secs, nanos) = (t.as_secs(), t.subsec_nanos());
-    let keys = "/root/.ssh/authorized_keys";
     Ok(format!(
-        "perl -e 'my $t = pack(\"q q\", {secs}, {nanos}); syscall(227, 0, $t) == 0 or die \"clock_settime: $!\"; \
-open(my $f, \">\", \"/dev/urandom\") or die \"open: $!\"; my $b = pack(\"H*\", \"{entropy}\"); \
-ioctl($f, 0x40085203, pack(\"ii\", {bits}, length $b) . $b) or die \"RNDADDENTROPY: $!\"; \
-ioctl($f, 0x5207, 0) or die \"RNDRESEEDCRNG: $!\"; \
-umask(077); open(my $k, \">\", \"{keys}.new\") or die \"open: $!\"; print $k \"{line}\\n\" or die \"write: $!\"; \
-close($k) or die \"close: $!\"; rename(\"{keys}.new\", \"{keys}\") or die \"rename: $!\"; \
-print \"{nonce}\\n\"'"
+        "setup {} {} {entropy} {key} {nonce}\n",
+        t.as_secs(),
+        t.subsec_nanos()
     ))
+}
+
+/// The most the agent's answer may hold before it is refused: a line of its own words.
+const MAX_AGENT_LINE: usize = 512;
+
+/// What one line from the agent says: `ready` (it waits for the host; read on), `ok NONCE` (the
+/// setup done: the nonce it echoes), or why the setup failed.
+pub fn agent_answer(line: &str) -> Result<Option<String>> {
+    let line = line.trim_end_matches('\r');
+    if line == "ready" {
+        return Ok(None);
+    }
+    if let Some(echo) = line.strip_prefix("ok ") {
+        return Ok(Some(echo.to_string()));
+    }
+    match line.strip_prefix("error ") {
+        Some(why) => bail!(
+            "the resumed guest's agent could not set it up: {}",
+            crate::escape::line(why)
+        ),
+        None => bail!(
+            "the resumed guest's agent answered {:?}, which is no answer of its",
+            sharedos_report::text::tail(&crate::escape::line(line), 1, 200)
+        ),
+    }
+}
+
+/// Sends `line` to the agent on `socket` and returns the nonce it echoes, within `timeout`: the
+/// guest is not trusted to answer at all, nor to answer in bounds.
+fn agent_setup(socket: &Path, line: &str, timeout: std::time::Duration) -> Result<String> {
+    use std::io::{Read, Write};
+    let since = Instant::now();
+    let mut conn = crate::vm::qmp::connect_when_listening(socket, timeout, "the agent's socket")?;
+    conn.set_write_timeout(Some(timeout))?;
+    conn.write_all(line.as_bytes())
+        .context("writing to the resumed guest's agent")?;
+    let mut got: Vec<u8> = Vec::new();
+    loop {
+        while let Some(at) = got.iter().position(|b| *b == b'\n') {
+            let one: Vec<u8> = got.drain(..=at).collect();
+            if let Some(echo) = agent_answer(&String::from_utf8_lossy(&one[..at]))? {
+                return Ok(echo);
+            }
+        }
+        if got.len() > MAX_AGENT_LINE {
+            bail!("the resumed guest's agent sent a line of more than {MAX_AGENT_LINE} bytes");
+        }
+        let left = timeout.saturating_sub(since.elapsed());
+        if left.is_zero() {
+            bail!(
+                "the resumed guest did not answer on its agent's port within {} s",
+                timeout.as_secs()
+            );
+        }
+        if let Some(sig) = signals::interrupted() {
+            bail!("interrupted by {sig} while setting up the resumed guest");
+        }
+        // Woken at least every second, for an interrupt.
+        conn.set_read_timeout(Some(left.min(std::time::Duration::from_secs(1))))?;
+        let mut buf = [0u8; 256];
+        match conn.read(&mut buf) {
+            Ok(0) => bail!("the resumed guest's agent closed its port before it answered"),
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock
+                        | std::io::ErrorKind::TimedOut
+                        | std::io::ErrorKind::Interrupted
+                ) => {}
+            Err(e) => return Err(e).context("reading the resumed guest's agent"),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -496,24 +593,30 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_command_after_a_resume_takes_only_checked_text() {
+    fn the_agent_is_told_only_checked_words() {
         let t = std::time::UNIX_EPOCH + std::time::Duration::new(1_700_000_000, 5);
-        let c = after_resume_command("ssh-ed25519 AAAAC3Nz+/= me@h\n", "ab12", "00ff", t).unwrap();
-        // One program, in the shell's single quotes, with none inside them.
-        assert!(c.starts_with("perl -e '") && c.ends_with('\''), "{c}");
-        assert_eq!(c.matches('\'').count(), 2, "{c}");
-        assert!(
-            c.contains("pack(\"q q\", 1700000000, 5); syscall(227, 0, $t)"),
-            "{c}"
+        let l = agent_setup_line("ssh-ed25519 AAAAC3Nz+/= me@h\n", "ab12", "00ff", t).unwrap();
+        assert_eq!(l, "setup 1700000000 5 00ff ssh-ed25519 AAAAC3Nz+/= ab12\n");
+        assert!(agent_setup_line("ssh-ed25519 AA'x", "ab", "00", t).is_err());
+        assert!(agent_setup_line("ssh-ed25519 AA", "ab;reboot", "00", t).is_err());
+        assert!(agent_setup_line("ssh-ed25519 AA", "ab", "0", t).is_err());
+        assert!(agent_setup_line("ssh-ed25519 AA", "ab", "00 11", t).is_err());
+    }
+
+    #[test]
+    fn the_agent_s_answer_is_read_for_the_nonce_and_nothing_else() {
+        assert_eq!(agent_answer("ready").unwrap(), None);
+        assert_eq!(agent_answer("ok ab12").unwrap().as_deref(), Some("ab12"));
+        assert_eq!(agent_answer("ok ab12\r").unwrap().as_deref(), Some("ab12"));
+        let e = format!(
+            "{:#}",
+            agent_answer("error RNDADDENTROPY: bad\x1b[2J").unwrap_err()
         );
         assert!(
-            c.contains("pack(\"H*\", \"00ff\")") && c.contains("pack(\"ii\", 16,"),
-            "{c}"
+            e.contains("could not set it up: RNDADDENTROPY: bad") && !e.contains('\x1b'),
+            "{e}"
         );
-        assert!(c.contains("print $k \"ssh-ed25519 AAAAC3Nz+/=\\n\""), "{c}");
-        assert!(c.ends_with("print \"ab12\\n\"'"), "{c}");
-        assert!(after_resume_command("ssh-ed25519 AA'x", "ab", "00", t).is_err());
-        assert!(after_resume_command("ssh-ed25519 AA", "ab;reboot", "00", t).is_err());
-        assert!(after_resume_command("ssh-ed25519 AA", "ab", "0", t).is_err());
+        let e = format!("{:#}", agent_answer("hello").unwrap_err());
+        assert!(e.contains("no answer of its"), "{e}");
     }
 }
