@@ -574,30 +574,26 @@ fn a_copy_not_bound_to_a_resume_the_host_recorded_does_not_count() {
     );
 }
 
+/// The copy's report says its card had `seen` at its go.
+fn saw_mac(r: &mut Report, seen: &str) {
+    let c = r
+        .gate_mut(GateName::LiveStateProbe)
+        .unwrap()
+        .checks
+        .iter_mut()
+        .find(|c| c.name == "fork_own_mac")
+        .unwrap();
+    *c = sharedos_report::compare::own_mac("fork_own_mac", SAVED_MAC, seen);
+}
+
 #[test]
 fn a_copy_without_a_mac_of_its_own_does_not_count() {
     let f = fixture("macs");
     // The copy kept the saved guest's MAC: its own check fails, and the host judges it again.
-    vm_copy_report(&f.0.join("copy-1"), STATE, |r| {
-        let c = r
-            .gate_mut(GateName::LiveStateProbe)
-            .unwrap()
-            .checks
-            .iter_mut()
-            .find(|c| c.name == "fork_own_mac")
-            .unwrap();
-        *c = sharedos_report::compare::own_mac("fork_own_mac", SAVED_MAC, SAVED_MAC);
-    });
+    vm_copy_report(&f.0.join("copy-1"), STATE, |r| saw_mac(r, SAVED_MAC));
     // Another copy's report says it saw a MAC the host did not give it.
     vm_copy_report(&f.0.join("copy-2"), STATE, |r| {
-        let c = r
-            .gate_mut(GateName::LiveStateProbe)
-            .unwrap()
-            .checks
-            .iter_mut()
-            .find(|c| c.name == "fork_own_mac")
-            .unwrap();
-        *c = sharedos_report::compare::own_mac("fork_own_mac", SAVED_MAC, &mac_of("copy-9"));
+        saw_mac(r, &mac_of("copy-9"))
     });
     let j = read(&f.0, None).unwrap();
     assert_eq!(j.summary.verdict, Verdict::Fail);
@@ -619,16 +615,7 @@ fn a_copy_without_a_mac_of_its_own_does_not_count() {
     let mut s = summary();
     s.vm_each.reset.as_mut().unwrap().mac = mac_of("copy-1");
     put(&f.0, &s);
-    vm_copy_report(&f.0.join("reset"), STATE, |r| {
-        let c = r
-            .gate_mut(GateName::LiveStateProbe)
-            .unwrap()
-            .checks
-            .iter_mut()
-            .find(|c| c.name == "fork_own_mac")
-            .unwrap();
-        *c = sharedos_report::compare::own_mac("fork_own_mac", SAVED_MAC, &mac_of("copy-1"));
-    });
+    vm_copy_report(&f.0.join("reset"), STATE, |r| saw_mac(r, &mac_of("copy-1")));
     let p = read(&f.0, None).unwrap().summary.problems.join("\n");
     assert!(
         p.contains(&format!(
