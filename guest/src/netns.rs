@@ -67,7 +67,7 @@ fn ns_link(pid: i32) -> Result<String> {
 }
 
 /// Reads the network namespace of the tree whose PID 1 is `pid1`; `tree` holds the host pids of
-/// every process of the tree. A process gone meanwhile is skipped: the dump's pstree check is the
+/// every process below it. A process gone meanwhile is skipped: the dump's pstree check is the
 /// one that holds the tree's membership.
 pub fn read(pid1: i32, tree: &[i32]) -> Result<Reading> {
     let netns = ns_link(pid1)?;

@@ -35,6 +35,30 @@ pub fn self_and_ancestors() -> HashSet<i32> {
     set
 }
 
+/// Every process below `root` (its children, theirs, and so on) as the host sees them, whatever
+/// pid namespace each is in: a sandbox's nested namespaces included. A process that exits while
+/// /proc is read is simply gone.
+pub fn descendants(root: i32) -> Vec<i32> {
+    let mut children: BTreeMap<i32, Vec<i32>> = BTreeMap::new();
+    for pid in proc_pids() {
+        if let Some((ppid, _)) = ppid_and_comm(pid) {
+            children.entry(ppid).or_default().push(pid);
+        }
+    }
+    let mut out = Vec::new();
+    let mut next = vec![root];
+    while let Some(p) = next.pop() {
+        for &c in children.get(&p).map(Vec::as_slice).unwrap_or_default() {
+            // A pid seen twice would be a cycle in a /proc read while pids were reused.
+            if c != root && !out.contains(&c) {
+                out.push(c);
+                next.push(c);
+            }
+        }
+    }
+    out
+}
+
 /// The pid namespace of a process as the kernel names it (`pid:[4026532301]`).
 pub fn pidns_of(pid: i32) -> std::io::Result<String> {
     std::fs::read_link(format!("/proc/{pid}/ns/pid")).map(|l| l.display().to_string())
@@ -323,5 +347,20 @@ mod tests {
         assert_eq!(found[0].program(), "sleep");
         assert_eq!(found[0].marker_in, vec!["environ".to_string()]);
         assert!(scan(&marker).is_empty());
+    }
+
+    #[test]
+    #[allow(clippy::disallowed_methods)] // a bare child to find, not a step of the run
+    fn our_descendants_include_a_child_and_not_ourselves() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        let me = std::process::id() as i32;
+        let d = descendants(me);
+        assert!(d.contains(&(child.id() as i32)), "{d:?}");
+        assert!(!d.contains(&me));
+        child.kill().unwrap();
+        child.wait().unwrap();
     }
 }

@@ -96,10 +96,10 @@ pub fn run(ctx: &mut Ctx) -> Gate {
         g.problem("no tree or no usable criu");
         return g.finish("");
     };
-    let Some((seen, hosts)) = record_dump_time(ctx, &mut g, pid) else {
+    let Some(seen) = record_dump_time(ctx, &mut g, pid) else {
         return g.finish("");
     };
-    let net = network_namespace(&mut g, pid, &hosts);
+    let net = network_namespace(&mut g, pid);
     if let Err(e) = std::fs::create_dir_all(ctx.cfg.dump_dir()) {
         g.problem(format!("mkdir {}: {e}", ctx.cfg.dump_dir().display()));
         return g.finish("");
@@ -115,13 +115,9 @@ pub fn run(ctx: &mut Ctx) -> Gate {
 }
 
 /// The state every copy is compared with, kept as the snapshot, and the tree's processes just
-/// before the dump by their pids inside the tree (what CRIU's pstree must list) and on the host.
-/// None when the state could not be read.
-fn record_dump_time(
-    ctx: &mut Ctx,
-    g: &mut GateBuilder,
-    pid: i32,
-) -> Option<(BTreeSet<i32>, Vec<i32>)> {
+/// before the dump by their pids inside the tree: what CRIU's pstree must list. None when the
+/// state could not be read.
+fn record_dump_time(ctx: &mut Ctx, g: &mut GateBuilder, pid: i32) -> Option<BTreeSet<i32>> {
     match ctx.observe(pid, "dump-time") {
         Ok(o) => {
             g.data("dump_time_state", obs_value(&o));
@@ -141,21 +137,21 @@ fn record_dump_time(
             .map(|p| json!({"pid": p.pid, "ns_pid": p.ns_pid, "program": p.program(), "pidns": p.pidns}))
             .collect::<Vec<_>>()),
     );
-    let tree: Vec<_> = marked
-        .iter()
-        .filter(|p| tree_ns.is_some() && p.pidns == tree_ns)
-        .collect();
-    Some((
-        tree.iter().filter_map(|p| p.ns_pid).collect(),
-        tree.iter().map(|p| p.pid).collect(),
-    ))
+    Some(
+        marked
+            .iter()
+            .filter(|p| tree_ns.is_some() && p.pidns == tree_ns)
+            .filter_map(|p| p.ns_pid)
+            .collect(),
+    )
 }
 
 /// Whether CRIU may leave the tree's network namespace out of the dump (`crate::netns`): only
-/// when a new one would equal it. The reading and the choice go in the gate's data; a namespace
-/// that cannot be read is saved in full.
-fn network_namespace(g: &mut GateBuilder, pid: i32, hosts: &[i32]) -> NetNs {
-    let (net, reading, why) = match netns::read(pid, hosts) {
+/// when a new one would equal it, every process below the tree's PID 1 (in a nested pid
+/// namespace too) in it. The reading and the choice go in the gate's data; a namespace that
+/// cannot be read is saved in full.
+fn network_namespace(g: &mut GateBuilder, pid: i32) -> NetNs {
+    let (net, reading, why) = match netns::read(pid, &probe::descendants(pid)) {
         Ok(r) => match r.differs_from_new() {
             None => (NetNs::New, json!(r), None),
             Some(why) => (NetNs::Saved, json!(r), Some(why)),
