@@ -152,7 +152,8 @@ fn full_run_archives_an_identified_report_that_verify_agrees_with(sb: &Sandbox, 
     assert!(vm.guest_mem_used_mib.unwrap_or(0) > 0);
     // This run resumed the snapshot its sandbox's first run made (seeded or made here), through
     // the layer that holds this gate binary (made here first unless the seed had it: then the
-    // phase layer_make comes first): its boot is the resume's three stages.
+    // phase layer_make comes first): its boot is the resume's three stages, the agent's setup
+    // ending before the login that waits for it.
     let phases: Vec<&str> = vm
         .phases
         .iter()
@@ -164,8 +165,8 @@ fn full_run_archives_an_identified_report_that_verify_agrees_with(sb: &Sandbox, 
         [
             "image",
             "resume_load",
-            "resume_answer",
             "resume_setup",
+            "resume_answer",
             "boot_to_ssh",
             "copy",
             "gates",
