@@ -534,7 +534,7 @@ pub fn agent_answer(line: &str) -> Result<Option<String>> {
             crate::escape::line(why)
         ),
         None => bail!(
-            "the resumed guest's agent answered {:?}, which is no answer of its",
+            "the resumed guest's agent answered {:?}, not one of its answers (ready, ok NONCE, error WHY)",
             sharedos_report::text::tail(&crate::escape::line(line), 1, 200)
         ),
     }
@@ -617,6 +617,6 @@ mod tests {
             "{e}"
         );
         let e = format!("{:#}", agent_answer("hello").unwrap_err());
-        assert!(e.contains("no answer of its"), "{e}");
+        assert!(e.contains("not one of its answers"), "{e}");
     }
 }
