@@ -576,24 +576,6 @@ pub fn mac_problem(o: &Outcome, recorded: &str) -> Option<String> {
     })
 }
 
-/// Each copy whose MAC an earlier one in the column was given too, as (the later's index, the
-/// first's index): two copies with one MAC are not two machines.
-pub fn repeated_macs(macs: &[&str]) -> Vec<(usize, usize)> {
-    let mut out = Vec::new();
-    for (i, m) in macs.iter().enumerate() {
-        if m.is_empty() {
-            continue;
-        }
-        if let Some(f) = macs
-            .get(..i)
-            .and_then(|before| before.iter().position(|b| b == m))
-        {
-            out.push((i, f));
-        }
-    }
-    out
-}
-
 /// The nonce of the resume a judged report records, when its guest echoed it back: what only
 /// that resume can have (every copy of one save is the same machine up to the save, boot id
 /// and all).

@@ -15,8 +15,8 @@
 //! said to be ([`HOST_RECORDED`]).
 
 use super::{
-    judge, repeated_macs, resume_nonce, shared_os_column, vm_copy_judged, Arm, SharedOs, Summary,
-    VmCopy, VmEach, COMPARE_FILE, FORMAT,
+    judge, resume_nonce, shared_os_column, vm_copy_judged, Arm, SharedOs, Summary, VmCopy, VmEach,
+    COMPARE_FILE, FORMAT,
 };
 use crate::judge::ledger::Ledger;
 use crate::judge::reader::{Kind, ReportDir};
@@ -401,12 +401,13 @@ fn unnamed_reports(files: &ReportDir, said: &Summary) -> Vec<String> {
         .collect()
 }
 
-/// Each resume that an earlier one repeats, as (the later's index, the first's index): the
-/// same nonce in two reports is one resumed guest's report in two places.
-fn repeated_resumes(resumes: &[Option<String>]) -> Vec<(usize, usize)> {
+/// Each value that an earlier one repeats, as (the later's index, the first's index); None is
+/// no value. The same nonce in two reports is one resumed guest's report in two places; the
+/// same MAC given to two copies makes them not two machines.
+fn repeated(values: &[Option<String>]) -> Vec<(usize, usize)> {
     let mut first: BTreeMap<&str, usize> = BTreeMap::new();
     let mut out = Vec::new();
-    for (i, n) in resumes.iter().enumerate() {
+    for (i, n) in values.iter().enumerate() {
         if let Some(n) = n {
             match first.get(n.as_str()) {
                 Some(&f) => out.push((i, f)),
@@ -457,9 +458,12 @@ fn vm_column(files: &ReportDir, said: &VmEach, how: &How) -> Column {
     };
     let mut copies: Vec<VmCopy> = said.copies.iter().map(&mut one).collect();
     let mut reset = said.reset.as_ref().map(&mut one);
-    let macs: Vec<String> = copies.iter().chain(&reset).map(|c| c.mac.clone()).collect();
-    let macs: Vec<&str> = macs.iter().map(String::as_str).collect();
-    for (later, first) in repeated_macs(&macs) {
+    let macs: Vec<Option<String>> = copies
+        .iter()
+        .chain(&reset)
+        .map(|c| (!c.mac.is_empty()).then(|| c.mac.clone()))
+        .collect();
+    for (later, first) in repeated(&macs) {
         let first_label = copies
             .iter()
             .chain(&reset)
@@ -519,7 +523,7 @@ fn mark_repeated_resumes(columns: &mut [(Arm, Column)]) {
                 .map(move |(i, n)| ((k, i), n))
         })
         .unzip();
-    for (later, first) in repeated_resumes(&resumes) {
+    for (later, first) in repeated(&resumes) {
         let (Some(&(fk, fi)), Some(&(lk, li))) = (places.get(first), places.get(later)) else {
             continue;
         };
