@@ -45,20 +45,22 @@ fn lacking(image: &ImageDir, w: Workload) -> Vec<&'static str> {
 }
 
 /// The images under `images_dir` that hold `w`: those made from the default image first, then
-/// by name. An image whose definition does not compose is left out. Each definition is
-/// composed once.
+/// the smallest (fewest packages in its definition), then by name. The smallest first, so that
+/// an image holding every workload's programs (`bookworm-apps`) is chosen only for a workload
+/// no narrower image holds. An image whose definition does not compose is left out. Each
+/// definition is composed once.
 pub fn images_with(images_dir: &Path, w: Workload) -> Vec<String> {
-    let mut with: Vec<(bool, String)> = list_images(images_dir)
+    let mut with: Vec<(bool, usize, String)> = list_images(images_dir)
         .into_iter()
         .filter_map(|n| {
             let d = ImageDir::load(images_dir, &n).ok()?;
             lacking(&d, w)
                 .is_empty()
-                .then(|| (!made_from_default(&d), n))
+                .then(|| (!made_from_default(&d), d.definition.packages.len(), n))
         })
         .collect();
     with.sort();
-    with.into_iter().map(|(_, n)| n).collect()
+    with.into_iter().map(|(_, _, n)| n).collect()
 }
 
 /// Whether the image is the default image or inherits from it.
@@ -175,11 +177,11 @@ mod tests {
         );
         assert_eq!(
             images_with(&dir, Workload::Desktop),
-            ["bookworm-desktop", "trixie-desktop"]
+            ["bookworm-desktop", "bookworm-apps", "trixie-desktop"]
         );
         assert_eq!(
             images_with(&dir, Workload::BrowserNosandbox),
-            ["bookworm-browser"]
+            ["bookworm-browser", "bookworm-apps"]
         );
         assert_eq!(choose(&dir, None).unwrap(), "bookworm");
         assert_eq!(choose(&dir, Some(Workload::Xterm)).unwrap(), "bookworm");
@@ -207,18 +209,23 @@ mod tests {
             "{e}"
         );
         assert!(
-            e.contains("fix: give --image bookworm-desktop (or trixie-desktop)"),
+            e.contains("fix: give --image bookworm-desktop (or bookworm-apps, trixie-desktop)"),
             "{e}"
         );
         let e = require(&dir, "trixie-desktop", Workload::Browser, Named::Flag)
             .unwrap_err()
             .to_string();
-        assert!(e.contains("--image bookworm-browser,"), "{e}");
+        assert!(
+            e.contains("--image bookworm-browser (or bookworm-apps),"),
+            "{e}"
+        );
         let e = require(&dir, "trixie", Workload::Desktop, Named::Row)
             .unwrap_err()
             .to_string();
         assert!(
-            e.ends_with("fix: write the row as bookworm-desktop+desktop (or trixie-desktop)"),
+            e.ends_with(
+                "fix: write the row as bookworm-desktop+desktop (or bookworm-apps, trixie-desktop)"
+            ),
             "{e}"
         );
     }
