@@ -116,8 +116,8 @@ fn snapshots_are_made_once_resumed_after_and_never_used_when_bad() {
         stderr(&cold)
     );
 
-    // Each bad snapshot is found before QEMU runs it, thrown away and made again; the run
-    // still does its work.
+    // Each bad snapshot is found before its guest runs (its state as QEMU, started stopped,
+    // takes it in), thrown away and made again; the run still does its work.
     let faults: [Fault; 3] = [
         (
             "a damaged state file",

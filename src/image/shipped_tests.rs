@@ -157,7 +157,8 @@ fn every_shipped_definition_renders_to_the_bytes_its_image_was_built_from() {
         (
             "bookworm-browser",
             "55b80c11a07ff8c32cb54f5951e4e44a6c7c80402f966845f202423bb974d9b6",
-        ),        (
+        ),
+        (
             "bookworm-apps",
             "98232b16a35161ae3950acafd9ed793b815e3b4e3bac2b9bec976a93f706f739",
         ),
@@ -219,7 +220,8 @@ fn every_shipped_lock_is_the_one_its_image_was_built_from() {
         (
             "bookworm-browser",
             "94e519985a13950dd917fbf8ef450c2c7c8afb45a45f0bbd0d26bcf90a8c5aeb",
-        ),        (
+        ),
+        (
             "bookworm-apps",
             "f5e773fc805c0ce9eecde98f15c038b66b6d6eb9b92ec229a949f68d72cda38b",
         ),

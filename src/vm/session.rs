@@ -243,6 +243,16 @@ impl Instance {
             tb_size_mib: Some(qemu::TB_SIZE_MIB),
         }
     }
+
+    /// A resume's QEMU in `run_dir`: fed the saved state on `incoming.sock`, and started stopped
+    /// (`-S`), since its guest is let go only once that state hashed as recorded.
+    fn resume(run_dir: &Path, append: String) -> Instance {
+        Instance {
+            incoming: Some(run_dir.join("incoming.sock")),
+            stopped: true,
+            ..Instance::cold(run_dir, append)
+        }
+    }
 }
 
 /// The session's QEMU under `accel`.
@@ -301,13 +311,10 @@ pub fn plan(spec: &SessionSpec, media: &GuestMedia) -> SessionPlan {
         sandbox: inst.sandbox,
         resume: (spec.start == Start::Resume).then(|| {
             let snap = PathBuf::from("<snapshot>");
-            let inst = Instance {
-                incoming: Some(run_dir.join("incoming.sock")),
-                ..Instance::cold(
-                    &run_dir,
-                    kernel_append(&format!("{}<snapshot key>", contract::AUTHORIZED_KEY)),
-                )
-            };
+            let inst = Instance::resume(
+                &run_dir,
+                kernel_append(&format!("{}<snapshot key>", contract::AUTHORIZED_KEY)),
+            );
             (
                 qemu::overlay_on_cmd(
                     &snap.join(snapshot::DISK),

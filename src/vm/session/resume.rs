@@ -37,17 +37,19 @@ pub(super) fn key_argv(spec: &SessionSpec, accel: Accel, sandbox: bool) -> Vec<S
     let inst = Instance {
         overlay: ph("<overlay>"),
         qmp: ph("<qmp>"),
-        append: kernel_append(&format!("{}<snapshot key>", contract::AUTHORIZED_KEY)),
         port: 0,
         sandbox,
         incoming: Some(ph("<incoming>")),
-        stopped: false,
         tb_size_mib: None,
+        ..Instance::resume(
+            Path::new("<run dir>"),
+            kernel_append(&format!("{}<snapshot key>", contract::AUTHORIZED_KEY)),
+        )
     };
     qemu_cmd(&spec, &media, &inst, accel).argv
 }
 
-/// Only the tests set this: the resumed guest stays stopped, so its resume never answers.
+/// Only the tests set this: the resumed guest is never let go, so its resume never answers.
 const TEST_RESUME_STOPPED: &str = "SHAREDOS_RIG_TEST_RESUME_STOPPED";
 
 /// Whether the snapshot for this session's settings is in its store, told before anything
@@ -94,17 +96,75 @@ fn try_resume(
     let Some(spot) = &spec.snapshot else {
         return Ok(Err("this image has no snapshot store".into()));
     };
-    // A resume that fails is told apart from one that was interrupted, which must end the run.
-    // With a layer asked for, the base found or made is resumed through its layer instead.
-    let resumed = |made: Option<&str>,
-                   dir: &Path,
-                   r: &Record,
-                   reason: String,
-                   hold: Option<snapshot::Hold>,
-                   sink: Sink| {
-        let base = (dir.to_path_buf(), r.clone(), hold);
-        let (dir, r, holds, note) = with_layer(spec, media, spot, run_dir, base, sink)?;
-        match resume(spec, media, run_dir, &dir, &r, reason, None, sink) {
+    let version = crate::vm::qemu_version()?;
+    let sandbox = crate::vm::sandbox_available();
+    // The base found and checked (with the accelerator's reason, and held), or why there is
+    // none to resume, so that one is made.
+    type Base = (PathBuf, Record, String, Option<snapshot::Hold>);
+    let mut base: std::result::Result<Base, String> =
+        match accel::settled(spec.accel, spec.accel_cache.as_ref()) {
+            None => Err("the accelerator was not decided yet".to_string()),
+            Some((accel, reason)) => {
+                let key = spot.key(&version, key_argv(spec, accel, sandbox));
+                let dir = spot.dir(&key);
+                match snapshot::load(&dir) {
+                    Ok(None) => {
+                        Err("there was no snapshot for this image and these settings".into())
+                    }
+                    Err(e) => {
+                        snapshot::discard(&dir);
+                        Err(format!("the snapshot could not be read ({e:#})"))
+                    }
+                    // Held before its check, so that no other rig removes it between the check
+                    // and the end of this session.
+                    Ok(Some(r)) => match snapshot::hold(&dir) {
+                        Err(e) => Err(format!("the snapshot could not be held ({e:#})")),
+                        Ok(held) => match snapshot::check(&dir, &r, &key) {
+                            Err(bad) => {
+                                drop(held);
+                                snapshot::discard(&dir);
+                                Err(format!("the snapshot was {bad}"))
+                            }
+                            Ok(()) => Ok((dir, r, reason, held)),
+                        },
+                    },
+                }
+            }
+        };
+    // A state is hashed as it is fed, so a damaged one is found by the resume itself, with a
+    // guest that never ran: it is thrown away and made again, once, whether the base's or the
+    // layer's over it.
+    let mut layer_damaged: Option<String> = None;
+    let mut retried = false;
+    loop {
+        let made = base.as_ref().err().cloned();
+        let (base_dir, base_r, reason, base_hold) = match base {
+            Ok(b) => b,
+            Err(why) => match make(spec, media, spot, &version, sandbox, run_dir, sink)? {
+                Ok((dir, r, held)) => {
+                    let reason = r.accel_reason.clone();
+                    (dir, r, reason, held)
+                }
+                Err(e) => {
+                    return Ok(Err(format!(
+                        "{why}, and saving one failed, so this run booted cold: {e:#}"
+                    )))
+                }
+            },
+        };
+        // With a layer asked for, the base found or made is resumed through its layer instead.
+        let (dir, r, holds, note) = with_layer(
+            spec,
+            media,
+            spot,
+            run_dir,
+            (base_dir.clone(), base_r.clone(), base_hold),
+            layer_damaged.take(),
+            sink,
+        )?;
+        // A resume that fails is told apart from one that was interrupted, which must end the
+        // run.
+        let e = match resume(spec, media, run_dir, &dir, &r, reason.clone(), None, sink) {
             Ok(mut o) => {
                 o.hold = holds;
                 o.start.reason = match (made, note) {
@@ -113,60 +173,47 @@ fn try_resume(
                     (None, Some(note)) => note,
                     (None, None) => o.start.reason,
                 };
-                Ok(Ok(o))
+                return Ok(Ok(o));
             }
-            Err(e) if signals::interrupted().is_some() => Err(e),
-            Err(e) => {
+            Err(e) if signals::interrupted().is_some() => return Err(e),
+            Err(e) => e,
+        };
+        let damaged = e
+            .chain()
+            .find_map(|c| c.downcast_ref::<snapshot::Damaged>())
+            .cloned();
+        match damaged {
+            Some(bad) if !retried => {
+                retried = true;
+                drop(holds);
+                snapshot::discard(&dir);
+                if dir == base_dir {
+                    base = Err(format!("the snapshot was {bad}"));
+                } else {
+                    layer_damaged = Some(bad.0);
+                    base = match snapshot::hold(&base_dir) {
+                        Ok(held) => Ok((base_dir, base_r, reason, held)),
+                        Err(h) => Err(format!("the snapshot could not be held ({h:#})")),
+                    };
+                }
+            }
+            _ => {
                 let failed = match made {
                     None => "the resume failed".to_string(),
                     Some(why) => format!("{why}; the one made now did not resume"),
                 };
-                Ok(Err(format!("{failed}, so this run booted cold: {e:#}")))
+                return Ok(Err(format!("{failed}, so this run booted cold: {e:#}")));
             }
         }
-    };
-    let version = crate::vm::qemu_version()?;
-    let sandbox = crate::vm::sandbox_available();
-    let why = match accel::settled(spec.accel, spec.accel_cache.as_ref()) {
-        None => "the accelerator was not decided yet".to_string(),
-        Some((accel, reason)) => {
-            let key = spot.key(&version, key_argv(spec, accel, sandbox));
-            let dir = spot.dir(&key);
-            match snapshot::load(&dir) {
-                Ok(None) => "there was no snapshot for this image and these settings".into(),
-                Err(e) => {
-                    snapshot::discard(&dir);
-                    format!("the snapshot could not be read ({e:#})")
-                }
-                // Held before its check, so that no other rig removes it between the check and
-                // the end of this session.
-                Ok(Some(r)) => match snapshot::hold(&dir) {
-                    Err(e) => format!("the snapshot could not be held ({e:#})"),
-                    Ok(held) => match snapshot::check(&dir, &r, &key) {
-                        Err(bad) => {
-                            drop(held);
-                            snapshot::discard(&dir);
-                            format!("the snapshot was {bad}")
-                        }
-                        Ok(()) => return resumed(None, &dir, &r, reason, held, sink),
-                    },
-                },
-            }
-        }
-    };
-    match make(spec, media, spot, &version, sandbox, run_dir, sink)? {
-        Ok((dir, r, held)) => resumed(Some(&why), &dir, &r, r.accel_reason.clone(), held, sink),
-        Err(e) => Ok(Err(format!(
-            "{why}, and saving one failed, so this run booted cold: {e:#}"
-        ))),
     }
 }
 
 /// The snapshot a resume of the base `base` (its directory, record and hold) resumes: with no
 /// layer asked for, the base; else the layer over it that holds the spec's file, checked as a
 /// snapshot is (its key with the file's sha256, its files, its base still the one it was made
-/// over), and made first when there is none or it fails a check. A layer that cannot be made
-/// leaves the base, with why (the note). The outer error is an interrupt.
+/// over), and made first when there is none, it fails a check, or its state was found
+/// `damaged` as it was fed (that layer already thrown away). A layer that cannot be made leaves
+/// the base, with why (the note). The outer error is an interrupt.
 #[allow(clippy::type_complexity)]
 fn with_layer(
     spec: &SessionSpec,
@@ -174,6 +221,7 @@ fn with_layer(
     spot: &snapshot::Spot,
     run_dir: &Path,
     base: (PathBuf, Record, Option<snapshot::Hold>),
+    damaged: Option<String>,
     sink: Sink,
 ) -> Result<(PathBuf, Record, Vec<snapshot::Hold>, Option<String>)> {
     let (base_dir, base_r, base_hold) = base;
@@ -190,12 +238,16 @@ fn with_layer(
         None => base_r.key.layer(&layer.sha256),
     };
     let dir = spot.dir(&key);
-    let why = match snapshot::load(&dir) {
-        Ok(None) => "there was no snapshot layer holding this gate binary".to_string(),
-        Err(e) => {
+    let found = match damaged {
+        Some(bad) => Err(format!("was {bad}")),
+        None => snapshot::load(&dir).map_err(|e| {
             snapshot::discard(&dir);
-            format!("the snapshot layer holding this gate binary could not be read ({e:#})")
-        }
+            format!("could not be read ({e:#})")
+        }),
+    };
+    let why = match found {
+        Err(bad) => format!("the snapshot layer holding this gate binary {bad}"),
+        Ok(None) => "there was no snapshot layer holding this gate binary".to_string(),
         // Held before its check, as a base is.
         Ok(Some(r)) => match snapshot::hold(&dir) {
             Err(e) => {
@@ -291,14 +343,15 @@ pub(super) fn resume(
         "kvm" => Accel::Kvm,
         _ => Accel::Tcg,
     };
-    let incoming = run_dir.join("incoming.sock");
     let inst = Instance {
         overlay,
         port: free_port()?,
-        incoming: Some(incoming.clone()),
-        stopped: std::env::var_os(TEST_RESUME_STOPPED).is_some(),
-        ..Instance::cold(run_dir, r.append.clone())
+        ..Instance::resume(run_dir, r.append.clone())
     };
+    let incoming = inst
+        .incoming
+        .clone()
+        .context("a resume's QEMU line names no socket for the state")?;
     let since = Instant::now();
     let (serial_log, qemu_log) = (spec.serial_log(), spec.qemu_log());
     // The guest's console so far is the saved boot's.
@@ -331,15 +384,19 @@ pub(super) fn resume(
         });
         stage = Instant::now();
     };
-    if spec
+    let deferred = spec
         .ram
         .as_ref()
-        .is_some_and(qemu::RamFile::deferred_incoming)
-    {
-        deferred_incoming(&inst.qmp, &incoming, b.ssh).map_err(|e| with_qemu_said(e, &qemu_log))?;
-    }
-    snapshot::feed(&dir.join(snapshot::STATE), &incoming, b.ssh)
-        .map_err(|e| with_qemu_said(e, &qemu_log))?;
+        .is_some_and(qemu::RamFile::deferred_incoming);
+    load(
+        &inst.qmp,
+        &incoming,
+        (&dir.join(snapshot::STATE), &r.state_sha256),
+        deferred,
+        std::env::var_os(TEST_RESUME_STOPPED).is_none(),
+        b.ssh,
+    )
+    .map_err(|e| with_qemu_said(e, &qemu_log))?;
     lap("resume_load", sink);
     // A resumed guest answers within a few of its seconds; one that does not is not waited on
     // as long as a boot.
@@ -458,12 +515,35 @@ pub(super) fn resume(
     })
 }
 
-/// A clone's incoming: its state was saved leaving the template's RAM file out, so QEMU is told
-/// to expect that (the capability must match on both ends), then to listen on `incoming`. The
-/// QMP connection is let go after, since QEMU serves one client at a time and the save of a
-/// fork needs it later.
-fn deferred_incoming(qmp: &Path, incoming: &Path, timeout: std::time::Duration) -> Result<()> {
+/// Feeds the saved state (its path and recorded sha256) to QEMU, started stopped, and lets the
+/// guest go (`cont`, unless `go` is false) only once the state hashed as recorded: a damaged
+/// state ends in [`snapshot::Damaged`] with a guest that never ran. The hashing overlaps QEMU's
+/// load instead of preceding QEMU's start. `cont` while QEMU still takes the state in has it
+/// run the guest when the state is in. The QMP connection is let go after, since QEMU serves
+/// one client at a time and the save of a fork needs it later.
+fn load(
+    qmp: &Path,
+    incoming: &Path,
+    state: (&Path, &str),
+    deferred: bool,
+    go: bool,
+    timeout: std::time::Duration,
+) -> Result<()> {
     let mut q = crate::vm::qmp::Qmp::connect(qmp, timeout)?;
+    if deferred {
+        deferred_incoming(&mut q, incoming)?;
+    }
+    snapshot::feed(state.0, incoming, state.1, timeout)?;
+    if go {
+        q.execute("cont", None)
+            .context("letting the resumed guest run")?;
+    }
+    Ok(())
+}
+
+/// A clone's incoming: its state was saved leaving the template's RAM file out, so QEMU is told
+/// to expect that (the capability must match on both ends), then to listen on `incoming`.
+fn deferred_incoming(q: &mut crate::vm::qmp::Qmp, incoming: &Path) -> Result<()> {
     q.migration_capability_on(qemu::IGNORE_SHARED)
         .with_context(|| {
             format!(

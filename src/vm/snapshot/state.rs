@@ -87,17 +87,49 @@ fn receive(
     Ok((sha, n))
 }
 
-/// Streams the saved state into the resuming QEMU's socket, which QEMU creates as it starts.
-/// Gives up when `timeout` passes before the socket accepts. [`check`] hashed the state just
-/// before; hashing it again here would only delay the guest (0.1 s for 120 MB).
-pub fn feed(state: &Path, socket: &Path, timeout: Duration) -> Result<u64> {
+/// A saved state that did not hash as its record says: the snapshot is damaged, and the guest it
+/// was fed to never ran. The text is the check's, `damaged: ...`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Damaged(pub String);
+
+impl std::fmt::Display for Damaged {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Damaged {}
+
+/// Streams the saved state into the resuming QEMU's socket, which QEMU creates as it starts,
+/// hashing it on the way: the state is checked here rather than before QEMU starts, so that the
+/// hashing overlaps QEMU's start and its load (0.1 s for 120 MB). QEMU was started stopped
+/// (`-S`), and its guest is let go only after this returned: a state that does not hash as
+/// `want` says is a [`Damaged`] error, and that guest never ran. Gives up when `timeout`
+/// passes before the socket accepts.
+pub fn feed(state: &Path, socket: &Path, want: &str, timeout: Duration) -> Result<u64> {
     let mut conn = crate::vm::qmp::connect_when_listening(socket, timeout, "the state socket")?;
     conn.set_write_timeout(Some(timeout))?;
-    let mut file =
-        std::fs::File::open(state).with_context(|| format!("opening {}", state.display()))?;
-    let n = std::io::copy(&mut file, &mut conn).context("sending the saved state to QEMU")?;
-    conn.flush().context("sending the saved state to QEMU")?;
+    let mut file = {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
+            .open(state)
+            .with_context(|| format!("opening {} (no link followed)", state.display()))?
+    };
+    let (got, n) = copy_hashing(&mut file, &mut conn).context("sending the saved state to QEMU")?;
+    state_matches(&got, want)?;
     Ok(n)
+}
+
+/// The fed state's sha256 against its record's.
+fn state_matches(got: &str, want: &str) -> std::result::Result<(), Damaged> {
+    if got == want {
+        return Ok(());
+    }
+    Err(Damaged(format!(
+        "damaged: {STATE} has sha256 {got}, its record says {want}"
+    )))
 }
 
 fn copy_hashing(from: &mut dyn Read, to: &mut dyn Write) -> Result<(String, u64)> {
@@ -134,13 +166,15 @@ mod tests {
         let out = root.join("got");
         let t =
             std::thread::spawn(move || receive(listener, &out, 3 << 20, Duration::from_secs(5)));
-        let n = feed(&root.join(STATE), &sock, Duration::from_secs(5)).unwrap();
+        let want = digest::sha256_file(&root.join(STATE)).unwrap().0;
+        let n = feed(&root.join(STATE), &sock, &want, Duration::from_secs(5)).unwrap();
         let (sha, got) = t.join().unwrap().unwrap();
         assert_eq!((n, got), (3 << 20, 3 << 20));
-        assert_eq!(sha, digest::sha256_file(&root.join(STATE)).unwrap().0);
+        assert_eq!(sha, want);
         assert!(feed(
             &root.join(STATE),
             &root.join("nobody.sock"),
+            &want,
             Duration::from_millis(100)
         )
         .is_err());
@@ -151,8 +185,29 @@ mod tests {
         let t = std::thread::spawn(move || {
             receive(listener, &out, (3 << 20) - 1, Duration::from_secs(5))
         });
-        let _ = feed(&root.join(STATE), &sock2, Duration::from_secs(5));
+        let _ = feed(&root.join(STATE), &sock2, &want, Duration::from_secs(5));
         assert!(format!("{:#}", t.join().unwrap().unwrap_err()).contains("more than"));
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    /// A state that does not hash as its record says is sent whole (QEMU, started stopped,
+    /// never runs it) and then refused as damaged, in the words a snapshot's check uses.
+    #[test]
+    fn a_fed_state_that_hashes_otherwise_is_damaged() {
+        let root = scratch("feed-damaged");
+        std::fs::write(root.join(STATE), b"machine statf").unwrap();
+        let sock = root.join("in.sock");
+        let listener = UnixListener::bind(&sock).unwrap();
+        let out = root.join("got");
+        let t =
+            std::thread::spawn(move || receive(listener, &out, 1 << 20, Duration::from_secs(5)));
+        let want = digest::hex(&<sha2::Sha256 as sha2::Digest>::digest(b"machine state"));
+        let e = feed(&root.join(STATE), &sock, &want, Duration::from_secs(5)).unwrap_err();
+        let d = e.downcast_ref::<Damaged>().expect("a Damaged error");
+        assert!(d.0.starts_with("damaged: state has sha256 "), "{d}");
+        assert!(d.0.ends_with(&format!("its record says {want}")), "{d}");
+        assert_eq!(t.join().unwrap().unwrap().1, 13);
+        assert_eq!(state_matches(&want, &want), Ok(()));
         std::fs::remove_dir_all(&root).unwrap();
     }
 }
