@@ -132,24 +132,55 @@ fn state_matches(got: &str, want: &str) -> std::result::Result<(), Damaged> {
     )))
 }
 
+/// Copies `from` into `to` whole and returns the bytes' sha256 and count. The hashing runs on a
+/// thread of its own, a few chunks behind the copy, so that it costs the copy no time: a
+/// resume's QEMU takes its state in at the pace the bytes come (the layer's 295 MB state took
+/// 0.99 s to load hashed in line, against 0.76 s unhashed).
 fn copy_hashing(from: &mut dyn Read, to: &mut dyn Write) -> Result<(String, u64)> {
     use sha2::{Digest, Sha256};
-    let mut h = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    let mut n: u64 = 0;
-    loop {
-        let k = match from.read(&mut buf) {
-            Ok(0) => break,
-            Ok(k) => k,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e.into()),
-        };
-        h.update(&buf[..k]);
-        to.write_all(&buf[..k])?;
-        n = n.saturating_add(k as u64);
-    }
-    to.flush()?;
-    Ok((digest::hex(&h.finalize()), n))
+    const CHUNK: usize = 1 << 20;
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(8);
+    std::thread::scope(|s| {
+        let hasher = s.spawn(move || {
+            let mut h = Sha256::new();
+            for chunk in rx {
+                h.update(&chunk);
+            }
+            digest::hex(&h.finalize())
+        });
+        let copied = (|| -> Result<u64> {
+            let mut n: u64 = 0;
+            loop {
+                // Whole chunks, so that a socket's short reads do not each cost a chunk.
+                let mut buf = vec![0u8; CHUNK];
+                let mut k = 0;
+                while k < CHUNK {
+                    match from.read(&mut buf[k..]) {
+                        Ok(0) => break,
+                        Ok(got) => k += got,
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+                if k == 0 {
+                    break;
+                }
+                buf.truncate(k);
+                to.write_all(&buf)?;
+                n = n.saturating_add(k as u64);
+                tx.send(buf)
+                    .map_err(|_| anyhow::anyhow!("the hashing thread ended early"))?;
+            }
+            to.flush()?;
+            Ok(n)
+        })();
+        // The hasher ends once the sender is gone, whatever the copy's outcome.
+        drop(tx);
+        let sha = hasher
+            .join()
+            .map_err(|_| anyhow::anyhow!("the hashing thread panicked"))?;
+        Ok((sha, copied?))
+    })
 }
 
 #[cfg(test)]
