@@ -263,3 +263,97 @@ fn browser_on_bookworm_reaches_the_dump_and_names_what_criu_says() {
     let code = if r.all_gates_pass { 0 } else { r.exit_code };
     verify_exits(&dir, code);
 }
+
+/// `session` on bookworm-apps: a full XFCE session (xfce4-session, xfwm4, xfce4-panel,
+/// xfsettingsd, xfconfd on its session bus) comes up, its live checks pass, the live probe moves
+/// the window manager off the first workspace, and CRIU is asked to dump it. Where CRIU forks
+/// the session, every copy shows the dump-time workspace (copy A's switch not in B, the reset
+/// copy back at the dump's) and `not_a_full_desktop` closes; where it cannot, the failing gate
+/// names CRIU's own error and the difference stays.
+#[test]
+#[ignore = "builds an image and boots a VM: minutes; run with --include-ignored"]
+fn session_on_bookworm_apps_keeps_its_workspace_or_names_what_criu_says() {
+    let Some((sb, gate)) = sandbox("workload-session") else {
+        return;
+    };
+    let (_, r, dir) = vm_run(
+        &sb,
+        &gate,
+        "bookworm-apps",
+        1024,
+        &["--workload", "session"],
+    );
+    assert_eq!(r.options.workload, Workload::Session);
+    for g in [
+        GateName::Prerequisites,
+        GateName::Launch,
+        GateName::LiveStateProbe,
+    ] {
+        let gate = r.gate(g).unwrap();
+        assert_eq!(gate.status, Status::Pass, "{g}: {}", gate.reason);
+    }
+    for check in [
+        "window_manager_running",
+        "panel_window",
+        "settings_daemon_owns_xsettings",
+        "session_bus_answers",
+        "workspace_switched",
+        "session_process",
+        "wm_process",
+        "panel_process",
+        "settings_process",
+        "xfconf_process",
+        "dbus_process",
+    ] {
+        assert!(
+            passed(&r, GateName::LiveStateProbe, check),
+            "live_state_probe.{check}:\n{}",
+            summary(&r)
+        );
+    }
+    // PID 1, Xvfb, the app, the bus, the session manager, its three clients and xfconfd.
+    let marked = r.gate(GateName::LiveStateProbe).unwrap().data["marked_processes"]
+        .as_array()
+        .map_or(0, Vec::len);
+    assert!(marked >= 9, "{marked} marked processes");
+    let dump = r.gate(GateName::Dump).unwrap();
+    assert_ne!(dump.status, Status::NotRun, "{}", dump.reason);
+    let named = |g: &sharedos_report::report::Gate| g.reason.contains("CRIU says:");
+    if dump.status == Status::Fail {
+        assert!(named(dump), "{}", dump.reason);
+    }
+    let restored = passed(&r, GateName::RestoreLiveProcess, "criu_restore_succeeded");
+    if dump.status == Status::Pass && !restored {
+        let g = r.gate(GateName::RestoreLiveProcess).unwrap();
+        assert!(named(g), "{}", g.reason);
+    }
+    let copy_checks = [
+        (GateName::RestoreLiveProcess, "workspace_same"),
+        (GateName::Isolation, "a_workspace_changed"),
+        (GateName::Isolation, "b_workspace_same"),
+        (GateName::Reset, "workspace_same"),
+    ];
+    let copies_passed = copy_checks.iter().all(|(g, c)| passed(&r, *g, c));
+    if dump.status == Status::Pass && restored {
+        // CRIU forked the session: every copy gate passes, holding the dump-time workspace.
+        for g in [
+            GateName::RestoreLiveProcess,
+            GateName::RestoreXState,
+            GateName::Isolation,
+            GateName::Reset,
+        ] {
+            let gate = r.gate(g).unwrap();
+            assert_eq!(gate.status, Status::Pass, "{g}: {}", gate.reason);
+        }
+        assert!(copies_passed, "{}", summary(&r));
+    }
+    let keys: Vec<Key> = r.fidelity_differences.iter().map(|d| d.key).collect();
+    assert_eq!(
+        keys.contains(&Key::NotAFullDesktop),
+        !copies_passed,
+        "{keys:?}"
+    );
+    assert_eq!(r.gate(GateName::Cleanup).unwrap().status, Status::Pass);
+    let code = if r.all_gates_pass { 0 } else { r.exit_code };
+    verify_exits(&dir, code);
+}

@@ -27,7 +27,7 @@ pub struct Lie {
     pub options: &'static [&'static str],
 }
 
-pub const LIES: [Lie; 17] = [
+pub const LIES: [Lie; 19] = [
     Lie {
         name: "dump-writes-nothing",
         does: "`criu dump` exits 0 without dumping: no image, the tree keeps running",
@@ -144,6 +144,20 @@ pub const LIES: [Lie; 17] = [
         target: GateName::Reset,
         caught_by: &["editor_same_text"],
         options: &["--workload", "desktop"],
+    },
+    Lie {
+        name: "restore-b-workspace-switched",
+        does: "copy b is restored, then its window manager is asked (as a pager asks) to show another workspace, as if copy a's switch reached it",
+        target: GateName::Isolation,
+        caught_by: &["b_workspace_same"],
+        options: &["--workload", "session"],
+    },
+    Lie {
+        name: "restore-reset-workspace-first",
+        does: "the reset copy is restored, then its window manager is asked to show the first workspace, as a freshly started session would",
+        target: GateName::Reset,
+        caught_by: &["workspace_same"],
+        options: &["--workload", "session"],
     },
     Lie {
         name: "density-copy-wrong-token",

@@ -150,8 +150,10 @@ struct DiagnoseArgs {
     userns: bool,
     /// What the tree runs beside Xvfb and the state app: `xterm` (the SPEC's tree), `desktop`
     /// (openbox, the GTK editor mousepad with a typed token, a D-Bus session bus), `browser`
-    /// (Firefox ESR with its sandbox on, showing a local page), or `browser-nosandbox` (the
-    /// same browser with its sandboxes off). The image must hold the workload's programs.
+    /// (Firefox ESR with its sandbox on, showing a local page), `browser-nosandbox` (the same
+    /// browser with its sandboxes off), or `session` (a full XFCE session: xfce4-session, xfwm4,
+    /// xfce4-panel, xfsettingsd, xfconfd on its D-Bus session bus). The image must hold the
+    /// workload's programs.
     #[arg(long, value_parser = parse_workload, default_value = "xterm")]
     workload: Workload,
     /// With --copies N: the restored copies opt in to the guest's KSM (PR_SET_MEMORY_MERGE,

@@ -13,6 +13,7 @@
 
 mod argv;
 mod init;
+mod session;
 mod setup;
 mod workload;
 
@@ -21,6 +22,7 @@ pub use argv::{
     xterm_argv, xvfb_argv,
 };
 pub use init::init_main;
+pub use session::{PANEL_CLASS, SESSION_WM_NAME, SETTINGS_NEEDLE, WORKSPACES, XSETTINGS_SELECTION};
 pub use setup::{bind_with_flags, pid_line, spawn_main, spawn_setup, spawned_pid};
 pub use workload::{
     browser_prefs, expected_processes, page_html, workload, After, Program, TreeFile, Workload,
@@ -127,6 +129,11 @@ pub fn tree_env(spec: &TreeSpec) -> Vec<(String, String)> {
             format!("unix:path={BUS_SOCKET}"),
         )
     }))
+    .chain(if spec.workload == Kind::Session {
+        session::session_env()
+    } else {
+        Vec::new()
+    })
     .collect()
 }
 

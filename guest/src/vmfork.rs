@@ -193,6 +193,7 @@ mod tests {
             png: "png/x.png".into(),
             editor_text: None,
             page: None,
+            workspace: None,
         }
     }
 

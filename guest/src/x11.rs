@@ -211,7 +211,7 @@ impl XConn {
     }
 
     /// The class half of WM_CLASS (`instance\0class\0`), empty when unset.
-    fn wm_class(&self, w: u32) -> Result<String> {
+    pub fn wm_class(&self, w: u32) -> Result<String> {
         let r = self
             .conn
             .get_property(false, w, AtomEnum::WM_CLASS, AtomEnum::STRING, 0, 256)?
@@ -262,6 +262,52 @@ impl XConn {
             return Ok(None);
         };
         Ok(Some(self.net_wm_name(w)?))
+    }
+
+    /// The first CARDINAL of the root's property `name` (`_NET_CURRENT_DESKTOP`,
+    /// `_NET_NUMBER_OF_DESKTOPS`), None when the root has none.
+    pub fn root_cardinal(&self, name: &str) -> Result<Option<u32>> {
+        let a = self.atom(name)?;
+        let r = self
+            .conn
+            .get_property(false, self.root, a, AtomEnum::CARDINAL, 0, 1)?
+            .reply()?;
+        Ok(r.value32().and_then(|mut v| v.next()))
+    }
+
+    /// Asks the window manager to show workspace `n`, as a pager does (EWMH): a
+    /// `_NET_CURRENT_DESKTOP` client message to the root. A round trip ends it; the manager
+    /// answers by setting the root's property.
+    pub fn ask_workspace(&self, n: u32) -> Result<()> {
+        use x11rb::protocol::xproto::{ClientMessageEvent, EventMask};
+        let a = self.atom("_NET_CURRENT_DESKTOP")?;
+        let ev = ClientMessageEvent::new(32, self.root, a, [n, x11rb::CURRENT_TIME, 0, 0, 0]);
+        self.conn.send_event(
+            false,
+            self.root,
+            EventMask::SUBSTRUCTURE_NOTIFY | EventMask::SUBSTRUCTURE_REDIRECT,
+            ev,
+        )?;
+        self.conn.get_input_focus()?.reply()?;
+        Ok(())
+    }
+
+    /// The bytes of window `w`'s property `name`, of any type, at most `max` of them; empty when
+    /// it has none.
+    pub fn property_bytes(&self, w: u32, name: &str, max: u32) -> Result<Vec<u8>> {
+        let a = self.atom(name)?;
+        let r = self
+            .conn
+            .get_property(false, w, a, AtomEnum::ANY, 0, max.div_ceil(4))?
+            .reply()?;
+        Ok(r.value)
+    }
+
+    /// The window that owns the selection `name`, None when nobody does.
+    pub fn selection_owner(&self, name: &str) -> Result<Option<u32>> {
+        let a = self.atom(name)?;
+        let owner = self.conn.get_selection_owner(a)?.reply()?.owner;
+        Ok((owner != x11rb::NONE).then_some(owner))
     }
 
     /// The keycode that yields `sym` and whether Shift is needed for it, from the server's

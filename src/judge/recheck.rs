@@ -40,6 +40,12 @@ pub enum Kind {
     /// `{fork_time, seen}`: two MAC addresses, both well formed, the copy's another than the
     /// saved guest's.
     OwnMac,
+    /// `{before, asked, count, seen}`: the window manager showed the asked workspace, another
+    /// than the one before.
+    WorkspaceSwitched,
+    /// `{dump_time, seen, switched_elsewhere?}`: the copy shows the dump-time workspace (not the
+    /// first) and not the one another copy was switched to.
+    SameWorkspace,
 }
 
 /// The live probe's checks judged again.
@@ -77,6 +83,7 @@ fn workload_copy_checks(w: Workload) -> &'static [(&'static str, Kind)] {
             ("page_counter_continues", Kind::CounterContinues),
             ("page_counter_advances", Kind::CounterAdvances),
         ],
+        Workload::Session => &[("workspace_same", Kind::SameWorkspace)],
     }
 }
 
@@ -88,6 +95,7 @@ fn workload_live_checks(w: Workload) -> &'static [(&'static str, Kind)] {
             &[("page_counter_advances", Kind::CounterAdvances)]
         }
         Workload::Xterm => &[],
+        Workload::Session => &[("workspace_switched", Kind::WorkspaceSwitched)],
     }
 }
 
@@ -124,11 +132,12 @@ pub const FORK_CHECKS: [(&str, Kind); 5] = [
 
 /// The restored copies are all held against one dump: these checks must name the same dump-time
 /// value (the token, the windows, the dump-time frame) in every gate.
-const ONE_DUMP: [(Kind, &str); 4] = [
+const ONE_DUMP: [(Kind, &str); 5] = [
     (Kind::SameToken, "dump_time"),
     (Kind::SameWindows, "dump_time"),
     (Kind::SameFramebuffer, "expected_png"),
     (Kind::EditorSameText, "dump_time"),
+    (Kind::SameWorkspace, "dump_time"),
 ];
 
 /// How much of a check's value a problem quotes: the guest chose it.
@@ -237,6 +246,7 @@ fn field_label(k: Kind, check: &str) -> &'static str {
         Kind::SameToken => "dump-time tokens",
         Kind::SameWindows => "dump-time windows",
         Kind::EditorSameText => "dump-time editor texts",
+        Kind::SameWorkspace => "dump-time workspaces",
         _ => "dump-time frames",
     }
 }
@@ -287,6 +297,25 @@ fn judge(kind: Kind, c: &Check, frames: &mut Frames) -> Result<(), String> {
                 None => None,
             };
             compare::editor_same_text(&c.name, &dump, Ok(&seen), elsewhere.as_deref())
+        }
+        Kind::WorkspaceSwitched => compare::session::workspace_switched(
+            &c.name,
+            field(v, "before")?,
+            field(v, "asked")?,
+            field(v, "count")?,
+            Ok(field(v, "seen")?),
+        ),
+        Kind::SameWorkspace => {
+            let elsewhere: Option<u32> = match v.get("switched_elsewhere") {
+                Some(_) => Some(field(v, "switched_elsewhere")?),
+                None => None,
+            };
+            compare::session::same_workspace(
+                &c.name,
+                field(v, "dump_time")?,
+                Ok(field(v, "seen")?),
+                elsewhere,
+            )
         }
         Kind::SameFramebuffer => {
             let (want_png, seen_png): (String, String) =
@@ -674,6 +703,64 @@ mod tests {
         );
         r.options.workload = Workload::Xterm;
         assert_eq!(problems(&r, &at(&s.0)), Vec::<String>::new());
+    }
+
+    /// A session run: the workspace checks beside the honest ones.
+    fn session_report() -> Report {
+        let mut r = honest_report();
+        r.options.workload = Workload::Session;
+        let add =
+            |r: &mut Report, gate: GateName, c: Check| r.gate_mut(gate).unwrap().checks.push(c);
+        add(
+            &mut r,
+            GateName::LiveStateProbe,
+            compare::session::workspace_switched("workspace_switched", 0, 2, 4, Ok(2)),
+        );
+        for (gate, name, elsewhere) in [
+            (GateName::RestoreLiveProcess, "workspace_same", None),
+            (GateName::Isolation, "b_workspace_same", Some(3)),
+            (GateName::Reset, "workspace_same", Some(1)),
+        ] {
+            add(
+                &mut r,
+                gate,
+                compare::session::same_workspace(name, 2, Ok(2), elsewhere),
+            );
+        }
+        r
+    }
+
+    #[test]
+    fn the_workspace_checks_of_a_session_run_are_judged_again() {
+        let s = honest_dir("session");
+        assert_eq!(problems(&session_report(), &at(&s.0)), Vec::<String>::new());
+        // Copy b claimed to pass while it shows the workspace copy a was switched to.
+        let mut r = session_report();
+        check_mut(&mut r, GateName::Isolation, "b_workspace_same").value["seen"] = json!(3);
+        one_problem(&r, &s.0, "isolation.b_workspace_same passed, but");
+        // A reset copy back on the first workspace: a fresh session, not the dumped one.
+        let mut r = session_report();
+        check_mut(&mut r, GateName::Reset, "workspace_same").value["seen"] = json!(0);
+        one_problem(&r, &s.0, "reset.workspace_same passed, but");
+        let mut r = session_report();
+        check_mut(&mut r, GateName::LiveStateProbe, "workspace_switched").value["seen"] = json!(0);
+        one_problem(&r, &s.0, "live_state_probe.workspace_switched passed, but");
+        // Copies held against different dump-time workspaces.
+        let mut r = session_report();
+        let c = check_mut(&mut r, GateName::Reset, "workspace_same");
+        c.value["dump_time"] = json!(3);
+        c.value["seen"] = json!(3);
+        one_problem(&r, &s.0, "against different dump-time workspaces");
+        let mut r = session_report();
+        r.gate_mut(GateName::Reset)
+            .unwrap()
+            .checks
+            .retain(|c| c.name != "workspace_same");
+        one_problem(
+            &r,
+            &s.0,
+            "reset PASS, but it lacks the check workspace_same",
+        );
     }
 
     #[test]

@@ -240,6 +240,9 @@ fn expectation(path: &str, workload: Workload, is_reference: bool) -> &'static s
         ("reset-changed.png", Workload::Desktop) => {
             return "copy A changed again before the reset: the drawn mark and both typed changes in the editor";
         }
+        ("isolation-a.png" | "reset-changed.png", Workload::Session) => {
+            return "copy A after its own change: should differ from the reference by the drawn mark and the workspace the panel's pager shows as current, and by nothing else";
+        }
         _ => {}
     }
     match name {

@@ -35,6 +35,8 @@ pub struct CarriedState {
     pub editor_text: Option<String>,
     #[serde(default)]
     pub page: Option<PageState>,
+    #[serde(default)]
+    pub workspace: Option<u32>,
 }
 
 impl CarriedState {
@@ -47,6 +49,7 @@ impl CarriedState {
             png: o.png.clone(),
             editor_text: o.editor_text.clone(),
             page: o.page.clone(),
+            workspace: o.workspace,
         }
     }
 
@@ -62,6 +65,7 @@ impl CarriedState {
             png: self.png,
             editor_text: self.editor_text,
             page: self.page,
+            workspace: self.workspace,
         })
     }
 }

@@ -11,6 +11,8 @@ use serde_json::{json, Value};
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+pub mod session;
+
 pub fn check(name: &str, passed: bool, value: Value, expected: &str) -> Check {
     Check {
         name: name.to_string(),
@@ -588,6 +590,7 @@ mod tests {
             png: "png/x.png".into(),
             editor_text: None,
             page: None,
+            workspace: None,
         }
     }
 

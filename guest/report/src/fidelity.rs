@@ -30,7 +30,7 @@ pub enum Key {
     NoDesktopApplication,
     /// Closed by `--workload browser` (with the browser's sandbox on).
     NoBrowser,
-    /// No workload closes it: a few processes, not a whole desktop session.
+    /// Closed by `--workload session` (an XFCE session) when its copies kept its state.
     NotAFullDesktop,
 }
 
@@ -146,6 +146,8 @@ pub enum FidelityOption {
     DesktopWorkload,
     /// `--workload browser`: the browser with its sandbox on; `browser-nosandbox` closes nothing.
     BrowserWorkload,
+    /// `--workload session`.
+    SessionWorkload,
 }
 
 /// A difference an option can close, and the checks that must have passed in the restored
@@ -158,7 +160,7 @@ pub struct Closable {
     pub checks: &'static [(GateName, &'static str)],
 }
 
-pub const CLOSABLE: [Closable; 5] = [
+pub const CLOSABLE: [Closable; 6] = [
     Closable {
         key: Key::NoUserNamespace,
         option: FidelityOption::Userns,
@@ -213,6 +215,19 @@ pub const CLOSABLE: [Closable; 5] = [
             (GateName::RestoreLiveProcess, "page_same_token"),
             (GateName::Isolation, "b_page_same_token"),
             (GateName::Reset, "page_same_token"),
+        ],
+    },
+    // A desktop session's own state, the window manager's current workspace switched at the
+    // live probe, read from each restored copy over the X wire; copy A's switch stays its own.
+    Closable {
+        key: Key::NotAFullDesktop,
+        option: FidelityOption::SessionWorkload,
+        flag: "--workload session",
+        checks: &[
+            (GateName::RestoreLiveProcess, "workspace_same"),
+            (GateName::Isolation, "a_workspace_changed"),
+            (GateName::Isolation, "b_workspace_same"),
+            (GateName::Reset, "workspace_same"),
         ],
     },
 ];
@@ -358,7 +373,8 @@ mod tests {
                 Key::NoCgroupLimits,
                 Key::SharedRoot,
                 Key::NoDesktopApplication,
-                Key::NoBrowser
+                Key::NoBrowser,
+                Key::NotAFullDesktop
             ]
         );
     }
@@ -438,6 +454,40 @@ mod tests {
             detail(&differences("k", &browser, &page), Key::NoBrowser),
             None
         );
+        // The session closes `not_a_full_desktop` only with its workspace kept in every copy.
+        let session = RunOptions {
+            workload: Workload::Session,
+            ..RunOptions::default()
+        };
+        let workspace = vec![
+            gate_with(GateName::RestoreLiveProcess, &[("workspace_same", true)]),
+            gate_with(
+                GateName::Isolation,
+                &[("a_workspace_changed", true), ("b_workspace_same", true)],
+            ),
+            gate_with(GateName::Reset, &[("workspace_same", true)]),
+        ];
+        assert_eq!(
+            detail(
+                &differences("k", &session, &workspace),
+                Key::NotAFullDesktop
+            ),
+            None
+        );
+        assert!(detail(
+            &differences("k", &desktop, &workspace),
+            Key::NotAFullDesktop
+        )
+        .is_some());
+        let mut lost = workspace.clone();
+        lost[2].checks[0].passed = false;
+        let kept = detail(&differences("k", &session, &lost), Key::NotAFullDesktop).unwrap();
+        assert!(kept.contains("reset.workspace_same failed"), "{kept}");
+        let kept = detail(
+            &differences("k", &session, &workspace[..1]),
+            Key::NotAFullDesktop,
+        );
+        assert!(kept.unwrap().contains("did not run"));
     }
 
     #[test]
@@ -458,7 +508,7 @@ mod tests {
             .filter(|d| d.key.closable().is_some())
             .cloned()
             .collect();
-        assert_eq!(problems(&unclosable, &opts, &gates).len(), 5);
+        assert_eq!(problems(&unclosable, &opts, &gates).len(), 4);
         // Twice is named too.
         let mut twice = full.clone();
         twice.push(full[1].clone());

@@ -314,7 +314,7 @@ impl Ctx {
         let app_asked_at = Instant::now();
         let app = self.app(tree_pid, "get")?;
         // Read before the frame: reading the editor selects its text, as it did at the dump.
-        let (editor_text, page) = super::workload::observe_extra(self, tree_pid)?;
+        let extra = super::workload::observe_extra(self, tree_pid)?;
         let (windows, frame) = self.x(tree_pid, "X windows and framebuffer", |c| {
             Ok((c.mapped_toplevels()?, c.grab()?))
         })?;
@@ -327,8 +327,9 @@ impl Ctx {
             frame_sha256: frame.sha256(),
             mark_drawn: frame.rect_is(MARK, MARK_RGB),
             png,
-            editor_text,
-            page,
+            editor_text: extra.editor_text,
+            page: extra.page,
+            workspace: extra.workspace,
         })
     }
 

@@ -54,7 +54,7 @@ pub fn run(ctx: &mut Ctx) -> Gate {
     g.data("copy_b_pid", json!(b));
     check_apart(ctx, &mut g, a, b, &snap);
     let mutated = change_copy(ctx, &mut g, a, "copy A");
-    let typed_into_a = workload::change_editor(ctx, &mut g, a, "copy A");
+    let typed_into_a = workload::change_editor(ctx, &mut g, a, "copy A", &snap);
     g.check(ctx.check_x_server_in_tree("a_x_server_in_copy", a));
     g.check(ctx.check_x_server_in_tree("b_x_server_in_copy", b));
     match ctx.observe(a, "isolation-a") {
@@ -65,7 +65,13 @@ pub fn run(ctx: &mut Ctx) -> Gate {
                 &oa,
                 &snap,
             ));
-            workload::check_changed(&mut g, "a_editor_changed", &oa, typed_into_a.as_ref());
+            workload::check_changed(
+                &mut g,
+                "a_editor_changed",
+                &oa,
+                typed_into_a.as_ref(),
+                ctx.cfg.options.workload,
+            );
         }
         Err(e) => g.problem(format!("reading copy A after the change: {e:#}")),
     }

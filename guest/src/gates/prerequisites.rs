@@ -280,7 +280,7 @@ fn check_workload_programs(ctx: &Ctx, g: &mut GateBuilder) {
         ),
         || {
             format!(
-                "the {w} workload's programs are missing: install {} (an image with them: images/bookworm-desktop, images/trixie-desktop, images/bookworm-browser)",
+                "the {w} workload's programs are missing: install {} (an image with them: images/bookworm-desktop, images/trixie-desktop, images/bookworm-browser, images/bookworm-apps)",
                 missing.join(", ")
             )
         },

@@ -80,7 +80,7 @@ fn change_and_look(
     snap: &Observation,
 ) -> Option<(String, String)> {
     let mutated = change_copy(ctx, g, target, "the copy");
-    let typed = workload::change_editor(ctx, g, target, "the copy");
+    let typed = workload::change_editor(ctx, g, target, "the copy", snap);
     if ctx.cfg.options.cow_root {
         fidelity::check_write(
             ctx,
@@ -100,7 +100,13 @@ fn change_and_look(
                 &o,
                 snap,
             ));
-            workload::check_changed(g, "editor_change_seen", &o, typed.as_ref());
+            workload::check_changed(
+                g,
+                "editor_change_seen",
+                &o,
+                typed.as_ref(),
+                ctx.cfg.options.workload,
+            );
         }
         Err(e) => g.problem(format!("reading the changed copy: {e:#}")),
     }

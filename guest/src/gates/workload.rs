@@ -82,6 +82,7 @@ pub fn readiness(ctx: &Ctx, pid: i32) -> Vec<Condition> {
             "firefox-esr",
             x_socket && ctx.x(pid, "page title", page_state).is_ok(),
         )),
+        Workload::Session => v.extend(super::session::readiness(ctx, pid, x_socket, &tops)),
     }
     v.push(c("app_answers", "stateapp", ctx.app(pid, "get").is_ok()));
     v
@@ -177,14 +178,30 @@ pub fn page_state(c: &XConn) -> Result<PageState> {
 }
 
 /// What `observe` adds for the workload, read before the frame is grabbed.
-pub fn observe_extra(ctx: &Ctx, pid: i32) -> Result<(Option<String>, Option<PageState>)> {
-    match ctx.cfg.options.workload {
-        Workload::Xterm => Ok((None, None)),
-        Workload::Desktop => Ok((Some(ctx.x(pid, "the editor's text", read_editor)?), None)),
-        Workload::Browser | Workload::BrowserNosandbox => {
-            Ok((None, Some(ctx.x(pid, "the page's title", page_state)?)))
-        }
-    }
+#[derive(Default)]
+pub struct Extra {
+    pub editor_text: Option<String>,
+    pub page: Option<PageState>,
+    pub workspace: Option<u32>,
+}
+
+/// What `observe` adds for the workload, read before the frame is grabbed.
+pub fn observe_extra(ctx: &Ctx, pid: i32) -> Result<Extra> {
+    Ok(match ctx.cfg.options.workload {
+        Workload::Xterm => Extra::default(),
+        Workload::Desktop => Extra {
+            editor_text: Some(ctx.x(pid, "the editor's text", read_editor)?),
+            ..Extra::default()
+        },
+        Workload::Browser | Workload::BrowserNosandbox => Extra {
+            page: Some(ctx.x(pid, "the page's title", page_state)?),
+            ..Extra::default()
+        },
+        Workload::Session => Extra {
+            workspace: Some(ctx.x(pid, "the current workspace", super::session::read_workspace)?),
+            ..Extra::default()
+        },
+    })
 }
 
 /// The live probe's checks of the workload's window and, for the desktop, the token typed
@@ -238,6 +255,7 @@ pub fn live_checks(ctx: &mut Ctx, g: &mut GateBuilder, pid: i32) {
                 Err(e) => g.problem(format!("reading the page's title: {e:#}")),
             }
         }
+        Workload::Session => super::session::live_checks(ctx, g, pid),
     }
 }
 
@@ -355,18 +373,27 @@ pub fn check_copy_state(
                 next.as_ref().map_err(|e| e.clone()),
             ));
         }
+        Workload::Session => {
+            super::session::check_copy_state(ctx, g, pid, snap, prefix, typed_elsewhere)
+        }
     }
 }
 
 /// A change typed at the end of a copy's editor text, different per call: isolation and reset
 /// type one into copy A (which may hold an earlier gate's change already). Returns the text the
-/// editor held before and the change; None for a workload without an editor.
+/// editor held before and the change; None for a workload without an editor. The session's
+/// change is a switch to another workspace than the copy's and the dump-time one (`snap`'s),
+/// returned as the two workspace numbers in words.
 pub fn change_editor(
     ctx: &Ctx,
     g: &mut GateBuilder,
     pid: i32,
     name: &str,
+    snap: &Observation,
 ) -> Option<(String, String)> {
+    if ctx.cfg.options.workload == Workload::Session {
+        return super::session::change(ctx, g, pid, name, snap);
+    }
     if ctx.cfg.options.workload != Workload::Desktop {
         return None;
     }
@@ -393,16 +420,23 @@ pub fn change_editor(
     }
 }
 
-/// The editor of a changed copy shows the text it held before with the change at its end.
+/// The editor of a changed copy shows the text it held before with the change at its end; a
+/// changed session shows the workspace it was switched to (the check named with `workspace`
+/// for `editor`).
 pub fn check_changed(
     g: &mut GateBuilder,
     name: &str,
     o: &Observation,
     change: Option<&(String, String)>,
+    workload: Workload,
 ) {
     let Some((before, change)) = change else {
         return;
     };
+    if workload == Workload::Session {
+        let name = name.replace("editor", "workspace");
+        return super::session::check_changed(g, &name, o, &(before.clone(), change.clone()));
+    }
     let seen = o
         .editor_text
         .as_deref()

@@ -218,8 +218,16 @@ mod tests {
                 "restore-reset-editor-lost-text"
             ]
         );
+        let session = names(Workload::Session);
+        assert_eq!(
+            session,
+            [
+                "restore-b-workspace-switched",
+                "restore-reset-workspace-first"
+            ]
+        );
         let xterm = names(Workload::Xterm);
-        assert_eq!(xterm.len() + desktop.len(), LIES.len());
+        assert_eq!(xterm.len() + desktop.len() + session.len(), LIES.len());
         assert!(!xterm.contains(&"restore-reset-editor-lost-text"));
         let named = chosen_lies(&["restore-reset-editor-lost-text".into()], Workload::Xterm);
         assert_eq!(named.unwrap().len(), 1);

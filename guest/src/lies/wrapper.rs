@@ -198,6 +198,15 @@ fn spoil_restored(lie: &Lie, pid: i32) -> Result<()> {
             let c = crate::x11::XConn::connect(&x_socket(pid)?)?;
             crate::gates::workload::clear_editor(&c)?;
         }
+        "restore-b-workspace-switched" => {
+            let c = crate::x11::XConn::connect(&x_socket(pid)?)?;
+            let now = crate::gates::session::read_workspace(&c)?;
+            crate::gates::session::switch_workspace(&c, if now == 1 { 2 } else { 1 })?;
+        }
+        "restore-reset-workspace-first" => {
+            let c = crate::x11::XConn::connect(&x_socket(pid)?)?;
+            crate::gates::session::switch_workspace(&c, 0)?;
+        }
         "restore-b-without-cgroup-limits" => {
             let group = crate::gates::fidelity::cgroup_of(pid)?;
             let dir = crate::gates::fidelity::group_dir(&group);

@@ -26,7 +26,7 @@ pub enum After {
 }
 
 impl Program {
-    fn new(name: &'static str, argv: Vec<String>) -> Program {
+    pub(super) fn new(name: &'static str, argv: Vec<String>) -> Program {
         Program {
             name,
             argv,
@@ -92,6 +92,7 @@ pub fn expected_processes(w: Kind) -> Vec<(&'static str, &'static str, &'static 
             "browser_process",
             "the browser (firefox-esr)",
         )),
+        Kind::Session => v.extend(super::session::session_processes()),
     }
     v
 }
@@ -199,6 +200,10 @@ pub fn workload(spec: &TreeSpec) -> Workload {
                 );
             }
             clients.push(browser);
+        }
+        Kind::Session => {
+            files.extend(super::session::session_files(GTK_SETTINGS));
+            clients.extend(super::session::session_programs());
         }
     }
     Workload {

@@ -23,6 +23,9 @@ pub struct Observation {
     pub editor_text: Option<String>,
     /// With a browser workload: the page's state, read from its window's `_NET_WM_NAME`.
     pub page: Option<PageState>,
+    /// With `--workload session`: the window manager's current workspace, the root's
+    /// `_NET_CURRENT_DESKTOP`.
+    pub workspace: Option<u32>,
 }
 
 /// A tree this run started or restored: its PID 1 as the host sees it and the pid namespace it

@@ -52,14 +52,18 @@ pub enum Workload {
     /// The same browser with every one of its sandboxes switched off: named apart, so that a
     /// result without the sandbox is never taken for one with it.
     BrowserNosandbox,
+    /// A full XFCE session: xfce4-session starting its window manager (xfwm4), panel and
+    /// settings daemon, with xfconfd on demand over its D-Bus session bus.
+    Session,
 }
 
 impl Workload {
-    pub const ALL: [Workload; 4] = [
+    pub const ALL: [Workload; 5] = [
         Workload::Xterm,
         Workload::Desktop,
         Workload::Browser,
         Workload::BrowserNosandbox,
+        Workload::Session,
     ];
 
     pub fn is_default(&self) -> bool {
@@ -72,6 +76,7 @@ impl Workload {
             Workload::Desktop => "desktop",
             Workload::Browser => "browser",
             Workload::BrowserNosandbox => "browser-nosandbox",
+            Workload::Session => "session",
         }
     }
 
@@ -107,6 +112,13 @@ impl Workload {
                 ("dbus-daemon", "dbus-daemon"),
             ],
             Workload::Browser | Workload::BrowserNosandbox => &[("firefox-esr", "firefox-esr")],
+            Workload::Session => &[
+                ("xfce4-session", "xfce4-session"),
+                ("xfwm4", "xfwm4"),
+                ("xfce4-panel", "xfce4-panel"),
+                ("xfsettingsd", "xfce4-settings"),
+                ("dbus-daemon", "dbus-daemon"),
+            ],
         }
     }
 }
@@ -161,6 +173,7 @@ impl RunOptions {
             FidelityOption::Userns => self.userns,
             FidelityOption::DesktopWorkload => self.workload == Workload::Desktop,
             FidelityOption::BrowserWorkload => self.workload == Workload::Browser,
+            FidelityOption::SessionWorkload => self.workload == Workload::Session,
         }
     }
 }
