@@ -10,7 +10,7 @@
 //!   a dump or restore that fails must FAIL naming CRIU's own error.
 //! - `session` on `bookworm-apps`: a full XFCE session up, its live checks passing, and CRIU
 //!   asked to dump it; copies that pass close `not_a_full_desktop`, a failed dump names CRIU's
-//!   own error (criu 3.17.1 cannot dump xfce4-session's pidfds).
+//!   own error.
 //!
 //! Minutes each (an image build and a boot under TCG), so `#[ignore]`d in a plain `cargo test`;
 //! CI runs them with `--include-ignored`.
@@ -270,9 +270,10 @@ fn browser_on_bookworm_reaches_the_dump_and_names_what_criu_says() {
 /// `session` on bookworm-apps: a full XFCE session (xfce4-session, xfwm4, xfce4-panel,
 /// xfsettingsd, xfconfd on its session bus) comes up, its live checks pass, the live probe moves
 /// the window manager off the first workspace, and CRIU is asked to dump it. Where CRIU forks
-/// the session, every copy shows the dump-time workspace (copy A's switch not in B, the reset
-/// copy back at the dump's) and `not_a_full_desktop` closes; where it cannot, the failing gate
-/// names CRIU's own error and the difference stays.
+/// the session (criu 3.17.1 does, with pidfd_open refused to the session), every copy shows the
+/// dump-time workspace (copy A's switch not in B, the reset copy back at the dump's) and
+/// `not_a_full_desktop` closes; where it cannot, the failing gate names CRIU's own error and
+/// the difference stays.
 #[test]
 #[ignore = "builds an image and boots a VM: minutes; run with --include-ignored"]
 fn session_on_bookworm_apps_keeps_its_workspace_or_names_what_criu_says() {
@@ -323,7 +324,6 @@ fn session_on_bookworm_apps_keeps_its_workspace_or_names_what_criu_says() {
     assert_ne!(dump.status, Status::NotRun, "{}", dump.reason);
     let named = |g: &sharedos_report::report::Gate| g.reason.contains("CRIU says:");
     if dump.status == Status::Fail {
-        // criu 3.17.1 on bookworm: xfce4-session's pidfds (GLib's watches of its clients).
         assert!(named(dump), "{}", dump.reason);
         let cause = dump.cause.as_ref().expect("a failed dump quotes its cause");
         assert_eq!(cause.log, "criu/dump.log");
@@ -370,4 +370,49 @@ fn session_on_bookworm_apps_keeps_its_workspace_or_names_what_criu_says() {
     assert_eq!(r.gate(GateName::Cleanup).unwrap().status, Status::Pass);
     let code = if r.all_gates_pass { 0 } else { r.exit_code };
     verify_exits(&dir, code);
+}
+
+/// The session's lies in one guest of bookworm-apps (`lie-suite --workload session`): copy B
+/// switched to another workspace after its restore, and the reset copy sent back to the first,
+/// each caught by its workspace check. Two whole gate runs of the session under TCG.
+#[test]
+#[ignore = "runs the session's two lies in one guest (minutes under TCG); the extended tier's: cargo xtask test --tier extended"]
+fn the_session_lies_are_caught_in_the_guest() {
+    let Some((sb, gate)) = sandbox("workload-session-lies") else {
+        return;
+    };
+    common::seed::seed(&sb, "cache", "bookworm-apps", "unshare");
+    let lies: Vec<&str> = sharedos_gate::lies::LIES
+        .iter()
+        .filter(|l| sharedos_gate::lies::lie_workload(l) == Workload::Session)
+        .map(|l| l.name)
+        .collect();
+    assert_eq!(lies.len(), 2, "{lies:?}");
+    let mut command = String::from(
+        "/usr/local/bin/sharedos-gate lie-suite --workload session --out /root/lies --step-timeout 180",
+    );
+    for name in &lies {
+        command.push_str(" --lie ");
+        command.push_str(name);
+    }
+    let mut args = common::vm_exec_args(
+        &sb,
+        &[
+            "--image",
+            "bookworm-apps",
+            "--timeout",
+            "2400",
+            "--gate-binary",
+            gate.to_str().unwrap(),
+            "--",
+            &command,
+        ],
+    );
+    let mode = args.iter().position(|a| a == "--mode").unwrap();
+    args[mode + 1] = "unshare".into();
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = sb.run_as_user(&sb.xtask, &argv);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(stdout.contains("2 of 2 lies caught"), "{stdout}");
 }

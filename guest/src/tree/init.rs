@@ -16,7 +16,11 @@ fn start(p: &Program) -> Result<u32> {
     let (argv, log) = (&p.argv, p.log());
     let out = std::fs::File::create(&log).with_context(|| format!("creating {log}"))?;
     let err = out.try_clone()?;
-    let child = crate::exec::command(&argv[0])
+    let mut cmd = crate::exec::command(&argv[0]);
+    if p.refuse_pidfd_open {
+        super::session::refuse_pidfd_open(&mut cmd);
+    }
+    let child = cmd
         .args(&argv[1..])
         .envs(p.env.iter().cloned())
         .stdin(Stdio::null())

@@ -165,10 +165,11 @@ pub fn session_files(gtk_settings: &str) -> Vec<TreeFile> {
 }
 
 /// The session's programs after the state app: the bus, then the session manager once the
-/// bus's socket is there.
+/// bus's socket is there, with `pidfd_open(2)` refused to it and its clients.
 pub fn session_programs() -> Vec<Program> {
     let mut session = Program::new("xfce4-session", vec!["xfce4-session".into()]);
     session.after = vec![After::Path(BUS_SOCKET)];
+    session.refuse_pidfd_open = true;
     vec![Program::new("dbus", dbus_argv()), session]
 }
 
@@ -198,6 +199,101 @@ pub fn session_processes() -> [(&'static str, &'static str, &'static str); 6] {
             "the settings store (xfconfd, started by the bus)",
         ),
     ]
+}
+
+/// The system call number of `pidfd_open(2)` on x86-64, and the audit arch the filter holds it
+/// to (on another arch the filter lets everything through).
+const SYS_PIDFD_OPEN: u32 = 434;
+const AUDIT_ARCH_X86_64: u32 = 0xc000_003e;
+const ENOSYS: u32 = 38;
+
+/// A seccomp filter on the command's process, kept across its exec and by everything it
+/// starts: `pidfd_open(2)` fails with ENOSYS, as on a kernel before 5.3; every other call is
+/// let through. GLib 2.74 watches each child it spawns through a pidfd when it can, and falls
+/// back to SIGCHLD when `pidfd_open` fails; xfce4-session spawns its clients, so it held one
+/// pidfd per client, and criu 3.17.1 cannot dump a pidfd (`Can't dump file ... of that type
+/// [600] (anon anon_inode:[pidfd])`): the session's dump failed on it.
+pub fn refuse_pidfd_open(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    #[repr(C)]
+    struct SockFilter {
+        code: u16,
+        jt: u8,
+        jf: u8,
+        k: u32,
+    }
+    #[repr(C)]
+    struct SockFprog {
+        len: u16,
+        filter: *const SockFilter,
+    }
+    const LD_W_ABS: u16 = 0x20;
+    const JEQ_K: u16 = 0x15;
+    const RET_K: u16 = 0x06;
+    const RET_ALLOW: u32 = 0x7fff_0000;
+    const RET_ERRNO: u32 = 0x0005_0000;
+    // seccomp_data: nr at offset 0, arch at 4.
+    const FILTER: [SockFilter; 6] = [
+        SockFilter {
+            code: LD_W_ABS,
+            jt: 0,
+            jf: 0,
+            k: 4,
+        },
+        SockFilter {
+            code: JEQ_K,
+            jt: 0,
+            jf: 3,
+            k: AUDIT_ARCH_X86_64,
+        },
+        SockFilter {
+            code: LD_W_ABS,
+            jt: 0,
+            jf: 0,
+            k: 0,
+        },
+        SockFilter {
+            code: JEQ_K,
+            jt: 0,
+            jf: 1,
+            k: SYS_PIDFD_OPEN,
+        },
+        SockFilter {
+            code: RET_K,
+            jt: 0,
+            jf: 0,
+            k: RET_ERRNO | ENOSYS,
+        },
+        SockFilter {
+            code: RET_K,
+            jt: 0,
+            jf: 0,
+            k: RET_ALLOW,
+        },
+    ];
+    // SAFETY: the hook runs in the child between fork and exec and only makes two prctl calls
+    // on memory that lives for the whole program (a const), allocating nothing.
+    unsafe {
+        cmd.pre_exec(|| {
+            let prog = SockFprog {
+                len: FILTER.len() as u16,
+                filter: FILTER.as_ptr(),
+            };
+            if nix::libc::prctl(nix::libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            let mode_filter: nix::libc::c_ulong = 2;
+            if nix::libc::prctl(
+                nix::libc::PR_SET_SECCOMP,
+                mode_filter,
+                &prog as *const SockFprog,
+            ) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
 }
 
 #[cfg(test)]
@@ -234,5 +330,31 @@ mod tests {
         assert!(env.contains(&("XDG_CONFIG_DIRS".into(), XDG_CONFIG_DIRS.into())));
         let names: Vec<&str> = session_programs().iter().map(|p| p.name).collect();
         assert_eq!(names, ["dbus", "xfce4-session"]);
+        let refused: Vec<bool> = session_programs()
+            .iter()
+            .map(|p| p.refuse_pidfd_open)
+            .collect();
+        assert_eq!(refused, [false, true]);
+    }
+
+    /// A process under the filter gets ENOSYS from pidfd_open, and runs otherwise (perl,
+    /// Debian's essential perl-base, makes the raw call; the shell and grep run under it too).
+    #[test]
+    fn the_filter_refuses_pidfd_open_and_lets_the_rest_through() {
+        let probe = "grep '^Seccomp:' /proc/self/status; \
+                     perl -e '$r = syscall(434, $$ + 0, 0); print \"pidfd_open $r \", $! + 0, \"\\n\"'";
+        let mut cmd = crate::exec::command("/bin/sh");
+        cmd.args(["-c", probe]);
+        refuse_pidfd_open(&mut cmd);
+        let out = cmd.output().unwrap();
+        assert!(out.status.success());
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("Seccomp:\t2"), "{text}");
+        assert!(text.contains(&format!("pidfd_open -1 {ENOSYS}")), "{text}");
+        // Without the filter the call succeeds (a pidfd, fd 3 or above).
+        let mut plain = crate::exec::command("/bin/sh");
+        plain.args(["-c", probe]);
+        let text = String::from_utf8_lossy(&plain.output().unwrap().stdout).into_owned();
+        assert!(!text.contains("pidfd_open -1"), "{text}");
     }
 }

@@ -12,6 +12,9 @@ pub struct Program {
     pub env: Vec<(String, String)>,
     /// What PID 1 waits for (each bounded) before starting it.
     pub after: Vec<After>,
+    /// Whether `pidfd_open(2)` fails with ENOSYS in it and everything it starts (a seccomp
+    /// filter): see `session::refuse_pidfd_open`.
+    pub refuse_pidfd_open: bool,
 }
 
 /// A condition PID 1 waits for before it starts a program.
@@ -32,6 +35,7 @@ impl Program {
             argv,
             env: Vec::new(),
             after: Vec::new(),
+            refuse_pidfd_open: false,
         }
     }
 
