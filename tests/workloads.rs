@@ -263,3 +263,130 @@ fn browser_on_bookworm_reaches_the_dump_and_names_what_criu_says() {
     let code = if r.all_gates_pass { 0 } else { r.exit_code };
     verify_exits(&dir, code);
 }
+
+/// `office` on bookworm-apps: LibreOffice Writer (oosplash and soffice.bin, on VCL's plain X11
+/// backend) under openbox, a token typed into its unsaved document and read back by select-all
+/// and copy. Where CRIU forks it, the typed text is read back from every copy, copy A's change is
+/// not in B and the reset copy lost it; where it cannot, the failing gate names CRIU's own cause.
+/// The office tree closes no fidelity difference: `no_desktop_application` names a GTK
+/// application and a session bus.
+#[test]
+#[ignore = "builds an image and boots a VM: minutes; run with --include-ignored"]
+fn office_on_bookworm_apps_keeps_the_typed_document() {
+    let Some((sb, gate)) = sandbox("workload-office") else {
+        return;
+    };
+    let (_, r, dir) = vm_run(&sb, &gate, "bookworm-apps", 2048, &["--workload", "office"]);
+    assert_eq!(r.options.workload, Workload::Office);
+    for g in [
+        GateName::Prerequisites,
+        GateName::Launch,
+        GateName::LiveStateProbe,
+    ] {
+        let gate = r.gate(g).unwrap();
+        assert_eq!(gate.status, Status::Pass, "{g}: {}", gate.reason);
+    }
+    for check in [
+        "office_holds_typed_text",
+        "office_window",
+        "office_window_clear_of_mark",
+        "window_manager_running",
+        "office_process",
+        "office_launcher_process",
+        "wm_process",
+    ] {
+        assert!(
+            passed(&r, GateName::LiveStateProbe, check),
+            "{check}:\n{}",
+            summary(&r)
+        );
+    }
+    let criu_gates = [
+        GateName::Dump,
+        GateName::RestoreLiveProcess,
+        GateName::RestoreXState,
+        GateName::Isolation,
+        GateName::Reset,
+    ];
+    let failed: Vec<_> = criu_gates
+        .iter()
+        .filter_map(|g| r.gate(*g))
+        .filter(|g| g.status != Status::Pass)
+        .collect();
+    if let Some(g) = failed.first() {
+        // CRIU could not fork it: the first gate that failed says why in CRIU's words.
+        assert_eq!(g.status, Status::Fail, "{}: {}", g.name, g.reason);
+        assert!(g.reason.contains("CRIU says:"), "{}: {}", g.name, g.reason);
+    } else {
+        for (gate, check) in [
+            (GateName::RestoreLiveProcess, "office_same_text"),
+            (GateName::Isolation, "a_office_changed"),
+            (GateName::Isolation, "b_office_same_text"),
+            (GateName::Reset, "office_change_seen"),
+            (GateName::Reset, "office_same_text"),
+        ] {
+            assert!(passed(&r, gate, check), "{gate}.{check}:\n{}", summary(&r));
+        }
+        let typed = &r
+            .gate(GateName::LiveStateProbe)
+            .unwrap()
+            .check("office_holds_typed_text")
+            .unwrap()
+            .value["typed"];
+        let b = &r
+            .gate(GateName::Isolation)
+            .unwrap()
+            .check("b_office_same_text")
+            .unwrap()
+            .value;
+        assert_eq!(&b["seen"], typed);
+        assert_eq!(b["typed_elsewhere_seen"], false);
+    }
+    let keys: Vec<Key> = r.fidelity_differences.iter().map(|d| d.key).collect();
+    assert!(keys.contains(&Key::NoDesktopApplication), "{keys:?}");
+    assert_eq!(r.gate(GateName::Cleanup).unwrap().status, Status::Pass);
+    let code = if r.all_gates_pass { 0 } else { r.exit_code };
+    verify_exits(&dir, code);
+}
+
+/// The office workload's lies (`lie-suite --workload office`) in one guest on bookworm-apps:
+/// the text typed into copy b's document, and the reset copy's document emptied, each caught by
+/// the document check it targets. Two gate runs of LibreOffice under TCG.
+#[test]
+#[ignore = "two gate runs of LibreOffice in one guest (minutes under TCG); the extended tier's: cargo xtask test --tier extended"]
+fn office_lies_are_caught_in_the_guest() {
+    let Some((sb, gate)) = sandbox("workload-office-lies") else {
+        return;
+    };
+    common::seed::seed(&sb, "cache", "bookworm-apps", "unshare");
+    let mut args = common::vm_exec_args(&sb, &[]);
+    let mode = args.iter().position(|a| a == "--mode").unwrap();
+    args[mode + 1] = "unshare".into();
+    args.extend(
+        [
+            "--image",
+            "bookworm-apps",
+            "--memory",
+            "2048",
+            "--timeout",
+            "1800",
+            "--gate-binary",
+            gate.to_str().unwrap(),
+            "--",
+            "/usr/local/bin/sharedos-gate lie-suite --workload office --out /root/lies --step-timeout 180",
+        ]
+        .iter()
+        .map(|s| s.to_string()),
+    );
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = sb.run_as_user(&sb.xtask, &argv);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(stdout.contains("2 of 2 lies caught"), "{stdout}");
+    for lie in [
+        "restore-b-office-shows-typed-text",
+        "restore-reset-office-lost-text",
+    ] {
+        assert!(stdout.contains(lie), "{lie}: {stdout}");
+    }
+}

@@ -150,8 +150,9 @@ struct DiagnoseArgs {
     userns: bool,
     /// What the tree runs beside Xvfb and the state app: `xterm` (the SPEC's tree), `desktop`
     /// (openbox, the GTK editor mousepad with a typed token, a D-Bus session bus), `browser`
-    /// (Firefox ESR with its sandbox on, showing a local page), or `browser-nosandbox` (the
-    /// same browser with its sandboxes off). The image must hold the workload's programs.
+    /// (Firefox ESR with its sandbox on, showing a local page), `browser-nosandbox` (the
+    /// same browser with its sandboxes off), or `office` (openbox, LibreOffice Writer with a
+    /// token typed into an unsaved document). The image must hold the workload's programs.
     #[arg(long, value_parser = parse_workload, default_value = "xterm")]
     workload: Workload,
     /// With --copies N: the restored copies opt in to the guest's KSM (PR_SET_MEMORY_MERGE,

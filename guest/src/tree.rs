@@ -13,6 +13,7 @@
 
 mod argv;
 mod init;
+mod office;
 mod setup;
 mod workload;
 
@@ -21,6 +22,7 @@ pub use argv::{
     xterm_argv, xvfb_argv,
 };
 pub use init::init_main;
+pub use office::{office_argv, OFFICE_CLASS, OFFICE_PROFILE};
 pub use setup::{bind_with_flags, pid_line, spawn_main, spawn_setup, spawned_pid};
 pub use workload::{
     browser_prefs, expected_processes, page_html, workload, After, Program, TreeFile, Workload,

@@ -65,7 +65,11 @@ pub fn run(ctx: &mut Ctx) -> Gate {
                 &oa,
                 &snap,
             ));
-            workload::check_changed(&mut g, "a_editor_changed", &oa, typed_into_a.as_ref());
+            let name = format!(
+                "a_{}",
+                workload::text_check(ctx.cfg.options.workload, "changed")
+            );
+            workload::check_changed(&mut g, &name, &oa, typed_into_a.as_ref());
         }
         Err(e) => g.problem(format!("reading copy A after the change: {e:#}")),
     }

@@ -10,6 +10,7 @@ pub mod builder;
 pub mod copies;
 pub mod ctx;
 pub mod fidelity;
+pub mod office;
 pub mod state;
 pub mod step;
 pub mod workload;

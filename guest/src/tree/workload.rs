@@ -26,7 +26,7 @@ pub enum After {
 }
 
 impl Program {
-    fn new(name: &'static str, argv: Vec<String>) -> Program {
+    pub(super) fn new(name: &'static str, argv: Vec<String>) -> Program {
         Program {
             name,
             argv,
@@ -92,6 +92,15 @@ pub fn expected_processes(w: Kind) -> Vec<(&'static str, &'static str, &'static 
             "browser_process",
             "the browser (firefox-esr)",
         )),
+        Kind::Office => v.extend([
+            ("openbox", "wm_process", "the window manager (openbox)"),
+            (
+                "oosplash",
+                "office_launcher_process",
+                "LibreOffice's launcher (oosplash)",
+            ),
+            ("soffice.bin", "office_process", "LibreOffice (soffice.bin)"),
+        ]),
     }
     v
 }
@@ -199,6 +208,11 @@ pub fn workload(spec: &TreeSpec) -> Workload {
                 );
             }
             clients.push(browser);
+        }
+        Kind::Office => {
+            let (programs, own) = super::office::office_programs();
+            clients.extend(programs);
+            files.extend(own);
         }
     }
     Workload {

@@ -52,14 +52,18 @@ pub enum Workload {
     /// The same browser with every one of its sandboxes switched off: named apart, so that a
     /// result without the sandbox is never taken for one with it.
     BrowserNosandbox,
+    /// LibreOffice Writer, on the plain X11 backend under a window manager (openbox), holding
+    /// text typed into an unsaved document.
+    Office,
 }
 
 impl Workload {
-    pub const ALL: [Workload; 4] = [
+    pub const ALL: [Workload; 5] = [
         Workload::Xterm,
         Workload::Desktop,
         Workload::Browser,
         Workload::BrowserNosandbox,
+        Workload::Office,
     ];
 
     pub fn is_default(&self) -> bool {
@@ -72,6 +76,7 @@ impl Workload {
             Workload::Desktop => "desktop",
             Workload::Browser => "browser",
             Workload::BrowserNosandbox => "browser-nosandbox",
+            Workload::Office => "office",
         }
     }
 
@@ -82,11 +87,25 @@ impl Workload {
     /// How many step timeouts the tree may take to come up: Firefox's first start under TCG
     /// took more than three minutes (its graphics probe alone a minute), where Xvfb, openbox
     /// and mousepad take seconds.
+    /// LibreOffice's first start builds its profile: OFFICE_READY_STEPS says what it took.
     pub fn ready_steps(self) -> u32 {
         if self.is_browser() {
             4
+        } else if self == Workload::Office {
+            OFFICE_READY_STEPS
         } else {
             1
+        }
+    }
+
+    /// The word the checks of the text typed into the workload's editor are named with
+    /// (`{word}_holds_typed_text`, `{word}_same_text`, `a_{word}_changed`,
+    /// `{word}_change_seen`); None for a workload without an editor.
+    pub fn typed_text_word(self) -> Option<&'static str> {
+        match self {
+            Workload::Desktop => Some("editor"),
+            Workload::Office => Some("office"),
+            Workload::Xterm | Workload::Browser | Workload::BrowserNosandbox => None,
         }
     }
 
@@ -107,9 +126,14 @@ impl Workload {
                 ("dbus-daemon", "dbus-daemon"),
             ],
             Workload::Browser | Workload::BrowserNosandbox => &[("firefox-esr", "firefox-esr")],
+            Workload::Office => &[("openbox", "openbox"), ("soffice", "libreoffice-writer")],
         }
     }
 }
+
+/// The step timeouts the office workload may take to come up: LibreOffice's first start,
+/// which builds its profile in the tree's /tmp, took TODO under TCG.
+const OFFICE_READY_STEPS: u32 = 3;
 
 impl fmt::Display for Workload {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
