@@ -21,6 +21,8 @@ pub mod keysym {
     pub const BACKSPACE: u32 = 0xff08;
     pub const A: u32 = 0x61;
     pub const C: u32 = 0x63;
+    pub const ESCAPE: u32 = 0xff1b;
+    pub const F6: u32 = 0xffc3;
 }
 
 /// How deep below a top-level window the client with `WM_STATE` is looked for (a window
@@ -539,6 +541,21 @@ impl XConn {
         self.conn.map_window(w)?;
         self.conn.get_input_focus()?.reply()?;
         Ok(w)
+    }
+
+    /// Takes the input focus from every window (focus None): a focused LibreOffice blinks its
+    /// text cursor, an unfocused one hides it.
+    pub fn unfocus(&self) -> Result<()> {
+        use x11rb::protocol::xproto::InputFocus;
+        self.conn
+            .set_input_focus(InputFocus::NONE, x11rb::NONE, x11rb::CURRENT_TIME)?;
+        self.conn.get_input_focus()?.reply()?;
+        Ok(())
+    }
+
+    /// The focus window now.
+    pub fn focused(&self) -> Result<u32> {
+        Ok(self.conn.get_input_focus()?.reply()?.focus)
     }
 
     /// Asks the window manager, as a pager would (EWMH), to take `client` out of its maximised

@@ -13,6 +13,7 @@
 use super::workload::{type_token, OFFICE_CLASS};
 use super::{Ctx, GateBuilder, MARK};
 use crate::tree::WM_NAME;
+use crate::x11::{keysym, XConn};
 use serde_json::json;
 use sharedos_report::compare::{self, check};
 use sharedos_report::model::screen::TopLevel;
@@ -95,6 +96,39 @@ fn place_window(ctx: &Ctx, pid: i32) -> sharedos_report::report::Check {
         "Writer's frame lies clear of the mark that isolation and reset draw",
     )
 }
+
+/// Writer's text cursor blinks while its document has the focus (VCL's X11 backend sets a
+/// blink time of its own, which no setting of the profile turns off), so two grabs of one state
+/// differed by the cursor (`restore_x_state.same_framebuffer`, second VM run). Taking the X
+/// focus away does not stop it: openbox gives it back at once. So after each read and each
+/// typing F6 moves Writer's own focus from the document to its menu bar, which hides the
+/// document's cursor, and the screen is waited for, bounded, until three grabs in a row are
+/// equal: Writer handles the key in its own time. `to_document` (Escape) brings the focus back
+/// before the next keys.
+pub fn leave_still(c: &XConn) -> anyhow::Result<()> {
+    c.press(&[], keysym::F6)?;
+    let mut last = c.grab()?.sha256();
+    let mut equal = 0;
+    sharedos_report::wait::until("Writer's screen to be still", STILL_WITHIN, || {
+        std::thread::sleep(GRAB_APART);
+        let now = c.grab().ok()?.sha256();
+        equal = if now == last { equal + 1 } else { 0 };
+        last = now;
+        (equal >= 2).then_some(())
+    })?;
+    Ok(())
+}
+
+/// Brings Writer's focus back from its menu bar to the document (see `leave_still`).
+pub fn to_document(c: &XConn) -> anyhow::Result<()> {
+    c.press(&[], keysym::ESCAPE)
+}
+
+/// Three grabs this far apart span 800 ms, more than one state of VCL's cursor blink (500 ms on,
+/// 500 ms off): a blinking cursor never leaves all three equal.
+const GRAB_APART: std::time::Duration = std::time::Duration::from_millis(400);
+/// The bound of that wait.
+const STILL_WITHIN: std::time::Duration = std::time::Duration::from_secs(15);
 
 #[cfg(test)]
 mod tests {

@@ -165,13 +165,20 @@ fn editor_client(c: &XConn, class: &str) -> Result<u32> {
 pub fn read_editor(c: &XConn, class: &str) -> Result<String> {
     let client = editor_client(c, class)?;
     c.focus(client)?;
-    c.copy_and_read_clipboard(
+    if class == OFFICE_CLASS {
+        super::office::to_document(c)?;
+    }
+    let text = c.copy_and_read_clipboard(
         |c| {
             c.press(&[keysym::CONTROL_L], keysym::A)?;
             c.press(&[keysym::CONTROL_L], keysym::C)
         },
         EDITOR_READ,
-    )
+    )?;
+    if class == OFFICE_CLASS {
+        super::office::leave_still(c)?;
+    }
+    Ok(text)
 }
 
 /// Types `text` at the end of the editor's text (Ctrl+End first: the read before left all of
@@ -179,14 +186,24 @@ pub fn read_editor(c: &XConn, class: &str) -> Result<String> {
 pub fn type_into_editor(c: &XConn, class: &str, text: &str) -> Result<()> {
     let client = editor_client(c, class)?;
     c.focus(client)?;
+    if class == OFFICE_CLASS {
+        super::office::to_document(c)?;
+    }
     c.press(&[keysym::CONTROL_L], keysym::END)?;
-    c.type_text(text)
+    c.type_text(text)?;
+    if class == OFFICE_CLASS {
+        super::office::leave_still(c)?;
+    }
+    Ok(())
 }
 
 /// Selects the editor's whole text and deletes it.
 pub fn clear_editor(c: &XConn, class: &str) -> Result<()> {
     let client = editor_client(c, class)?;
     c.focus(client)?;
+    if class == OFFICE_CLASS {
+        super::office::to_document(c)?;
+    }
     c.press(&[keysym::CONTROL_L], keysym::A)?;
     c.press(&[], keysym::BACKSPACE)
 }

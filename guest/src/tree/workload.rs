@@ -243,6 +243,13 @@ mod tests {
             ["xvfb", "stateapp", "dbus", "openbox", "mousepad"]
         );
         assert_eq!(names(Kind::Browser), ["xvfb", "stateapp", "firefox"]);
+        assert_eq!(
+            names(Kind::Office),
+            ["xvfb", "stateapp", "openbox", "soffice"]
+        );
+        assert!(expected_processes(Kind::Office)
+            .iter()
+            .any(|(p, name, _)| *p == "soffice.bin" && *name == "office_process"));
         // The editor maps its window only once the manager is up to take its map request.
         let desktop = workload(&TreeSpec {
             workload: Kind::Desktop,
