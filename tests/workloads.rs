@@ -9,6 +9,9 @@
 //!   it. What CRIU makes of it is a finding, not a regression: the run must reach the dump, and
 //!   a dump or restore that fails must FAIL naming CRIU's own error.
 //!
+//! - `office` on bookworm-apps: LibreOffice Writer under openbox; CRIU 3.17.1 forks it, so every
+//!   gate must PASS but the GUI review. Its two lies run in one guest, in the extended tier.
+//!
 //! Minutes each (an image build and a boot under TCG), so `#[ignore]`d in a plain `cargo test`;
 //! CI runs them with `--include-ignored`.
 
@@ -266,87 +269,60 @@ fn browser_on_bookworm_reaches_the_dump_and_names_what_criu_says() {
 
 /// `office` on bookworm-apps: LibreOffice Writer (oosplash and soffice.bin, on VCL's plain X11
 /// backend) under openbox, a token typed into its unsaved document and read back by select-all
-/// and copy. Where CRIU forks it, the typed text is read back from every copy, copy A's change is
-/// not in B and the reset copy lost it; where it cannot, the failing gate names CRIU's own cause.
-/// The office tree closes no fidelity difference: `no_desktop_application` names a GTK
-/// application and a session bus.
+/// and copy. CRIU 3.17.1 forks it: every gate passes but the review, the typed text is read back
+/// from every copy, copy A's change is not in B and the reset copy lost it. The office tree
+/// closes no fidelity difference: `no_desktop_application` names a GTK application and a
+/// session bus.
 #[test]
 #[ignore = "builds an image and boots a VM: minutes; run with --include-ignored"]
 fn office_on_bookworm_apps_keeps_the_typed_document() {
     let Some((sb, gate)) = sandbox("workload-office") else {
         return;
     };
-    let (_, r, dir) = vm_run(&sb, &gate, "bookworm-apps", 2048, &["--workload", "office"]);
+    let (code, r, dir) = vm_run(&sb, &gate, "bookworm-apps", 2048, &["--workload", "office"]);
     assert_eq!(r.options.workload, Workload::Office);
-    for g in [
-        GateName::Prerequisites,
-        GateName::Launch,
-        GateName::LiveStateProbe,
+    // A failing gate names what failed: CRIU's own words for a dump or restore.
+    for g in &r.gates {
+        let want = match g.name {
+            GateName::GuiPixelReview => Status::ReviewRequired,
+            _ => Status::Pass,
+        };
+        assert_eq!(g.status, want, "{}: {}", g.name, g.reason);
+    }
+    assert_eq!(code, Some(3), "gates:\n{}", summary(&r));
+    for (gate, check) in [
+        (GateName::LiveStateProbe, "office_holds_typed_text"),
+        (GateName::LiveStateProbe, "office_window"),
+        (GateName::LiveStateProbe, "office_window_clear_of_mark"),
+        (GateName::LiveStateProbe, "window_manager_running"),
+        (GateName::LiveStateProbe, "office_process"),
+        (GateName::LiveStateProbe, "office_launcher_process"),
+        (GateName::LiveStateProbe, "wm_process"),
+        (GateName::RestoreLiveProcess, "office_same_text"),
+        (GateName::Isolation, "a_office_changed"),
+        (GateName::Isolation, "b_office_same_text"),
+        (GateName::Reset, "office_change_seen"),
+        (GateName::Reset, "office_same_text"),
     ] {
-        let gate = r.gate(g).unwrap();
-        assert_eq!(gate.status, Status::Pass, "{g}: {}", gate.reason);
+        assert!(passed(&r, gate, check), "{gate}.{check}:\n{}", summary(&r));
     }
-    for check in [
-        "office_holds_typed_text",
-        "office_window",
-        "office_window_clear_of_mark",
-        "window_manager_running",
-        "office_process",
-        "office_launcher_process",
-        "wm_process",
-    ] {
-        assert!(
-            passed(&r, GateName::LiveStateProbe, check),
-            "{check}:\n{}",
-            summary(&r)
-        );
-    }
-    let criu_gates = [
-        GateName::Dump,
-        GateName::RestoreLiveProcess,
-        GateName::RestoreXState,
-        GateName::Isolation,
-        GateName::Reset,
-    ];
-    let failed: Vec<_> = criu_gates
-        .iter()
-        .filter_map(|g| r.gate(*g))
-        .filter(|g| g.status != Status::Pass)
-        .collect();
-    if let Some(g) = failed.first() {
-        // CRIU could not fork it: the first gate that failed says why in CRIU's words.
-        assert_eq!(g.status, Status::Fail, "{}: {}", g.name, g.reason);
-        assert!(g.reason.contains("CRIU says:"), "{}: {}", g.name, g.reason);
-    } else {
-        for (gate, check) in [
-            (GateName::RestoreLiveProcess, "office_same_text"),
-            (GateName::Isolation, "a_office_changed"),
-            (GateName::Isolation, "b_office_same_text"),
-            (GateName::Reset, "office_change_seen"),
-            (GateName::Reset, "office_same_text"),
-        ] {
-            assert!(passed(&r, gate, check), "{gate}.{check}:\n{}", summary(&r));
-        }
-        let typed = &r
-            .gate(GateName::LiveStateProbe)
-            .unwrap()
-            .check("office_holds_typed_text")
-            .unwrap()
-            .value["typed"];
-        let b = &r
-            .gate(GateName::Isolation)
-            .unwrap()
-            .check("b_office_same_text")
-            .unwrap()
-            .value;
-        assert_eq!(&b["seen"], typed);
-        assert_eq!(b["typed_elsewhere_seen"], false);
-    }
+    let typed = &r
+        .gate(GateName::LiveStateProbe)
+        .unwrap()
+        .check("office_holds_typed_text")
+        .unwrap()
+        .value["typed"];
+    let b = &r
+        .gate(GateName::Isolation)
+        .unwrap()
+        .check("b_office_same_text")
+        .unwrap()
+        .value;
+    assert_eq!(&b["seen"], typed);
+    assert_eq!(b["typed_elsewhere_seen"], false);
     let keys: Vec<Key> = r.fidelity_differences.iter().map(|d| d.key).collect();
     assert!(keys.contains(&Key::NoDesktopApplication), "{keys:?}");
-    assert_eq!(r.gate(GateName::Cleanup).unwrap().status, Status::Pass);
-    let code = if r.all_gates_pass { 0 } else { r.exit_code };
-    verify_exits(&dir, code);
+    verify_exits(&dir, 3);
 }
 
 /// The office workload's lies (`lie-suite --workload office`) in one guest on bookworm-apps:
