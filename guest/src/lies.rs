@@ -27,7 +27,7 @@ pub struct Lie {
     pub options: &'static [&'static str],
 }
 
-pub const LIES: [Lie; 19] = [
+pub const LIES: [Lie; 21] = [
     Lie {
         name: "dump-writes-nothing",
         does: "`criu dump` exits 0 without dumping: no image, the tree keeps running",
@@ -165,6 +165,20 @@ pub const LIES: [Lie; 19] = [
         target: GateName::Density,
         caught_by: &["all_same_token", "all_counters_continue"],
         options: &["--copies", "2"],
+    },
+    Lie {
+        name: "restore-b-office-shows-typed-text",
+        does: "copy b is restored, then text is typed at the end of its Writer document, as if what is typed into copy a reached it",
+        target: GateName::Isolation,
+        caught_by: &["b_office_same_text"],
+        options: &["--workload", "office"],
+    },
+    Lie {
+        name: "restore-reset-office-lost-text",
+        does: "the reset copy is restored, then its Writer document's whole text is selected and deleted",
+        target: GateName::Reset,
+        caught_by: &["office_same_text"],
+        options: &["--workload", "office"],
     },
 ];
 

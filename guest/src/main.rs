@@ -151,8 +151,9 @@ struct DiagnoseArgs {
     /// What the tree runs beside Xvfb and the state app: `xterm` (the SPEC's tree), `desktop`
     /// (openbox, the GTK editor mousepad with a typed token, a D-Bus session bus), `browser`
     /// (Firefox ESR with its sandbox on, showing a local page), `browser-nosandbox` (the same
-    /// browser with its sandboxes off), or `session` (a full XFCE session: xfce4-session, xfwm4,
-    /// xfce4-panel, xfsettingsd, xfconfd on its D-Bus session bus). The image must hold the
+    /// browser with its sandboxes off), `session` (a full XFCE session: xfce4-session, xfwm4,
+    /// xfce4-panel, xfsettingsd, xfconfd on its D-Bus session bus), or `office` (openbox,
+    /// LibreOffice Writer with a token typed into an unsaved document). The image must hold the
     /// workload's programs.
     #[arg(long, value_parser = parse_workload, default_value = "xterm")]
     workload: Workload,

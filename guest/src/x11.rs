@@ -21,6 +21,8 @@ pub mod keysym {
     pub const BACKSPACE: u32 = 0xff08;
     pub const A: u32 = 0x61;
     pub const C: u32 = 0x63;
+    pub const ESCAPE: u32 = 0xff1b;
+    pub const F6: u32 = 0xffc3;
 }
 
 /// How deep below a top-level window the client with `WM_STATE` is looked for (a window
@@ -93,6 +95,9 @@ pub fn server_peer(socket: &Path) -> Result<(i32, String)> {
         .with_context(|| format!("reading the pid namespace of the X server (pid {pid})"))?;
     Ok((pid, ns))
 }
+
+/// XTEST's delay before the press of a key typed twice in a row: see `XConn::type_text`.
+const REPEAT_DELAY_MS: u32 = 2;
 
 pub struct XConn {
     conn: RustConnection,
@@ -333,7 +338,8 @@ impl XConn {
         bail!("no key yields keysym 0x{sym:x} in the server's keyboard mapping")
     }
 
-    fn fake_key(&self, code: u8, press: bool) -> Result<()> {
+    /// A fake key event the server processes `delay_ms` after it arrives (XTEST's own delay).
+    fn fake_key(&self, code: u8, press: bool, delay_ms: u32) -> Result<()> {
         use x11rb::protocol::xproto::{KEY_PRESS_EVENT, KEY_RELEASE_EVENT};
         let kind = if press {
             KEY_PRESS_EVENT
@@ -341,13 +347,18 @@ impl XConn {
             KEY_RELEASE_EVENT
         };
         self.conn
-            .xtest_fake_input(kind, code, x11rb::CURRENT_TIME, x11rb::NONE, 0, 0, 0)?;
+            .xtest_fake_input(kind, code, delay_ms, x11rb::NONE, 0, 0, 0)?;
         Ok(())
     }
 
     /// Presses `sym` with the modifiers `mods` held (all keysyms), through XTEST, as a user's
     /// keyboard would: to whichever window has the input focus. A round trip ends it.
     pub fn press(&self, mods: &[u32], sym: u32) -> Result<()> {
+        self.press_after(mods, sym, 0)
+    }
+
+    /// `press`, the key's press processed `delay_ms` after the events before it.
+    fn press_after(&self, mods: &[u32], sym: u32, delay_ms: u32) -> Result<()> {
         if self
             .conn
             .extension_information(x11rb::protocol::xtest::X11_EXTENSION_NAME)?
@@ -364,24 +375,31 @@ impl XConn {
             held.push(self.keycode(keysym::SHIFT_L)?.0);
         }
         for m in &held {
-            self.fake_key(*m, true)?;
+            self.fake_key(*m, true, 0)?;
         }
-        self.fake_key(code, true)?;
-        self.fake_key(code, false)?;
+        self.fake_key(code, true, delay_ms)?;
+        self.fake_key(code, false, 0)?;
         for m in held.iter().rev() {
-            self.fake_key(*m, false)?;
+            self.fake_key(*m, false, 0)?;
         }
         self.conn.get_input_focus()?.reply()?;
         Ok(())
     }
 
     /// Types printable ASCII `text` through XTEST, one key at a time.
+    /// A key typed again right after its release is held back by XTEST's delay of
+    /// `REPEAT_DELAY_MS`, so that its press carries a later server time than the release:
+    /// LibreOffice's X11 backend takes a release and a press of one key at one server time for
+    /// the keyboard's autorepeat and dropped the second of two equal letters.
     pub fn type_text(&self, text: &str) -> Result<()> {
+        let mut last = None;
         for ch in text.chars() {
             if !(' '..='~').contains(&ch) {
                 bail!("{ch:?} cannot be typed: only printable ASCII is");
             }
-            self.press(&[], u32::from(ch))?;
+            let delay = if last == Some(ch) { REPEAT_DELAY_MS } else { 0 };
+            self.press_after(&[], u32::from(ch), delay)?;
+            last = Some(ch);
         }
         Ok(())
     }
@@ -569,6 +587,55 @@ impl XConn {
         self.conn.map_window(w)?;
         self.conn.get_input_focus()?.reply()?;
         Ok(w)
+    }
+
+    /// Takes the input focus from every window (focus None): a focused LibreOffice blinks its
+    /// text cursor, an unfocused one hides it.
+    pub fn unfocus(&self) -> Result<()> {
+        use x11rb::protocol::xproto::InputFocus;
+        self.conn
+            .set_input_focus(InputFocus::NONE, x11rb::NONE, x11rb::CURRENT_TIME)?;
+        self.conn.get_input_focus()?.reply()?;
+        Ok(())
+    }
+
+    /// The focus window now.
+    pub fn focused(&self) -> Result<u32> {
+        Ok(self.conn.get_input_focus()?.reply()?.focus)
+    }
+
+    /// Asks the window manager, as a pager would (EWMH), to take `client` out of its maximised
+    /// state and to put its client area at `rect`. The manager does it when it gets to it: the
+    /// caller waits for the frame to show it.
+    pub fn unmaximize_and_place(&self, client: u32, rect: Rectangle) -> Result<()> {
+        use x11rb::protocol::xproto::{ClientMessageEvent, EventMask};
+        let state = self.atom("_NET_WM_STATE")?;
+        let vert = self.atom("_NET_WM_STATE_MAXIMIZED_VERT")?;
+        let horz = self.atom("_NET_WM_STATE_MAXIMIZED_HORZ")?;
+        let moveresize = self.atom("_NET_MOVERESIZE_WINDOW")?;
+        let mask = EventMask::SUBSTRUCTURE_REDIRECT | EventMask::SUBSTRUCTURE_NOTIFY;
+        // _NET_WM_STATE: action 0 removes; the last word, 2, says a pager asks.
+        let remove = ClientMessageEvent::new(32, client, state, [0, vert, horz, 2, 0]);
+        self.conn.send_event(false, self.root, mask, remove)?;
+        // Gravity 1 (north-west), x, y, width and height given (bits 8-11), asked by a pager
+        // (2 in bits 12-15).
+        let flags: u32 = 1 | (0xf << 8) | (2 << 12);
+        let coord = |v: i16| u32::from_ne_bytes(i32::from(v).to_ne_bytes());
+        let place = ClientMessageEvent::new(
+            32,
+            client,
+            moveresize,
+            [
+                flags,
+                coord(rect.x),
+                coord(rect.y),
+                u32::from(rect.width),
+                u32::from(rect.height),
+            ],
+        );
+        self.conn.send_event(false, self.root, mask, place)?;
+        self.conn.get_input_focus()?.reply()?;
+        Ok(())
     }
 
     /// Paints a rectangle onto the root window: a change of X state that only this server sees.

@@ -73,7 +73,8 @@ const COPIES: [(GateName, GateName, &str); 3] = [
 ];
 
 /// The workload's own state checks of each restored copy, judged again in the app's gate: the
-/// editor's text (`--workload desktop`), the page's token and counter (the browser workloads).
+/// editor's text (`--workload desktop`), the page's token and counter (the browser workloads),
+/// the Writer document's text (`--workload office`).
 fn workload_copy_checks(w: Workload) -> &'static [(&'static str, Kind)] {
     match w {
         Workload::Xterm => &[],
@@ -84,6 +85,7 @@ fn workload_copy_checks(w: Workload) -> &'static [(&'static str, Kind)] {
             ("page_counter_advances", Kind::CounterAdvances),
         ],
         Workload::Session => &[("workspace_same", Kind::SameWorkspace)],
+        Workload::Office => &[("office_same_text", Kind::EditorSameText)],
     }
 }
 
@@ -96,6 +98,7 @@ fn workload_live_checks(w: Workload) -> &'static [(&'static str, Kind)] {
         }
         Workload::Xterm => &[],
         Workload::Session => &[("workspace_switched", Kind::WorkspaceSwitched)],
+        Workload::Office => &[("office_holds_typed_text", Kind::EditorHoldsTyped)],
     }
 }
 
@@ -631,36 +634,73 @@ mod tests {
 
     /// A desktop run: the editor's checks beside the honest ones.
     fn desktop_report() -> Report {
+        typed_text_report(Workload::Desktop)
+    }
+
+    /// A run of an editor workload (`w`): its typed-text checks, named with its word, beside
+    /// the honest ones.
+    fn typed_text_report(w: Workload) -> Report {
         let mut r = honest_report();
-        r.options.workload = Workload::Desktop;
+        r.options.workload = w;
+        let word = w.typed_text_word().unwrap();
         let text = "0123456789abcdef0123456789abcdef";
         let add =
             |r: &mut Report, gate: GateName, c: Check| r.gate_mut(gate).unwrap().checks.push(c);
         add(
             &mut r,
             GateName::LiveStateProbe,
-            compare::editor_holds_typed("editor_holds_typed_text", text, Ok(text)),
+            compare::editor_holds_typed(&format!("{word}_holds_typed_text"), text, Ok(text)),
         );
-        for (gate, name, elsewhere) in [
-            (GateName::RestoreLiveProcess, "editor_same_text", None),
-            (
-                GateName::Isolation,
-                "b_editor_same_text",
-                Some(" changed-1a2b3c4d"),
-            ),
-            (
-                GateName::Reset,
-                "editor_same_text",
-                Some(" changed-5e6f7a8b"),
-            ),
+        for (gate, prefix, elsewhere) in [
+            (GateName::RestoreLiveProcess, "", None),
+            (GateName::Isolation, "b_", Some(" changed-1a2b3c4d")),
+            (GateName::Reset, "", Some(" changed-5e6f7a8b")),
         ] {
+            let name = format!("{prefix}{word}_same_text");
             add(
                 &mut r,
                 gate,
-                compare::editor_same_text(name, text, Ok(text), elsewhere),
+                compare::editor_same_text(&name, text, Ok(text), elsewhere),
             );
         }
         r
+    }
+
+    #[test]
+    fn the_document_checks_of_an_office_run_are_judged_again() {
+        let s = honest_dir("office");
+        let office = || typed_text_report(Workload::Office);
+        assert_eq!(problems(&office(), &at(&s.0)), Vec::<String>::new());
+        // Copy b's document claimed to pass while it holds what was typed into copy a.
+        let mut r = office();
+        check_mut(&mut r, GateName::Isolation, "b_office_same_text").value["seen"] =
+            json!("0123456789abcdef0123456789abcdef changed-1a2b3c4d");
+        one_problem(&r, &s.0, "isolation.b_office_same_text passed, but");
+        let mut r = office();
+        check_mut(&mut r, GateName::Reset, "office_same_text").value["seen"] = json!("");
+        one_problem(&r, &s.0, "reset.office_same_text passed, but");
+        let mut r = office();
+        check_mut(&mut r, GateName::LiveStateProbe, "office_holds_typed_text").value["read"] =
+            json!("0123");
+        one_problem(
+            &r,
+            &s.0,
+            "live_state_probe.office_holds_typed_text passed, but",
+        );
+        let mut r = office();
+        r.gate_mut(GateName::RestoreLiveProcess)
+            .unwrap()
+            .checks
+            .retain(|c| c.name != "office_same_text");
+        one_problem(
+            &r,
+            &s.0,
+            "restore_live_process PASS, but it lacks the check office_same_text",
+        );
+        // The desktop's names do not stand in for the office's.
+        let mut r = desktop_report();
+        r.options.workload = Workload::Office;
+        assert!(!problems(&r, &at(&s.0)).is_empty());
     }
 
     #[test]

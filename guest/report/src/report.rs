@@ -673,6 +673,12 @@ mod tests {
             assert_eq!(serde_json::to_value(w).unwrap(), w.as_str());
         }
         assert_eq!(Workload::parse("gnome"), None);
+        // The office workload: its own word for the typed-text checks, and room for its first
+        // start.
+        assert_eq!(Workload::Office.typed_text_word(), Some("office"));
+        assert_eq!(Workload::Desktop.typed_text_word(), Some("editor"));
+        assert_eq!(Workload::Browser.typed_text_word(), None);
+        assert!(Workload::Office.ready_steps() > Workload::Desktop.ready_steps());
         let odd = CgroupLimits {
             cpu_quota_us: 100_000,
             memory_max_bytes: (1 << 30) + 4096,

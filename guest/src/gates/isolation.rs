@@ -65,9 +65,13 @@ pub fn run(ctx: &mut Ctx) -> Gate {
                 &oa,
                 &snap,
             ));
+            let name = format!(
+                "a_{}",
+                workload::text_check(ctx.cfg.options.workload, "changed")
+            );
             workload::check_changed(
                 &mut g,
-                "a_editor_changed",
+                &name,
                 &oa,
                 typed_into_a.as_ref(),
                 ctx.cfg.options.workload,

@@ -11,6 +11,7 @@ pub mod copies;
 pub mod ctx;
 pub mod fidelity;
 pub mod session;
+pub mod office;
 pub mod state;
 pub mod step;
 pub mod workload;

@@ -100,13 +100,8 @@ fn change_and_look(
                 &o,
                 snap,
             ));
-            workload::check_changed(
-                g,
-                "editor_change_seen",
-                &o,
-                typed.as_ref(),
-                ctx.cfg.options.workload,
-            );
+            let name = workload::text_check(ctx.cfg.options.workload, "change_seen");
+            workload::check_changed(g, &name, &o, typed.as_ref(), ctx.cfg.options.workload);
         }
         Err(e) => g.problem(format!("reading the changed copy: {e:#}")),
     }

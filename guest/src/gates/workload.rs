@@ -8,6 +8,7 @@
 //!   selection is converted to UTF8_STRING on a window of our own and the property read,
 //!   bounded. Selecting all again leaves the screen as it was, so reading is done before every
 //!   frame grab and the dump-time frame already shows the selection.
+//! - `office`: the same, in LibreOffice Writer's document (see `office`).
 //! - `browser`: the page's script keeps a token and a counter and shows them in the document
 //!   title; the browser window's `_NET_WM_NAME` is read.
 //!
@@ -17,6 +18,7 @@
 //! browser's title is compared up to its counter, which moves on by design.
 
 use super::{Ctx, GateBuilder};
+pub use crate::tree::OFFICE_CLASS;
 use crate::tree::{self, EDITOR_CLASS, WM_NAME};
 use crate::x11::{keysym, XConn};
 use anyhow::{Context, Result};
@@ -83,6 +85,19 @@ pub fn readiness(ctx: &Ctx, pid: i32) -> Vec<Condition> {
             x_socket && ctx.x(pid, "page title", page_state).is_ok(),
         )),
         Workload::Session => v.extend(super::session::readiness(ctx, pid, x_socket, &tops)),
+        Workload::Office => {
+            let wm = x_socket
+                && ctx
+                    .x(pid, "window manager", |c| c.window_manager_name())
+                    .is_ok_and(|n| n.as_deref() == Some(WM_NAME));
+            v.push(c("window_manager", "openbox", wm));
+            v.push(c(
+                "office_window",
+                "soffice.bin",
+                tops.iter()
+                    .any(|t| t.class == OFFICE_CLASS && t.client.is_some()),
+            ));
+        }
     }
     v.push(c("app_answers", "stateapp", ctx.app(pid, "get").is_ok()));
     v
@@ -113,16 +128,32 @@ pub fn bus_answers(socket: &std::path::Path) -> Result<String> {
     Ok(line)
 }
 
-/// The editor's client window: the one top level holding a managed client of its class.
-fn editor_client(c: &XConn) -> Result<u32> {
+/// The class of the window of the workload's editor, for the workloads whose state is text
+/// typed into one: mousepad's, or LibreOffice Writer's.
+pub fn editor_class(w: Workload) -> Option<&'static str> {
+    match w {
+        Workload::Desktop => Some(EDITOR_CLASS),
+        Workload::Office => Some(OFFICE_CLASS),
+        Workload::Xterm | Workload::Browser | Workload::BrowserNosandbox | Workload::Session => None,
+    }
+}
+
+/// The name of a check of the typed text: `{word}_{what}`, the word being the workload's
+/// (`editor` for the desktop, `office` for LibreOffice).
+pub fn text_check(w: Workload, what: &str) -> String {
+    format!("{}_{what}", w.typed_text_word().unwrap_or("editor"))
+}
+
+/// The editor's client window: the one top level holding a managed client of class `class`.
+fn editor_client(c: &XConn, class: &str) -> Result<u32> {
     let tops = c.toplevels()?;
     let mut editors = tops
         .iter()
-        .filter(|t| t.class == EDITOR_CLASS)
+        .filter(|t| t.class == class)
         .filter_map(|t| t.client);
     let first = editors
         .next()
-        .context("no mapped window of the editor (mousepad)")?;
+        .with_context(|| format!("no mapped window of the editor (class {class})"))?;
     if editors.next().is_some() {
         anyhow::bail!("more than one editor window is mapped");
     }
@@ -130,32 +161,50 @@ fn editor_client(c: &XConn) -> Result<u32> {
 }
 
 /// The editor's whole text: focus it (unless it has the focus), select all and copy through
-/// XTEST, and read the CLIPBOARD.
-pub fn read_editor(c: &XConn) -> Result<String> {
-    let client = editor_client(c)?;
+/// XTEST, and read the CLIPBOARD. Writer's copy of its one paragraph was seen to put exactly
+/// the typed text there, with no line break or paragraph mark after it.
+pub fn read_editor(c: &XConn, class: &str) -> Result<String> {
+    let client = editor_client(c, class)?;
     c.focus(client)?;
-    c.copy_and_read_clipboard(
+    if class == OFFICE_CLASS {
+        super::office::to_document(c)?;
+    }
+    let text = c.copy_and_read_clipboard(
         |c| {
             c.press(&[keysym::CONTROL_L], keysym::A)?;
             c.press(&[keysym::CONTROL_L], keysym::C)
         },
         EDITOR_READ,
-    )
+    )?;
+    if class == OFFICE_CLASS {
+        super::office::leave_still(c)?;
+    }
+    Ok(text)
 }
 
 /// Types `text` at the end of the editor's text (Ctrl+End first: the read before left all of
 /// it selected, and typing would replace it).
-pub fn type_into_editor(c: &XConn, text: &str) -> Result<()> {
-    let client = editor_client(c)?;
+pub fn type_into_editor(c: &XConn, class: &str, text: &str) -> Result<()> {
+    let client = editor_client(c, class)?;
     c.focus(client)?;
+    if class == OFFICE_CLASS {
+        super::office::to_document(c)?;
+    }
     c.press(&[keysym::CONTROL_L], keysym::END)?;
-    c.type_text(text)
+    c.type_text(text)?;
+    if class == OFFICE_CLASS {
+        super::office::leave_still(c)?;
+    }
+    Ok(())
 }
 
 /// Selects the editor's whole text and deletes it.
-pub fn clear_editor(c: &XConn) -> Result<()> {
-    let client = editor_client(c)?;
+pub fn clear_editor(c: &XConn, class: &str) -> Result<()> {
+    let client = editor_client(c, class)?;
     c.focus(client)?;
+    if class == OFFICE_CLASS {
+        super::office::to_document(c)?;
+    }
     c.press(&[keysym::CONTROL_L], keysym::A)?;
     c.press(&[], keysym::BACKSPACE)
 }
@@ -189,10 +238,15 @@ pub struct Extra {
 pub fn observe_extra(ctx: &Ctx, pid: i32) -> Result<Extra> {
     Ok(match ctx.cfg.options.workload {
         Workload::Xterm => Extra::default(),
-        Workload::Desktop => Extra {
-            editor_text: Some(ctx.x(pid, "the editor's text", read_editor)?),
-            ..Extra::default()
-        },
+        Workload::Desktop | Workload::Office => {
+            let class = editor_class(ctx.cfg.options.workload).unwrap_or(EDITOR_CLASS);
+            Extra {
+                editor_text: Some(ctx.x(pid, "the editor's text", move |c| {
+                    read_editor(c, class)
+                })?),
+                ..Extra::default()
+            }
+        }
         Workload::Browser | Workload::BrowserNosandbox => Extra {
             page: Some(ctx.x(pid, "the page's title", page_state)?),
             ..Extra::default()
@@ -256,6 +310,7 @@ pub fn live_checks(ctx: &mut Ctx, g: &mut GateBuilder, pid: i32) {
             }
         }
         Workload::Session => super::session::live_checks(ctx, g, pid),
+        Workload::Office => super::office::live_checks(ctx, g, pid),
     }
 }
 
@@ -271,7 +326,9 @@ pub fn bus_check(name: &str, socket: &std::path::Path) -> sharedos_report::repor
 }
 
 /// Types a random token into the editor and reads the whole text back.
-fn type_token(ctx: &mut Ctx, g: &mut GateBuilder, pid: i32) {
+pub fn type_token(ctx: &mut Ctx, g: &mut GateBuilder, pid: i32) {
+    let w = ctx.cfg.options.workload;
+    let class = editor_class(w).unwrap_or(EDITOR_CLASS);
     let token = match sharedos_report::random::random_hex(16) {
         Ok(t) => t,
         Err(e) => {
@@ -282,7 +339,7 @@ fn type_token(ctx: &mut Ctx, g: &mut GateBuilder, pid: i32) {
     let typed = {
         let t = token.clone();
         ctx.x(pid, "typing into the editor", move |c| {
-            type_into_editor(c, &t)
+            type_into_editor(c, class, &t)
         })
     };
     if let Err(e) = typed {
@@ -290,10 +347,10 @@ fn type_token(ctx: &mut Ctx, g: &mut GateBuilder, pid: i32) {
         return;
     }
     let read = ctx
-        .x(pid, "the editor's text", read_editor)
+        .x(pid, "the editor's text", move |c| read_editor(c, class))
         .map_err(|e| format!("{e:#}"));
     g.check(compare::editor_holds_typed(
-        "editor_holds_typed_text",
+        &text_check(w, "holds_typed_text"),
         &token,
         read.as_deref().map_err(|e| e.clone()),
     ));
@@ -330,16 +387,7 @@ pub fn check_copy_state(
     match ctx.cfg.options.workload {
         Workload::Xterm => {}
         Workload::Desktop => {
-            let dump = snap.editor_text.clone().unwrap_or_default();
-            let seen = ctx
-                .x(pid, "the editor's text", read_editor)
-                .map_err(|e| format!("{e:#}"));
-            g.check(compare::editor_same_text(
-                &format!("{prefix}editor_same_text"),
-                &dump,
-                seen.as_deref().map_err(|e| e.clone()),
-                typed_elsewhere,
-            ));
+            check_copy_text(ctx, g, pid, snap, prefix, typed_elsewhere);
             let bus = tree::path_in_tree(pid, tree::BUS_SOCKET);
             g.check(bus_check(&format!("{prefix}session_bus_answers"), &bus));
         }
@@ -376,7 +424,32 @@ pub fn check_copy_state(
         Workload::Session => {
             super::session::check_copy_state(ctx, g, pid, snap, prefix, typed_elsewhere)
         }
+        Workload::Office => check_copy_text(ctx, g, pid, snap, prefix, typed_elsewhere),
     }
+}
+
+/// The copy's editor holds the dump-time text (`{prefix}editor_same_text`, or office_ for
+/// LibreOffice), without `typed_elsewhere`.
+fn check_copy_text(
+    ctx: &Ctx,
+    g: &mut GateBuilder,
+    pid: i32,
+    snap: &Observation,
+    prefix: &str,
+    typed_elsewhere: Option<&str>,
+) {
+    let w = ctx.cfg.options.workload;
+    let class = editor_class(w).unwrap_or(EDITOR_CLASS);
+    let dump = snap.editor_text.clone().unwrap_or_default();
+    let seen = ctx
+        .x(pid, "the editor's text", move |c| read_editor(c, class))
+        .map_err(|e| format!("{e:#}"));
+    g.check(compare::editor_same_text(
+        &format!("{prefix}{}", text_check(w, "same_text")),
+        &dump,
+        seen.as_deref().map_err(|e| e.clone()),
+        typed_elsewhere,
+    ));
 }
 
 /// A change typed at the end of a copy's editor text, different per call: isolation and reset
@@ -394,9 +467,7 @@ pub fn change_editor(
     if ctx.cfg.options.workload == Workload::Session {
         return super::session::change(ctx, g, pid, name, snap);
     }
-    if ctx.cfg.options.workload != Workload::Desktop {
-        return None;
-    }
+    let class = editor_class(ctx.cfg.options.workload)?;
     let suffix = match sharedos_report::random::random_hex(4) {
         Ok(s) => s,
         Err(e) => {
@@ -407,8 +478,8 @@ pub fn change_editor(
     let change = format!(" changed-{suffix}");
     let t = change.clone();
     let typed = ctx.x(pid, &format!("typing into {name}'s editor"), move |c| {
-        let before = read_editor(c)?;
-        type_into_editor(c, &t)?;
+        let before = read_editor(c, class)?;
+        type_into_editor(c, class, &t)?;
         Ok(before)
     });
     match typed {

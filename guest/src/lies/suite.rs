@@ -226,8 +226,19 @@ mod tests {
                 "restore-reset-workspace-first"
             ]
         );
+        let office = names(Workload::Office);
+        assert_eq!(
+            office,
+            [
+                "restore-b-office-shows-typed-text",
+                "restore-reset-office-lost-text"
+            ]
+        );
         let xterm = names(Workload::Xterm);
-        assert_eq!(xterm.len() + desktop.len() + session.len(), LIES.len());
+        assert_eq!(
+            xterm.len() + desktop.len() + session.len() + office.len(),
+            LIES.len()
+        );
         assert!(!xterm.contains(&"restore-reset-editor-lost-text"));
         let named = chosen_lies(&["restore-reset-editor-lost-text".into()], Workload::Xterm);
         assert_eq!(named.unwrap().len(), 1);

@@ -192,11 +192,27 @@ fn spoil_restored(lie: &Lie, pid: i32) -> Result<()> {
         "restore-b-process-outside-userns" => start_outside_userns(pid)?,
         "restore-b-editor-shows-typed-text" => {
             let c = crate::x11::XConn::connect(&x_socket(pid)?)?;
-            crate::gates::workload::type_into_editor(&c, " changed-by-a-lie")?;
+            crate::gates::workload::type_into_editor(
+                &c,
+                crate::tree::EDITOR_CLASS,
+                " changed-by-a-lie",
+            )?;
         }
         "restore-reset-editor-lost-text" => {
             let c = crate::x11::XConn::connect(&x_socket(pid)?)?;
-            crate::gates::workload::clear_editor(&c)?;
+            crate::gates::workload::clear_editor(&c, crate::tree::EDITOR_CLASS)?;
+        }
+        "restore-b-office-shows-typed-text" => {
+            let c = crate::x11::XConn::connect(&x_socket(pid)?)?;
+            crate::gates::workload::type_into_editor(
+                &c,
+                crate::tree::OFFICE_CLASS,
+                " changed-by-a-lie",
+            )?;
+        }
+        "restore-reset-office-lost-text" => {
+            let c = crate::x11::XConn::connect(&x_socket(pid)?)?;
+            crate::gates::workload::clear_editor(&c, crate::tree::OFFICE_CLASS)?;
         }
         "restore-b-workspace-switched" => {
             let c = crate::x11::XConn::connect(&x_socket(pid)?)?;

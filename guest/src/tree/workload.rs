@@ -97,6 +97,15 @@ pub fn expected_processes(w: Kind) -> Vec<(&'static str, &'static str, &'static 
             "the browser (firefox-esr)",
         )),
         Kind::Session => v.extend(super::session::session_processes()),
+        Kind::Office => v.extend([
+            ("openbox", "wm_process", "the window manager (openbox)"),
+            (
+                "oosplash",
+                "office_launcher_process",
+                "LibreOffice's launcher (oosplash)",
+            ),
+            ("soffice.bin", "office_process", "LibreOffice (soffice.bin)"),
+        ]),
     }
     v
 }
@@ -209,6 +218,11 @@ pub fn workload(spec: &TreeSpec) -> Workload {
             files.extend(super::session::session_files(GTK_SETTINGS));
             clients.extend(super::session::session_programs());
         }
+        Kind::Office => {
+            let (programs, own) = super::office::office_programs();
+            clients.extend(programs);
+            files.extend(own);
+        }
     }
     Workload {
         x_server: Program::new("xvfb", xvfb_argv(spec.display)),
@@ -238,6 +252,13 @@ mod tests {
             ["xvfb", "stateapp", "dbus", "openbox", "mousepad"]
         );
         assert_eq!(names(Kind::Browser), ["xvfb", "stateapp", "firefox"]);
+        assert_eq!(
+            names(Kind::Office),
+            ["xvfb", "stateapp", "openbox", "soffice"]
+        );
+        assert!(expected_processes(Kind::Office)
+            .iter()
+            .any(|(p, name, _)| *p == "soffice.bin" && *name == "office_process"));
         // The editor maps its window only once the manager is up to take its map request.
         let desktop = workload(&TreeSpec {
             workload: Kind::Desktop,

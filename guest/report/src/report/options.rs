@@ -55,15 +55,19 @@ pub enum Workload {
     /// A full XFCE session: xfce4-session starting its window manager (xfwm4), panel and
     /// settings daemon, with xfconfd on demand over its D-Bus session bus.
     Session,
+    /// LibreOffice Writer, on the plain X11 backend under a window manager (openbox), holding
+    /// text typed into an unsaved document.
+    Office,
 }
 
 impl Workload {
-    pub const ALL: [Workload; 5] = [
+    pub const ALL: [Workload; 6] = [
         Workload::Xterm,
         Workload::Desktop,
         Workload::Browser,
         Workload::BrowserNosandbox,
         Workload::Session,
+        Workload::Office,
     ];
 
     pub fn is_default(&self) -> bool {
@@ -77,6 +81,7 @@ impl Workload {
             Workload::Browser => "browser",
             Workload::BrowserNosandbox => "browser-nosandbox",
             Workload::Session => "session",
+            Workload::Office => "office",
         }
     }
 
@@ -87,11 +92,28 @@ impl Workload {
     /// How many step timeouts the tree may take to come up: Firefox's first start under TCG
     /// took more than three minutes (its graphics probe alone a minute), where Xvfb, openbox
     /// and mousepad take seconds.
+    /// LibreOffice's first start builds its profile: OFFICE_READY_STEPS says what it took.
     pub fn ready_steps(self) -> u32 {
         if self.is_browser() {
             4
+        } else if self == Workload::Office {
+            OFFICE_READY_STEPS
         } else {
             1
+        }
+    }
+
+    /// The word the checks of the text typed into the workload's editor are named with
+    /// (`{word}_holds_typed_text`, `{word}_same_text`, `a_{word}_changed`,
+    /// `{word}_change_seen`); None for a workload without an editor.
+    pub fn typed_text_word(self) -> Option<&'static str> {
+        match self {
+            Workload::Desktop => Some("editor"),
+            Workload::Office => Some("office"),
+            Workload::Xterm
+            | Workload::Browser
+            | Workload::BrowserNosandbox
+            | Workload::Session => None,
         }
     }
 
@@ -119,9 +141,16 @@ impl Workload {
                 ("xfsettingsd", "xfce4-settings"),
                 ("dbus-daemon", "dbus-daemon"),
             ],
+            Workload::Office => &[("openbox", "openbox"), ("soffice", "libreoffice-writer")],
         }
     }
 }
+
+/// The step timeouts the office workload may take to come up: LibreOffice's first start,
+/// which builds its profile in the tree's /tmp, took the launch gate 19.7 s under TCG
+/// (bookworm-apps, 2 vCPUs, the machine shared), openbox and Xvfb included; the second step is
+/// room for a machine busier than that one.
+const OFFICE_READY_STEPS: u32 = 2;
 
 impl fmt::Display for Workload {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
