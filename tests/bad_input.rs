@@ -214,11 +214,11 @@ fn a_workload_the_image_lacks_is_refused_before_anything_and_no_image_means_the_
     for (args, fix) in [
         (
             vm_run,
-            "fix: give --image bookworm-desktop (or bookworm-apps, trixie-desktop), or leave --image out",
+            "fix: give --image bookworm-desktop (or bookworm-apps, trixie-desktop, trixie-apps, trixie-bpo-criu42-apps), or leave --image out",
         ),
         (
             compare,
-            "fix: give --image bookworm-browser (or bookworm-apps), or leave --image out",
+            "fix: give --image bookworm-browser (or bookworm-apps, trixie-apps, trixie-bpo-criu42-apps), or leave --image out",
         ),
         (matrix, "fix: write the row as bookworm-desktop+desktop"),
     ] {
