@@ -26,6 +26,7 @@ pub mod render;
 pub mod run;
 // One run in two places is the judge's to tell (`judge::verdict::same_run`).
 pub use crate::judge::verdict::same_run;
+pub mod deployment;
 pub mod show;
 pub mod variant;
 pub mod workloads;
