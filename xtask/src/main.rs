@@ -81,7 +81,8 @@ struct MatrixArgs {
     /// Rows in order, comma-separated [default: every image under images/, base/ excepted]. A
     /// row is an image, optionally with variants that become the guest diagnose's arguments:
     /// `bookworm+userns+cgroup`, `trixie+cowroot+copies4` (userns, cgroup, cowroot, copies<N>,
-    /// copiesmax). Only a plain image row is held against its expected-gates.
+    /// copiesmax, and every workload but xterm by its name: `bookworm-apps+office`). Only a
+    /// plain image row is held against its expected-gates.
     #[arg(long)]
     images: Option<String>,
     /// The workload axis: each workload (comma list, or `all`) on each CRIU line Debian ships
