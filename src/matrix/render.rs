@@ -597,6 +597,47 @@ mod tests {
     }
 
     #[test]
+    fn a_cell_that_is_not_a_plain_pass_says_why() {
+        // PASS: nothing beside the word.
+        let ok = cell("bookworm", None, "6.1", "3.17.1");
+        assert_eq!(cell_word(&ok), "exit 3");
+        // A failed gate: the gate and its reason.
+        let f = cell("trixie", Some(GateName::Dump), "6.12", "4.1.1");
+        assert!(
+            cell_word(&f).starts_with("exit 1 (dump: "),
+            "{}",
+            cell_word(&f)
+        );
+        // No gate failed, one was skipped: the skipped gate, its status and reason.
+        let mut r =
+            super::super::tests::report(&[(GateName::Reset, Status::NotRun)], "6.1", "3.17.1");
+        r.gate_mut(GateName::Reset).unwrap().reason = "the restore left nothing to reset".into();
+        let skipped = cell_from_report("bookworm", &r, 1);
+        assert_eq!(
+            cell_word(&skipped),
+            "exit 1 (reset NOT_RUN: the restore left nothing to reset)"
+        );
+        // NOT_RUN: its reason, cut.
+        let long = format!("no image on criu 4.1.1's line holds it {}", "x".repeat(300));
+        let nr = not_run_cell("trixie+office+copies2", &long, "");
+        let w = cell_word(&nr);
+        assert!(
+            w.starts_with("NOT_RUN (no image on criu 4.1.1's line"),
+            "{w}"
+        );
+        assert!(w.chars().count() < CELL_CAUSE_CHARS + 20, "{w}");
+        // REJECTED: what the verdict found wrong, whatever the gates say.
+        let mut rej = ok.clone();
+        rej.problems = vec!["png/live.png changed".into()];
+        assert_eq!(cell_word(&rej), "REJECTED (png/live.png changed)");
+        // DIFFERS with no failed gate: the first difference.
+        let mut d = ok.clone();
+        d.expected = Some(d.gates.clone());
+        d.differences = vec!["dump: expected FAIL, got PASS".into()];
+        assert_eq!(cell_word(&d), "DIFFERS (dump: expected FAIL, got PASS)");
+    }
+
+    #[test]
     fn text_has_one_row_per_image_and_a_column_per_gate() {
         let m = matrix();
         let t = text(&m);
