@@ -148,9 +148,10 @@ pub fn axis_row(images_dir: &Path, w: Workload, line: &Line) -> AxisRow {
         let packages: Vec<&str> = w.programs().iter().map(|(_, p)| *p).collect();
         (
             format!(
-                "no image on criu {}'s line ({} or an image inheriting it, its lock installing \
-                 criu {}) holds the {w} workload's programs ({})",
+                "no image on criu {}'s line holds {w}: add images/{} (the line's image is {} or \
+                 inherits it, its lock installs criu {}; {w} needs {})",
                 line.criu,
+                line.apps_image,
                 line.root,
                 line.criu,
                 packages.join(", ")
@@ -310,7 +311,11 @@ mod tests {
         let r = axis_row(&tmp, Workload::Browser, &LINES[1]);
         assert_eq!(r.row.label(), "trixie+browser+copies2");
         let (reason, fix) = r.missing.clone().unwrap();
-        assert!(reason.contains("no image on criu 4.1.1's line"), "{reason}");
+        assert!(
+            reason
+                .starts_with("no image on criu 4.1.1's line holds browser: add images/trixie-apps"),
+            "{reason}"
+        );
         assert!(reason.contains("firefox-esr"), "{reason}");
         assert!(fix.contains("images/trixie-apps/image.conf"), "{fix}");
         assert!(fix.contains("--image trixie-apps --update-lock"), "{fix}");

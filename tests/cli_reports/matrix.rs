@@ -483,8 +483,8 @@ fn write_workload_matrix(dir: &Path) {
     }
     let mut gap = matrix::not_run_cell(
         "trixie+browser+copies2",
-        "no image on criu 4.1.1's line (trixie or an image inheriting it, its lock installing \
-         criu 4.1.1) holds the browser workload's programs (firefox-esr)",
+        "no image on criu 4.1.1's line holds browser: add images/trixie-apps (the line's image is \
+         trixie or inherits it, its lock installs criu 4.1.1; browser needs firefox-esr)",
         "",
     );
     gap.fix = "add images/trixie-apps/image.conf".into();
@@ -518,7 +518,7 @@ fn matrix_table_renders_the_deployment_table_and_holds_readme_to_it() {
          | --- | --- | --- | --- | --- | --- | --- | --- |\n\
          | xterm | 3.17.1 | yes | - | nothing | 26.3 MiB PSS | 3.88 s (tcg) | bookworm+copies2 |\n\
          | browser | 3.17.1 | no | dump: criu dump: Can't dump nested ipc namespace for 1234 | nothing | - (density NOT\\_RUN) | - | bookworm-browser+browser+copies2 |\n\
-         | browser | 4.1.1 | NOT\\_RUN | no image on criu 4.1.1's line (trixie or an image inheriting it, its lock installing criu 4.1.1) holds the browser wo... | nothing | - (nothing ran) | - | trixie+browser+copies2 |\n",
+         | browser | 4.1.1 | NOT\\_RUN | no image on criu 4.1.1's line holds browser: add images/trixie-apps (the line's image is trixie or inherits it, its l... | nothing | - (nothing ran) | - | trixie+browser+copies2 |\n",
         "{table}"
     );
     let o = rig(&["matrix", "table", m.to_str().unwrap()]);
