@@ -211,6 +211,21 @@ mod tests {
         for r in [&r, &r2, &r3, &r4, &r5] {
             assert_eq!(variants_from_args(&r.diagnose_args()).unwrap(), r.variants);
         }
+        // Every workload of `Workload` is a variant both ways; the default is none.
+        for w in workload_variants() {
+            let row = Row::parse(&format!("bookworm-apps+{w}+copies2")).unwrap();
+            assert_eq!(
+                row.diagnose_args(),
+                ["--workload", w.as_str(), "--copies", "2"]
+            );
+            assert_eq!(
+                variants_from_args(&row.diagnose_args()).unwrap(),
+                row.variants
+            );
+            assert_eq!(row_workload(&row.variants), w);
+        }
+        assert!(Row::parse("bookworm+xterm").is_err());
+        assert_eq!(row_workload(&[]), Workload::Xterm);
         let plain = Row::parse("bookworm").unwrap();
         assert_eq!(plain, Row::plain("bookworm"));
         assert!(plain.diagnose_args().is_empty());
@@ -228,10 +243,14 @@ mod tests {
         ] {
             let e = format!("{:#}", Row::parse(bad).unwrap_err());
             assert!(e.contains("unknown variant"), "{bad}: {e}");
+            // Every workload but the default is listed, whichever workloads there are.
+            let workloads: Vec<&str> = workload_variants().map(|w| w.as_str()).collect();
+            assert!(workloads.starts_with(&["desktop", "browser", "browser-nosandbox"]));
             assert!(
-                e.contains(
-                    "userns, cgroup, cowroot, desktop, browser, browser-nosandbox, copies<N>"
-                ),
+                e.contains(&format!(
+                    "userns, cgroup, cowroot, {}, copies<N>",
+                    workloads.join(", ")
+                )),
                 "{e}"
             );
         }
