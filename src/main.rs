@@ -131,6 +131,37 @@ enum MatrixCommand {
         #[arg(required = true)]
         dirs: Vec<PathBuf>,
     },
+    /// The table a deployment reads, from a matrix directory (`cargo xtask vm-matrix
+    /// --workloads all`): per application and CRIU version, whether it forks, the cause where
+    /// not (the failed gate and CRIU's words), what was turned off to make it fork, memory per
+    /// copy (the density gate's median PSS) and fork latency (CRIU's restore). Every row is
+    /// judged again from its report, as `show MATRIX` does. With --readme, the table between
+    /// README's `<!-- deployment-table:begin MATRIX_DIR -->` and `<!-- deployment-table:end -->`
+    /// is rendered again from the matrix directory the marker names: exit 0 when it is the
+    /// same, 1 when not (--write puts the rendered table there instead).
+    Table {
+        /// The matrix directory (not with --readme, whose marker names it).
+        #[arg(required_unless_present = "readme", conflicts_with = "readme")]
+        dir: Option<PathBuf>,
+        #[arg(long, value_enum, default_value_t = TableFormat::Text)]
+        format: TableFormat,
+        /// Where images/ is, for the expectations and a row's criu when it never ran
+        /// [default: $SHAREDOS_RIG_IMAGES, ./images, then the source tree].
+        #[arg(long)]
+        images_dir: Option<PathBuf>,
+        /// A README holding the table between the markers: check it against the matrix.
+        #[arg(long)]
+        readme: Option<PathBuf>,
+        /// With --readme: write the rendered table between the markers.
+        #[arg(long, requires = "readme")]
+        write: bool,
+    },
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum TableFormat {
+    Text,
+    Md,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -224,6 +255,23 @@ fn run(cmd: Command) -> Result<u8> {
         Command::Matrix {
             command: MatrixCommand::Pairs { format, dirs },
         } => show_pairs(&dirs, format, ledger),
+        Command::Matrix {
+            command:
+                MatrixCommand::Table {
+                    dir,
+                    format,
+                    images_dir,
+                    readme,
+                    write,
+                },
+        } => deployment_table(
+            dir.as_deref(),
+            format,
+            images_dir.as_deref(),
+            readme.as_deref(),
+            write,
+            ledger,
+        ),
         Command::List { dir } => list_reports(&dir, ledger),
     }
 }
@@ -272,6 +320,69 @@ fn show_matrix(
         render::Format::Junit => matrix::render::junit(&m),
     })?;
     Ok(0)
+}
+
+/// The deployment table of a matrix directory, every row judged again from its report; or
+/// README's copy of it held to the table rendered again.
+fn deployment_table(
+    dir: Option<&Path>,
+    format: TableFormat,
+    images_dir: Option<&Path>,
+    readme: Option<&Path>,
+    write: bool,
+    ledger: Option<&Ledger>,
+) -> Result<u8> {
+    use anyhow::Context;
+    use matrix::deployment;
+    let render = |dir: &Path, format: TableFormat| -> Result<String> {
+        let (m, warnings) = matrix::load(dir, images_dir, ledger)?;
+        warn(&warnings);
+        let criu_of = |image: &str| {
+            let d = sharedos_rig::image::definition::find_images_dir(images_dir, image);
+            matrix::workloads::image_criu(&d, image)
+        };
+        let rows = deployment::entries(&m, &criu_of);
+        Ok(match format {
+            TableFormat::Text => deployment::text(&rows),
+            TableFormat::Md => deployment::md(&rows),
+        })
+    };
+    let Some(readme) = readme else {
+        let Some(dir) = dir else {
+            anyhow::bail!("give a matrix directory, or --readme README.md");
+        };
+        emit(&render(dir, format)?)?;
+        return Ok(0);
+    };
+    let text =
+        std::fs::read_to_string(readme).with_context(|| format!("reading {}", readme.display()))?;
+    let (rel, _) = deployment::section(&text)
+        .with_context(|| format!("{}'s deployment table", readme.display()))?;
+    let base = readme.parent().unwrap_or(Path::new("."));
+    let table = render(&base.join(&rel), TableFormat::Md)?;
+    let name = readme.display().to_string();
+    if write {
+        let new = deployment::replace_section(&text, &table)?;
+        std::fs::write(readme, new).with_context(|| format!("writing {name}"))?;
+        emit(&format!(
+            "{name}: the deployment table rendered from {}\n",
+            escape::line(&rel)
+        ))?;
+        return Ok(0);
+    }
+    match deployment::check_readme(&text, &table, &name) {
+        Ok(()) => {
+            emit(&format!(
+                "{name}: the deployment table is what {} renders\n",
+                escape::line(&rel)
+            ))?;
+            Ok(0)
+        }
+        Err(e) => {
+            eprint!("{}", escape::error_chain(&e));
+            Ok(1)
+        }
+    }
 }
 
 /// A comparison directory, judged again from its reports; its recomputed verdict's exit code.

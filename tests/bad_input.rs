@@ -214,11 +214,11 @@ fn a_workload_the_image_lacks_is_refused_before_anything_and_no_image_means_the_
     for (args, fix) in [
         (
             vm_run,
-            "fix: give --image bookworm-desktop (or bookworm-apps, trixie-desktop), or leave --image out",
+            "fix: give --image bookworm-desktop (or bookworm-apps, trixie-desktop, trixie-apps, trixie-bpo-criu42-apps), or leave --image out",
         ),
         (
             compare,
-            "fix: give --image bookworm-browser (or bookworm-apps), or leave --image out",
+            "fix: give --image bookworm-browser (or bookworm-apps, trixie-apps, trixie-bpo-criu42-apps), or leave --image out",
         ),
         (matrix, "fix: write the row as bookworm-desktop+desktop"),
     ] {
@@ -257,6 +257,85 @@ fn a_workload_the_image_lacks_is_refused_before_anything_and_no_image_means_the_
         "{stderr}"
     );
     assert!(stdout.contains("/bookworm-desktop-"), "{stdout}");
+    std::fs::remove_dir_all(&scratch).unwrap();
+}
+
+/// vm-matrix's workload axis: an unknown workload, an empty list and `--workloads` beside
+/// `--images` are refused before anything is built (exit 2, a fix line, nothing archived), and
+/// `--plan` prints one row per workload and CRIU line, on the image of that line that holds it.
+#[test]
+fn vm_matrix_workloads_refuses_bad_lists_and_plans_one_row_per_workload_and_line() {
+    let scratch =
+        std::env::temp_dir().join(format!("sharedos-bad-workloads-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&scratch);
+    std::fs::create_dir_all(&scratch).unwrap();
+    let images = Path::new(env!("CARGO_MANIFEST_DIR")).join("images");
+    let cache = scratch.join("cache");
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "vm-matrix".to_string(),
+            "--images-dir".into(),
+            images.display().to_string(),
+            "--cache-dir".into(),
+            cache.display().to_string(),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        Command::new(common::xtask_binary())
+            .args(&args)
+            .env("CARGO", scratch.join("no-cargo-here"))
+            .current_dir(&scratch)
+            .output()
+            .unwrap()
+    };
+    for (extra, says) in [
+        (&["--workloads", "kde"][..], "\"kde\" is not a workload"),
+        (&["--workloads", ","][..], "names no workload"),
+        (
+            &["--workloads", "xterm", "--images", "bookworm"][..],
+            "--workloads and --images both name the rows",
+        ),
+    ] {
+        let out = run(extra);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{extra:?}: {stderr}");
+        assert!(stderr.contains(says), "{extra:?}: {stderr}");
+        assert!(stderr.contains("fix: "), "{extra:?}: {stderr}");
+        assert!(
+            !stderr.contains("no-cargo-here"),
+            "built something: {stderr}"
+        );
+        assert!(!cache.exists(), "{extra:?}: touched the cache");
+        assert!(!scratch.join("reports").exists(), "{extra:?}: archived");
+    }
+    let out = run(&["--workloads", "xterm,desktop", "--plan"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        stdout
+            .lines()
+            .map(|l| l.split(':').next().unwrap())
+            .collect::<Vec<_>>(),
+        [
+            "bookworm+copies2",
+            "trixie+copies2",
+            "trixie-bpo-criu42+copies2",
+            "bookworm-desktop+desktop+copies2",
+            "trixie-desktop+desktop+copies2",
+            "trixie-bpo-criu42-apps+desktop+copies2",
+        ],
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("trixie-bpo-criu42-apps+desktop+copies2: image trixie-bpo-criu42-apps (criu 4.2.1), diagnose --workload desktop --copies 2"),
+        "{stdout}"
+    );
+    assert!(!cache.exists(), "--plan touched the cache");
+    assert!(!scratch.join("reports").exists(), "--plan archived");
     std::fs::remove_dir_all(&scratch).unwrap();
 }
 

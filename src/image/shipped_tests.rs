@@ -162,6 +162,14 @@ fn every_shipped_definition_renders_to_the_bytes_its_image_was_built_from() {
             "bookworm-apps",
             "98232b16a35161ae3950acafd9ed793b815e3b4e3bac2b9bec976a93f706f739",
         ),
+        (
+            "trixie-apps",
+            "47f441691ff98248f43c1c0dd254c83a470db31bde69127b874fcd1a5f87fddd",
+        ),
+        (
+            "trixie-bpo-criu42-apps",
+            "5aacccb62cee6bab09c88ee4f611114e4d86225414640c40456246122d8af916",
+        ),
     ];
     let mut names: Vec<String> = want.iter().map(|(n, _)| n.to_string()).collect();
     names.sort();
@@ -224,6 +232,14 @@ fn every_shipped_lock_is_the_one_its_image_was_built_from() {
         (
             "bookworm-apps",
             "f5e773fc805c0ce9eecde98f15c038b66b6d6eb9b92ec229a949f68d72cda38b",
+        ),
+        (
+            "trixie-apps",
+            "f793dcc4726b21babae3b404d3982b04df96c86c04842740063bd0d9f6c99e66",
+        ),
+        (
+            "trixie-bpo-criu42-apps",
+            "6f5747d0baf0dea2f4dc980f47482806397feeddefbda27bd185f85f3709a637",
         ),
     ];
     for (name, sha) in want {

@@ -177,11 +177,22 @@ mod tests {
         );
         assert_eq!(
             images_with(&dir, Workload::Desktop),
-            ["bookworm-desktop", "bookworm-apps", "trixie-desktop"]
+            [
+                "bookworm-desktop",
+                "bookworm-apps",
+                "trixie-desktop",
+                "trixie-apps",
+                "trixie-bpo-criu42-apps"
+            ]
         );
         assert_eq!(
             images_with(&dir, Workload::BrowserNosandbox),
-            ["bookworm-browser", "bookworm-apps"]
+            [
+                "bookworm-browser",
+                "bookworm-apps",
+                "trixie-apps",
+                "trixie-bpo-criu42-apps"
+            ]
         );
         assert_eq!(choose(&dir, None).unwrap(), "bookworm");
         assert_eq!(choose(&dir, Some(Workload::Xterm)).unwrap(), "bookworm");
@@ -209,14 +220,16 @@ mod tests {
             "{e}"
         );
         assert!(
-            e.contains("fix: give --image bookworm-desktop (or bookworm-apps, trixie-desktop)"),
+            e.contains("fix: give --image bookworm-desktop (or bookworm-apps, trixie-desktop, trixie-apps, trixie-bpo-criu42-apps)"),
             "{e}"
         );
         let e = require(&dir, "trixie-desktop", Workload::Browser, Named::Flag)
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("--image bookworm-browser (or bookworm-apps),"),
+            e.contains(
+                "--image bookworm-browser (or bookworm-apps, trixie-apps, trixie-bpo-criu42-apps),"
+            ),
             "{e}"
         );
         let e = require(&dir, "trixie", Workload::Desktop, Named::Row)
@@ -224,7 +237,7 @@ mod tests {
             .to_string();
         assert!(
             e.ends_with(
-                "fix: write the row as bookworm-desktop+desktop (or bookworm-apps, trixie-desktop)"
+                "fix: write the row as bookworm-desktop+desktop (or bookworm-apps, trixie-desktop, trixie-apps, trixie-bpo-criu42-apps)"
             ),
             "{e}"
         );

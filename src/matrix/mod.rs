@@ -26,8 +26,10 @@ pub mod render;
 pub mod run;
 // One run in two places is the judge's to tell (`judge::verdict::same_run`).
 pub use crate::judge::verdict::same_run;
+pub mod deployment;
 pub mod show;
 pub mod variant;
+pub mod workloads;
 
 pub use run::{
     parse_images_arg, resolve_images, vm_matrix, vm_matrix_with, vm_run_cmd, MatrixOptions,
@@ -123,24 +125,41 @@ pub struct Cell {
     /// whether or not the run failed; empty when there was none.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub kernel_oops: String,
+    /// The density gate's status, in a row with `copies<N>` (it is not one of the ten); None
+    /// when the report has no density gate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub density: Option<Status>,
+    /// Memory per copy: the median PSS of the density gate's copies, in MiB, each copy measured
+    /// with every copy up; only when the density gate passed and its figures read (as
+    /// vm-compare's shared-OS column takes them, `judge::compare::shared_os_column`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub copy_pss_mib: Option<f64>,
 }
 
 /// The most characters of a cell's cause: a matrix row stays readable in a terminal.
 pub const CELL_CAUSE_CHARS: usize = 120;
 
-/// The first failed gate's cause, as [`Cell::cause`] holds it.
+/// The first failed gate's cause, as [`Cell::cause`] holds it; in a report with no failed gate,
+/// the first gate that did not run and why (a row's gate the guest skipped is never a bare
+/// NOT_RUN).
 pub fn cell_cause(r: &Report) -> String {
     use sharedos_report::cause::cut;
-    r.gates
-        .iter()
-        .find(|g| g.status == Status::Fail)
-        .map(|g| {
-            let why = match &g.cause {
-                Some(c) => c.headline(),
-                None => g.reason.clone(),
-            };
-            cut(&format!("{}: {why}", g.name), CELL_CAUSE_CHARS)
-        })
+    let failed = r.gates.iter().find(|g| g.status == Status::Fail).map(|g| {
+        let why = match &g.cause {
+            Some(c) => c.headline(),
+            None => g.reason.clone(),
+        };
+        format!("{}: {why}", g.name)
+    });
+    let skipped = || {
+        r.gates
+            .iter()
+            .find(|g| g.status == Status::NotRun)
+            .map(|g| format!("{} NOT_RUN: {}", g.name, g.reason))
+    };
+    failed
+        .or_else(skipped)
+        .map(|c| cut(&c, CELL_CAUSE_CHARS))
         .unwrap_or_default()
 }
 
@@ -357,6 +376,8 @@ pub fn cell_from_report(image: &str, r: &Report, exit_code: i32) -> Cell {
             .and_then(|v| v.kernel_oops.as_ref())
             .map(|o| sharedos_report::cause::cut(&o.headline(), CELL_CAUSE_CHARS))
             .unwrap_or_default(),
+        density: r.gate(GateName::Density).map(|g| g.status),
+        copy_pss_mib: None,
     };
     if cell.outcome == CellOutcome::RigFailed {
         cell.fix = format!(
@@ -439,6 +460,8 @@ pub fn not_run_cell(image: &str, reason: &str, kernel_pinned: &str) -> Cell {
         differences: Vec::new(),
         cause: String::new(),
         kernel_oops: String::new(),
+        density: None,
+        copy_pss_mib: None,
     }
 }
 
@@ -529,7 +552,23 @@ pub fn cell_from_outcome(label: &str, o: &Outcome) -> Cell {
     }
     c.problems = o.found();
     c.problems.extend(row_problem(label, &o.report));
+    c.copy_pss_mib = copy_pss_mib(o);
     c
+}
+
+/// The median PSS of the density gate's copies (MiB), read the way vm-compare's shared-OS
+/// column reads them: only from a density gate that passed with the copies its run asked for,
+/// in a report the verdict found nothing wrong with.
+fn copy_pss_mib(o: &Outcome) -> Option<f64> {
+    let requested = o.report.options.copies?;
+    o.gates.iter().find(|g| g.name == GateName::Density)?;
+    let col = crate::judge::compare::shared_os_column(o, requested);
+    if !col.problems.is_empty() || col.per_copy.is_empty() {
+        return None;
+    }
+    let pss: Vec<u64> = col.per_copy.iter().map(|m| m.pss_kib).collect();
+    let kib = sharedos_report::model::density::median(&pss)?;
+    Some((kib / 1024.0 * 10.0).round() / 10.0)
 }
 
 /// Why the report is not its row's, if it is not: a report copied into another row's

@@ -3,8 +3,9 @@
 //! terminal, Markdown, one HTML page, JUnit XML with one test suite per image, and the
 //! cell-by-cell difference of two matrices. Pure functions of the [`Matrix`].
 
-use super::{Cell, CellOutcome, Matrix};
+use super::{Cell, CellOutcome, Matrix, CELL_CAUSE_CHARS};
 use crate::escape::{html as html_esc, line as one_line, markdown as md_esc, xml as xml_esc};
+use sharedos_report::cause::cut;
 use sharedos_report::report::{GateName, Status};
 use std::fmt::Write;
 
@@ -74,10 +75,12 @@ fn row(c: &Cell) -> Vec<String> {
     r
 }
 
-/// The cell's last column: how it ended, then in brackets the first failed gate's cause and
-/// any kernel oops (`as expected (dump: criu dump: ...)`, `exit 0, kernel oops: RIP f+0x1`).
-/// Not escaped: [`row`] escapes it.
-fn cell_word(c: &Cell) -> String {
+/// The cell's last column: how it ended, then in brackets why when it is not a plain pass: the
+/// first failed gate's cause (CRIU's own words when the gate quoted them), else why the row did
+/// not run, what the verdict found wrong with its report, or what differs from its
+/// expectations; then any kernel oops (`as expected (dump: criu dump: ...)`, `exit 0, kernel
+/// oops: RIP f+0x1`). Each part cut to [`CELL_CAUSE_CHARS`]. Not escaped: [`row`] escapes it.
+pub(super) fn cell_word(c: &Cell) -> String {
     let word = match (c.outcome, &c.expected) {
         (CellOutcome::NotRun, _) => "NOT_RUN".into(),
         (CellOutcome::RigFailed, _) => "RIG FAILURE".into(),
@@ -87,12 +90,16 @@ fn cell_word(c: &Cell) -> String {
         (CellOutcome::Ran, Some(_)) => "DIFFERS".into(),
         (CellOutcome::Ran, None) => format!("exit {}", c.exit_code.unwrap_or(2)),
     };
+    let first = |v: &[String]| v.first().cloned().unwrap_or_default();
     let cause = match c.outcome {
-        CellOutcome::Ran => c.cause.as_str(),
-        // A rig failure's own reason is in the notes; its gates' causes are not why it ended.
-        _ => "",
+        CellOutcome::Ran if !c.problems.is_empty() => first(&c.problems),
+        CellOutcome::Ran if c.cause.is_empty() => first(&c.differences),
+        CellOutcome::Ran => c.cause.clone(),
+        // The gates of a row that did not run say nothing; its reason is why.
+        _ => c.reason.clone(),
     };
-    match (cause, c.kernel_oops.as_str()) {
+    let cause = cut(&cause, CELL_CAUSE_CHARS);
+    match (cause.as_str(), c.kernel_oops.as_str()) {
         ("", "") => word,
         (cause, "") => format!("{word} ({cause})"),
         ("", oops) => format!("{word}, {oops}"),
@@ -535,7 +542,8 @@ mod tests {
             cell_word(&fk),
             format!("exit {code}, kernel oops: RIP mnt_ns_tree_add+0x3c/0x120")
         );
-        // bookworm-bpo: the panic's rig failure, its oops beside it and the panic in the notes.
+        // bookworm-bpo: the panic's rig failure, its reason cut and its oops beside it, the
+        // panic whole in the notes.
         let mut f = report(&[], "", "");
         let vm = f.vm.as_mut().unwrap();
         vm.rig_error = Some("reading the gate's output: the guest kernel panicked (Kernel panic - not syncing: Fatal exception in interrupt; after traps: PANIC: double fault, error_code: 0x0; RIP: 0010:kmem_cache_alloc_noprof+0x9d/0x2f0)".into());
@@ -547,7 +555,9 @@ mod tests {
         let bpo = cell_from_report("bookworm-bpo", &f, 2);
         assert_eq!(
             cell_word(&bpo),
-            "RIG FAILURE, kernel oops: RIP kmem_cache_alloc_noprof+0x9d/0x2f0"
+            "RIG FAILURE (reading the gate's output: the guest kernel panicked (Kernel panic - not \
+             syncing: Fatal exception in interrupt; after...), kernel oops: RIP \
+             kmem_cache_alloc_noprof+0x9d/0x2f0"
         );
         // A hostile cause reaches no table unescaped.
         let mut h = r.clone();
@@ -584,6 +594,47 @@ mod tests {
             "{x}"
         );
         assert!(!x.contains("<img"), "{x}");
+    }
+
+    #[test]
+    fn a_cell_that_is_not_a_plain_pass_says_why() {
+        // PASS: nothing beside the word.
+        let ok = cell("bookworm", None, "6.1", "3.17.1");
+        assert_eq!(cell_word(&ok), "exit 3");
+        // A failed gate: the gate and its reason.
+        let f = cell("trixie", Some(GateName::Dump), "6.12", "4.1.1");
+        assert!(
+            cell_word(&f).starts_with("exit 1 (dump: "),
+            "{}",
+            cell_word(&f)
+        );
+        // No gate failed, one was skipped: the skipped gate, its status and reason.
+        let mut r =
+            super::super::tests::report(&[(GateName::Reset, Status::NotRun)], "6.1", "3.17.1");
+        r.gate_mut(GateName::Reset).unwrap().reason = "the restore left nothing to reset".into();
+        let skipped = cell_from_report("bookworm", &r, 1);
+        assert_eq!(
+            cell_word(&skipped),
+            "exit 1 (reset NOT_RUN: the restore left nothing to reset)"
+        );
+        // NOT_RUN: its reason, cut.
+        let long = format!("no image on criu 4.1.1's line holds it {}", "x".repeat(300));
+        let nr = not_run_cell("trixie+office+copies2", &long, "");
+        let w = cell_word(&nr);
+        assert!(
+            w.starts_with("NOT_RUN (no image on criu 4.1.1's line"),
+            "{w}"
+        );
+        assert!(w.chars().count() < CELL_CAUSE_CHARS + 20, "{w}");
+        // REJECTED: what the verdict found wrong, whatever the gates say.
+        let mut rej = ok.clone();
+        rej.problems = vec!["png/live.png changed".into()];
+        assert_eq!(cell_word(&rej), "REJECTED (png/live.png changed)");
+        // DIFFERS with no failed gate: the first difference.
+        let mut d = ok.clone();
+        d.expected = Some(d.gates.clone());
+        d.differences = vec!["dump: expected FAIL, got PASS".into()];
+        assert_eq!(cell_word(&d), "DIFFERS (dump: expected FAIL, got PASS)");
     }
 
     #[test]

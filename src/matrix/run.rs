@@ -15,7 +15,7 @@ use crate::judge::ledger::Ledger;
 use crate::judge::reader::ReportDir;
 use crate::progress::Progress;
 use anyhow::{bail, Context, Result};
-use sharedos_report::report::RIG_FAILURE_EXIT;
+use sharedos_report::report::{Workload, RIG_FAILURE_EXIT};
 use sharedos_report::{clock, signals};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -27,6 +27,9 @@ use std::time::{Duration, Instant};
 pub struct MatrixOptions {
     /// Rows in order (`image` or `image+variant+...`); empty for every image under images/.
     pub images: Vec<String>,
+    /// The workload axis (`--workloads`): each workload on each CRIU line
+    /// ([`super::workloads`]); empty for none. Not with `images`.
+    pub workloads: Vec<Workload>,
     /// None: [`default_jobs`].
     pub jobs: Option<usize>,
     /// The build options every image shares (`image` is replaced per cell).
@@ -48,8 +51,38 @@ impl MatrixOptions {
     }
 }
 
+/// Why a row will not run, decided before anything is built: its reason and its fix.
+pub type Gap = Option<(String, String)>;
+
 /// The rows to run: the ones asked for, each image and variant checked, or every image there is.
 pub fn resolve_images(opts: &MatrixOptions) -> Result<Vec<Row>> {
+    Ok(resolve_rows(opts)?.into_iter().map(|(r, _)| r).collect())
+}
+
+/// The rows, each with its gap: the workload axis's (a line without an image holding its
+/// workload is a NOT_RUN row), or the `--images` rows and every image's, which have none.
+pub fn resolve_rows(opts: &MatrixOptions) -> Result<Vec<(Row, Gap)>> {
+    if !opts.workloads.is_empty() {
+        if !opts.images.is_empty() {
+            bail!(
+                "--workloads and --images both name the rows; nothing was built or booted\nfix: \
+                 give --workloads alone (each workload on each CRIU line), or --images with \
+                 workload variants (`bookworm-apps+office`)"
+            );
+        }
+        let dir = opts.images_dir(image::DEFAULT_IMAGE);
+        return Ok(super::workloads::resolve(&dir, &opts.workloads)?
+            .into_iter()
+            .map(|a| (a.row, a.missing))
+            .collect());
+    }
+    Ok(resolve_plain(opts)?
+        .into_iter()
+        .map(|r| (r, None))
+        .collect())
+}
+
+fn resolve_plain(opts: &MatrixOptions) -> Result<Vec<Row>> {
     if opts.images.is_empty() {
         let dir = opts.images_dir(image::DEFAULT_IMAGE);
         let all = definition::list_images(&dir);
@@ -75,6 +108,36 @@ pub fn resolve_images(opts: &MatrixOptions) -> Result<Vec<Row>> {
             bail!("--images names {} twice", row.label());
         }
         out.push(row);
+    }
+    Ok(out)
+}
+
+/// What `vm-matrix --plan` prints: one line per row, its label, the criu its image's lock
+/// installs, and for a row that will not run, why and the fix. Nothing is built or created.
+pub fn plan_lines(opts: &MatrixOptions) -> Result<String> {
+    let mut out = String::new();
+    for (row, gap) in resolve_rows(opts)? {
+        let dir = opts.images_dir(&row.image);
+        let label = row.label();
+        match gap {
+            None => {
+                let criu =
+                    super::workloads::image_criu(&dir, &row.image).unwrap_or_else(|| "?".into());
+                let args = row.diagnose_args();
+                let diagnose = if args.is_empty() {
+                    String::new()
+                } else {
+                    format!(", diagnose {}", args.join(" "))
+                };
+                out.push_str(&format!(
+                    "{label}: image {} (criu {criu}){diagnose}\n",
+                    row.image
+                ));
+            }
+            Some((reason, fix)) => {
+                out.push_str(&format!("{label}: NOT_RUN: {reason}\n  fix: {fix}\n"));
+            }
+        }
     }
     Ok(out)
 }
@@ -163,6 +226,8 @@ pub fn vm_matrix_with(
 #[derive(Debug, Clone)]
 pub struct Plan {
     pub rows: Vec<Row>,
+    /// Per row: why it will not run, when that is known before anything is built.
+    pub gaps: Vec<Gap>,
     pub labels: Vec<String>,
     pub jobs: usize,
     pub jobs_reason: String,
@@ -193,7 +258,7 @@ pub fn choose_jobs(asked: Option<usize>, host_cores: usize, guest_cpus: u32) -> 
 /// The rows, the jobs and a new `matrix-<UTC>/` under the reports root; nothing is created for
 /// rows that do not resolve.
 pub fn plan(opts: &MatrixOptions) -> Result<Plan> {
-    let rows = resolve_images(opts)?;
+    let (rows, gaps): (Vec<Row>, Vec<Gap>) = resolve_rows(opts)?.into_iter().unzip();
     let labels: Vec<String> = rows.iter().map(Row::label).collect();
     let cores = std::thread::available_parallelism()
         .map(|n| n.get())
@@ -223,6 +288,7 @@ pub fn plan(opts: &MatrixOptions) -> Result<Plan> {
     ));
     Ok(Plan {
         rows,
+        gaps,
         labels,
         jobs,
         jobs_reason,
@@ -246,6 +312,13 @@ pub fn build_images(
         let label = &plan.labels[i];
         if signals::interrupted().is_some() {
             cells[i] = Some(not_run_cell(label, "the matrix was interrupted", ""));
+            continue;
+        }
+        if let Some(Some((reason, fix))) = plan.gaps.get(i) {
+            progress().note(&format!("{label}: NOT_RUN: {}", escape::line(reason)));
+            let mut c = not_run_cell(label, reason, "");
+            c.fix = fix.clone();
+            cells[i] = Some(c);
             continue;
         }
         let failure = built

@@ -147,6 +147,7 @@ fn rows_are_resolved_with_their_variants_checked() {
     build.images_dir = Some(root.clone());
     let mut o = MatrixOptions {
         images: parse_images_arg("bookworm,bookworm+userns+cgroup,bookworm+copiesmax"),
+        workloads: vec![],
         jobs: None,
         build,
         reports_root: root.join("reports"),
@@ -279,6 +280,7 @@ fn vm_run_cmd_carries_the_shared_options() {
     build.mode = Some(crate::image::BuilderMode::Unshare);
     let o = MatrixOptions {
         images: vec![],
+        workloads: vec![],
         jobs: None,
         build,
         reports_root: "reports".into(),
@@ -380,6 +382,7 @@ fn an_image_that_will_not_build_is_not_run_and_the_others_still_run() {
     build.images_dir = Some(images.clone());
     let opts = MatrixOptions {
         images: vec!["good".into(), "stale".into(), "failing".into()],
+        workloads: vec![],
         jobs: Some(2),
         build,
         reports_root: root.join("reports"),

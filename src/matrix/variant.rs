@@ -5,32 +5,58 @@
 //! so a row has the same label whichever way the matrix was built.
 
 use anyhow::{bail, Result};
-use sharedos_report::report::Report;
+use sharedos_report::report::{Report, Workload};
 
-/// The fixed variants and their diagnose arguments; `copies<N>` and `copiesmax` are the
+/// The fixed variants and their diagnose arguments; every workload but the default one is a
+/// variant of its own name ([`workload_variants`]), and `copies<N>` and `copiesmax` are the
 /// parametric ones ([`variant_args`]).
 pub const FIXED: &[(&str, &[&str])] = &[
     ("userns", &["--userns"]),
     ("cgroup", &["--cgroup", "cpu=1,memory=512M"]),
     ("cowroot", &["--cow-root"]),
-    // Workloads other than the default xterm; the image must hold their programs
-    // (bookworm-desktop, trixie-desktop, bookworm-browser).
-    ("desktop", &["--workload", "desktop"]),
-    ("browser", &["--workload", "browser"]),
-    ("browser-nosandbox", &["--workload", "browser-nosandbox"]),
 ];
+
+/// The workloads that are variants: every one but the default (a plain row runs the default),
+/// `NAME` standing for `--workload NAME`. Read from `Workload::ALL`, so a new workload is a
+/// variant without a line here; the image must hold its programs.
+pub fn workload_variants() -> impl Iterator<Item = Workload> {
+    Workload::ALL.into_iter().filter(|w| !w.is_default())
+}
+
+/// The workload a row's variants run: the default when none of them is a workload.
+pub fn row_workload(variants: &[String]) -> Workload {
+    variants
+        .iter()
+        .filter_map(|v| Workload::parse(v))
+        .find(|w| !w.is_default())
+        .unwrap_or_default()
+}
+
+/// Every fixed variant with its arguments, the workloads' included.
+fn fixed() -> Vec<(String, Vec<String>)> {
+    FIXED
+        .iter()
+        .map(|(n, a)| (n.to_string(), a.iter().map(|s| s.to_string()).collect()))
+        .chain(workload_variants().map(|w| {
+            (
+                w.as_str().to_string(),
+                vec!["--workload".to_string(), w.as_str().to_string()],
+            )
+        }))
+        .collect()
+}
 
 /// Every variant name a user may write, for error messages.
 pub fn known() -> String {
-    let mut names: Vec<&str> = FIXED.iter().map(|(n, _)| *n).collect();
-    names.extend(["copies<N> (N >= 1)", "copiesmax"]);
+    let mut names: Vec<String> = fixed().into_iter().map(|(n, _)| n).collect();
+    names.extend(["copies<N> (N >= 1)".to_string(), "copiesmax".to_string()]);
     names.join(", ")
 }
 
 /// The diagnose arguments of one variant.
 pub fn variant_args(name: &str) -> Result<Vec<String>> {
-    if let Some((_, args)) = FIXED.iter().find(|(n, _)| *n == name) {
-        return Ok(args.iter().map(|s| s.to_string()).collect());
+    if let Some((_, args)) = fixed().into_iter().find(|(n, _)| n == name) {
+        return Ok(args);
     }
     if let Some(n) = name.strip_prefix("copies") {
         if n == "max" {
@@ -101,10 +127,11 @@ impl Row {
 pub fn variants_from_args(args: &[String]) -> Result<Vec<String>> {
     let mut out = Vec::new();
     let mut i = 0;
+    let fixed = fixed();
     'next: while i < args.len() {
-        for (name, want) in FIXED {
-            if args[i..].starts_with(&want.iter().map(|s| s.to_string()).collect::<Vec<_>>()) {
-                out.push(name.to_string());
+        for (name, want) in &fixed {
+            if args[i..].starts_with(want) {
+                out.push(name.clone());
                 i += want.len();
                 continue 'next;
             }
@@ -184,6 +211,21 @@ mod tests {
         for r in [&r, &r2, &r3, &r4, &r5] {
             assert_eq!(variants_from_args(&r.diagnose_args()).unwrap(), r.variants);
         }
+        // Every workload of `Workload` is a variant both ways; the default is none.
+        for w in workload_variants() {
+            let row = Row::parse(&format!("bookworm-apps+{w}+copies2")).unwrap();
+            assert_eq!(
+                row.diagnose_args(),
+                ["--workload", w.as_str(), "--copies", "2"]
+            );
+            assert_eq!(
+                variants_from_args(&row.diagnose_args()).unwrap(),
+                row.variants
+            );
+            assert_eq!(row_workload(&row.variants), w);
+        }
+        assert!(Row::parse("bookworm+xterm").is_err());
+        assert_eq!(row_workload(&[]), Workload::Xterm);
         let plain = Row::parse("bookworm").unwrap();
         assert_eq!(plain, Row::plain("bookworm"));
         assert!(plain.diagnose_args().is_empty());
@@ -201,10 +243,14 @@ mod tests {
         ] {
             let e = format!("{:#}", Row::parse(bad).unwrap_err());
             assert!(e.contains("unknown variant"), "{bad}: {e}");
+            // Every workload but the default is listed, whichever workloads there are.
+            let workloads: Vec<&str> = workload_variants().map(|w| w.as_str()).collect();
+            assert!(workloads.starts_with(&["desktop", "browser", "browser-nosandbox"]));
             assert!(
-                e.contains(
-                    "userns, cgroup, cowroot, desktop, browser, browser-nosandbox, copies<N>"
-                ),
+                e.contains(&format!(
+                    "userns, cgroup, cowroot, {}, copies<N>",
+                    workloads.join(", ")
+                )),
                 "{e}"
             );
         }

@@ -425,3 +425,144 @@ fn matrix_pairs_shows_each_migration_with_its_cause() {
         stderr(&o)
     );
 }
+
+/// The density gate of a `--copies 2` run, its two copies measured (PSS 26870 and 26900 KiB).
+const DENSITY: &str = r#"{"copies": 2, "ended_before": [], "limits": {"cap": 2, "deadline": null, "reserve_kib": null}, "mem_total_kib": 995356, "mem_used_before_kib": 167072, "mem_used_with_copies_kib": 221000, "per_copy": [{"label": "density-1", "mem": {"pss_kib": 26870, "rss_kib": 28468, "uss_kib": 26464}, "pid": 339, "processes": 5}, {"label": "density-2", "mem": {"pss_kib": 26900, "rss_kib": 28468, "uss_kib": 26464}, "pid": 340, "processes": 5}], "requested": {"count": 2}, "restore_ms": [1922, 1773], "restore_ms_median": 1847.5, "restore_ms_p95": 1922, "reset_ms": [2100, 2200], "stop_detail": "2 copies restored as asked", "stopped_by": "count", "total": {"pss_kib": 53770, "rss_kib": 56936, "uss_kib": 52928}}"#;
+
+/// A matrix directory as `vm-matrix --workloads xterm,browser` leaves it, in part: the xterm on
+/// bookworm forked with two copies measured, the browser's dump refused by CRIU, and a line
+/// with no image for it.
+fn write_workload_matrix(dir: &Path) {
+    use sharedos_rig::matrix;
+    let mut cells = Vec::new();
+    for (label, diagnose, dump_refused) in [
+        ("bookworm+copies2", vec!["--copies", "2"], false),
+        (
+            "bookworm-browser+browser+copies2",
+            vec!["--workload", "browser", "--copies", "2"],
+            true,
+        ),
+    ] {
+        let rd = dir.join(label);
+        let image = label.split('+').next().unwrap();
+        write_report(&rd, "2026-12-01T06:00:00.000Z", |r| {
+            r.environment.kernel_release = "6.1.0-50-cloud-amd64".into();
+            r.environment.criu_version = Some("3.17.1".into());
+            if let Some(vm) = r.vm.as_mut() {
+                vm.image_name = image.into();
+                vm.command_line.push("--".into());
+                vm.command_line
+                    .extend(diagnose.iter().map(|s| s.to_string()));
+            }
+            r.options.copies =
+                Some(serde_json::from_value(serde_json::json!({"count": 2})).unwrap());
+            let mut g = r.gate(GateName::Reset).unwrap().clone();
+            g.name = GateName::Density;
+            g.reason = "2 copies up at once".into();
+            g.data
+                .insert("density".into(), serde_json::from_str(DENSITY).unwrap());
+            r.gates[4]
+                .data
+                .insert("restore_ms".into(), serde_json::json!(3880));
+            if dump_refused {
+                r.gates[3].status = Status::Fail;
+                r.gates[3].reason = "criu dump: Can't dump nested ipc namespace for 1234".into();
+                for i in 4..8 {
+                    r.gates[i].status = Status::NotRun;
+                    r.gates[i].checks.clear();
+                    r.gates[i].data.clear();
+                }
+                g.status = Status::NotRun;
+                g.checks.clear();
+                g.data.clear();
+            }
+            r.insert_gate(g);
+        });
+        let o = sharedos_rig::judge::judge(&rd, &sharedos_rig::judge::How::full(None)).unwrap();
+        cells.push(matrix::cell_from_outcome(label, &o));
+    }
+    let mut gap = matrix::not_run_cell(
+        "trixie+browser+copies2",
+        "no image on criu 4.1.1's line holds browser: add images/trixie-apps (the line's image is \
+         trixie or inherits it, its lock installs criu 4.1.1; browser needs firefox-esr)",
+        "",
+    );
+    gap.fix = "add images/trixie-apps/image.conf".into();
+    cells.push(gap);
+    let m = matrix::Matrix {
+        schema_version: matrix::MATRIX_SCHEMA_VERSION,
+        started_at: "2026-12-01T06:00:00Z".into(),
+        finished_at: "2026-12-01T06:09:00Z".into(),
+        jobs: 1,
+        jobs_reason: "2 host cores / 2 vCPUs per guest, at least 1".into(),
+        command_line: vec!["xtask".into(), "vm-matrix".into()],
+        exit_code: matrix::exit_code(&cells),
+        cells,
+    };
+    matrix::write_matrix(dir, &m).unwrap();
+}
+
+/// `matrix table`: the deployment table from a matrix directory, each row judged again from its
+/// report, and README's copy held to it (`--readme`, `--write`).
+#[test]
+fn matrix_table_renders_the_deployment_table_and_holds_readme_to_it() {
+    let s = Scratch::new("table");
+    let m = s.0.join("matrix-w");
+    write_workload_matrix(&m);
+    let o = rig(&["matrix", "table", m.to_str().unwrap(), "--format", "md"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let table = stdout(&o);
+    assert_eq!(
+        table,
+        "| application | criu | forks | cause where not | turned off to fork | memory per copy | fork latency | row |\n\
+         | --- | --- | --- | --- | --- | --- | --- | --- |\n\
+         | xterm | 3.17.1 | yes | - | nothing | 26.3 MiB PSS | 3.88 s (tcg) | bookworm+copies2 |\n\
+         | browser | 3.17.1 | no | dump: criu dump: Can't dump nested ipc namespace for 1234 | nothing | - (density NOT\\_RUN) | - | bookworm-browser+browser+copies2 |\n\
+         | browser | 4.1.1 | NOT\\_RUN | no image on criu 4.1.1's line holds browser: add images/trixie-apps (the line's image is trixie or inherits it, its l... | nothing | - (nothing ran) | - | trixie+browser+copies2 |\n",
+        "{table}"
+    );
+    let o = rig(&["matrix", "table", m.to_str().unwrap()]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(
+        stdout(&o).starts_with("application  criu    forks"),
+        "{}",
+        stdout(&o)
+    );
+
+    // README's copy, between the markers naming the matrix directory beside it.
+    let readme = s.0.join("README.md");
+    let good = format!(
+        "# rig\n\n<!-- deployment-table:begin matrix-w -->\n{table}<!-- deployment-table:end -->\n"
+    );
+    std::fs::write(&readme, &good).unwrap();
+    let check = || rig(&["matrix", "table", "--readme", readme.to_str().unwrap()]);
+    let o = check();
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    // A figure changed by hand: the check fails, naming the fix.
+    std::fs::write(&readme, good.replace("26.3 MiB", "20.0 MiB")).unwrap();
+    let o = check();
+    assert_eq!(code(&o), 1, "{}", stdout(&o));
+    assert!(
+        stderr(&o).contains("fix: `sharedos-rig matrix table --readme"),
+        "{}",
+        stderr(&o)
+    );
+    let o = rig(&[
+        "matrix",
+        "table",
+        "--readme",
+        readme.to_str().unwrap(),
+        "--write",
+    ]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(std::fs::read_to_string(&readme).unwrap(), good);
+    // The report wins over matrix.json: a cell said to pass in matrix.json is the report's.
+    let text = std::fs::read_to_string(m.join("matrix.json")).unwrap();
+    std::fs::write(
+        m.join("matrix.json"),
+        text.replace("Can't dump nested ipc namespace", "it was fine"),
+    )
+    .unwrap();
+    let o = check();
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+}

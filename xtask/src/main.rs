@@ -81,9 +81,20 @@ struct MatrixArgs {
     /// Rows in order, comma-separated [default: every image under images/, base/ excepted]. A
     /// row is an image, optionally with variants that become the guest diagnose's arguments:
     /// `bookworm+userns+cgroup`, `trixie+cowroot+copies4` (userns, cgroup, cowroot, copies<N>,
-    /// copiesmax). Only a plain image row is held against its expected-gates.
+    /// copiesmax, and every workload but xterm by its name: `bookworm-apps+office`). Only a
+    /// plain image row is held against its expected-gates.
     #[arg(long)]
     images: Option<String>,
+    /// The workload axis: each workload (comma list, or `all`) on each CRIU line Debian ships
+    /// (criu 3.17.1 on bookworm, 4.1.1 on trixie, 4.2.1 on trixie-bpo-criu42), one row per
+    /// workload and line on the smallest image of that line holding it, with `+copies2` for
+    /// the density gate's memory per copy. A line with no such image is a NOT_RUN row naming
+    /// the image to add. Not with --images.
+    #[arg(long, value_name = "LIST")]
+    workloads: Option<String>,
+    /// Print the rows and exit: nothing is built or booted.
+    #[arg(long)]
+    plan: bool,
     /// vm-runs at once [default: host cores / --cpus, at least 1].
     #[arg(long)]
     jobs: Option<usize>,
@@ -133,6 +144,12 @@ fn vm_matrix(a: MatrixArgs) -> Result<i32> {
             .as_deref()
             .map(matrix::parse_images_arg)
             .unwrap_or_default(),
+        workloads: a
+            .workloads
+            .as_deref()
+            .map(matrix::workloads::parse_workloads)
+            .transpose()?
+            .unwrap_or_default(),
         jobs: a.jobs,
         build,
         reports_root: a.reports_root,
@@ -156,6 +173,11 @@ fn vm_matrix(a: MatrixArgs) -> Result<i32> {
     };
     // Every name is checked before the gate binary is built: a typo costs nothing.
     let rows = matrix::resolve_images(&opts)?;
+    if a.plan {
+        let plan = matrix::run::plan_lines(&opts)?;
+        print!("{plan}");
+        return Ok(0);
+    }
     let gate = match a.gate_binary {
         Some(p) => p,
         None => gate_binary::build_gate_binary(&workspace())?,
