@@ -13,8 +13,8 @@
 
 mod argv;
 mod init;
-mod session;
 mod office;
+mod session;
 mod setup;
 mod workload;
 
@@ -23,8 +23,8 @@ pub use argv::{
     xterm_argv, xvfb_argv,
 };
 pub use init::init_main;
-pub use session::{PANEL_CLASS, SESSION_WM_NAME, SETTINGS_NEEDLE, WORKSPACES, XSETTINGS_SELECTION};
 pub use office::{office_argv, OFFICE_CLASS, OFFICE_PROFILE};
+pub use session::{PANEL_CLASS, SESSION_WM_NAME, SETTINGS_NEEDLE, WORKSPACES, XSETTINGS_SELECTION};
 pub use setup::{bind_with_flags, pid_line, spawn_main, spawn_setup, spawned_pid};
 pub use workload::{
     browser_prefs, expected_processes, page_html, workload, After, Program, TreeFile, Workload,

@@ -151,7 +151,7 @@ const KNOWN: &[Known] = &[
     // (with --images-dir and --images) and holds the table against vm-matrix's;
     // tests/cli_reports/matrix.rs runs the command on constructed ones.
     Known {
-        command: "cargo run -p sharedos-rig -- matrix merge --out matrix --images-dir images --images bookworm,bookworm-bpo,bookworm-browser,bookworm-desktop,trixie,trixie-bpo,trixie-bpo-criu42,trixie-desktop,forky reports/* || status=$?",
+        command: "cargo run -p sharedos-rig -- matrix merge --out matrix --images-dir images --images bookworm,bookworm-apps,bookworm-bpo,bookworm-browser,bookworm-desktop,trixie,trixie-apps,trixie-bpo,trixie-bpo-criu42,trixie-bpo-criu42-apps,trixie-desktop,forky reports/* || status=$?",
         evidence: &[
             ("tests/vm_matrix.rs", "\"matrix\".into(),\n        \"merge\".into(),"),
             ("tests/vm_matrix.rs", "\"--images-dir\".into(),\n        \"images\".into(),\n        \"--images\".into(),"),
@@ -161,6 +161,23 @@ const KNOWN: &[Known] = &[
                 "\"matrix\",\n        \"merge\",\n        \"--out\",\n        ms,\n        \"--images-dir\",",
             ),
         ],
+    },
+    // The workload axis: tests/bad_input.rs plans its rows, each row is a vm-run as
+    // tests/vm_matrix.rs runs them (with --reports-root), and tests/cli_reports/matrix.rs
+    // renders the deployment table from a matrix directory.
+    Known {
+        command: "cargo xtask vm-matrix --workloads all --accel auto --memory 2048 --reports-root reports || true",
+        evidence: &[
+            ("tests/bad_input.rs", "\"--workloads\", \"xterm,desktop\", \"--plan\""),
+            ("tests/vm_matrix.rs", "\"--reports-root\".into(),"),
+        ],
+    },
+    Known {
+        command: "cargo run -p sharedos-rig -- matrix table reports/matrix-* --format md >> \"$GITHUB_STEP_SUMMARY\"",
+        evidence: &[(
+            "tests/cli_reports/matrix.rs",
+            "rig(&[\"matrix\", \"table\", m.to_str().unwrap(), \"--format\", \"md\"])",
+        )],
     },
     Known {
         command: "cargo run -p sharedos-rig -- show matrix --format md >> \"$GITHUB_STEP_SUMMARY\"",

@@ -134,7 +134,9 @@ pub fn editor_class(w: Workload) -> Option<&'static str> {
     match w {
         Workload::Desktop => Some(EDITOR_CLASS),
         Workload::Office => Some(OFFICE_CLASS),
-        Workload::Xterm | Workload::Browser | Workload::BrowserNosandbox | Workload::Session => None,
+        Workload::Xterm | Workload::Browser | Workload::BrowserNosandbox | Workload::Session => {
+            None
+        }
     }
 }
 
@@ -241,9 +243,7 @@ pub fn observe_extra(ctx: &Ctx, pid: i32) -> Result<Extra> {
         Workload::Desktop | Workload::Office => {
             let class = editor_class(ctx.cfg.options.workload).unwrap_or(EDITOR_CLASS);
             Extra {
-                editor_text: Some(ctx.x(pid, "the editor's text", move |c| {
-                    read_editor(c, class)
-                })?),
+                editor_text: Some(ctx.x(pid, "the editor's text", move |c| read_editor(c, class))?),
                 ..Extra::default()
             }
         }
