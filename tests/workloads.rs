@@ -8,6 +8,8 @@
 //! - `browser` on bookworm (`bookworm-browser`): the browser with its sandbox on, as users run
 //!   it. What CRIU makes of it is a finding, not a regression: the run must reach the dump, and
 //!   a dump or restore that fails must FAIL naming CRIU's own error.
+//! - `chromium-nosandbox` on bookworm (`bookworm-apps`): Debian's Chromium with `--no-sandbox`,
+//!   its page's token, counter and typed field in every copy. All must PASS but the review.
 //!
 //! Minutes each (an image build and a boot under TCG), so `#[ignore]`d in a plain `cargo test`;
 //! CI runs them with `--include-ignored`.
@@ -262,4 +264,69 @@ fn browser_on_bookworm_reaches_the_dump_and_names_what_criu_says() {
     assert_eq!(r.gate(GateName::Cleanup).unwrap().status, Status::Pass);
     let code = if r.all_gates_pass { 0 } else { r.exit_code };
     verify_exits(&dir, code);
+}
+
+/// `chromium-nosandbox` on bookworm-apps: Debian's Chromium, as an unprivileged user in the
+/// tree and with `--no-sandbox`, shows the page; the live probe types a token into its field.
+/// Every gate must PASS but the review: each restored copy shows the dump-time page token, a
+/// counter that continues, and the typed field; copy A's change to its field is not in copy B,
+/// and the reset copy is back at the dump-time field. Without its sandbox it closes no
+/// `no_browser`. Verify agrees.
+#[test]
+#[ignore = "builds an image and boots a VM: minutes; run with --include-ignored"]
+fn chromium_nosandbox_on_bookworm_apps_keeps_its_page_in_every_copy() {
+    let Some((sb, gate)) = sandbox("workload-chromium-nosandbox") else {
+        return;
+    };
+    // Chromium's processes want more than the default 1 GiB, as Firefox's do.
+    let (code, r, dir) = vm_run(
+        &sb,
+        &gate,
+        "bookworm-apps",
+        2048,
+        &["--workload", "chromium-nosandbox"],
+    );
+    assert_eq!(r.options.workload, Workload::ChromiumNosandbox);
+    for g in &r.gates {
+        let want = match g.name {
+            GateName::GuiPixelReview => Status::ReviewRequired,
+            _ => Status::Pass,
+        };
+        assert_eq!(g.status, want, "{}: {}\n{}", g.name, g.reason, summary(&r));
+    }
+    assert_eq!(code, Some(3), "gates:\n{}", summary(&r));
+    for (gate, check) in [
+        (GateName::LiveStateProbe, "browser_window"),
+        (GateName::LiveStateProbe, "browser_process"),
+        (GateName::LiveStateProbe, "page_counter_advances"),
+        (GateName::LiveStateProbe, "page_field_holds_typed_text"),
+        (GateName::RestoreLiveProcess, "page_same_token"),
+        (GateName::RestoreLiveProcess, "page_counter_continues"),
+        (GateName::RestoreLiveProcess, "page_field_same_text"),
+        (GateName::Isolation, "a_page_field_changed"),
+        (GateName::Isolation, "b_page_same_token"),
+        (GateName::Isolation, "b_page_field_same_text"),
+        (GateName::Reset, "page_field_change_seen"),
+        (GateName::Reset, "page_same_token"),
+        (GateName::Reset, "page_field_same_text"),
+    ] {
+        assert!(passed(&r, gate, check), "{gate}.{check}:\n{}", summary(&r));
+    }
+    // The text typed before the dump is what copy B showed, without A's change.
+    let live = r.gate(GateName::LiveStateProbe).unwrap();
+    let typed = &live.check("page_field_holds_typed_text").unwrap().value["typed"];
+    let b = &r
+        .gate(GateName::Isolation)
+        .unwrap()
+        .check("b_page_field_same_text")
+        .unwrap()
+        .value;
+    assert_eq!(&b["seen"], typed);
+    assert_eq!(b["typed_elsewhere_seen"], false);
+    // No process of Chromium's in a namespace sandbox: the variant's name holds.
+    let sandbox = live.data["chromium_sandbox"]["sandbox"].as_str().unwrap();
+    assert!(sandbox.starts_with("no namespace sandbox"), "{sandbox}");
+    let keys: Vec<Key> = r.fidelity_differences.iter().map(|d| d.key).collect();
+    assert!(keys.contains(&Key::NoBrowser), "{keys:?}");
+    verify_exits(&dir, 3);
 }

@@ -150,8 +150,11 @@ struct DiagnoseArgs {
     userns: bool,
     /// What the tree runs beside Xvfb and the state app: `xterm` (the SPEC's tree), `desktop`
     /// (openbox, the GTK editor mousepad with a typed token, a D-Bus session bus), `browser`
-    /// (Firefox ESR with its sandbox on, showing a local page), or `browser-nosandbox` (the
-    /// same browser with its sandboxes off). The image must hold the workload's programs.
+    /// (Firefox ESR with its sandbox on, showing a local page), `browser-nosandbox` (the
+    /// same browser with its sandboxes off), `chromium` (Debian's Chromium with its sandbox on,
+    /// as an unprivileged user, showing a page with a counter and a typed field) or
+    /// `chromium-nosandbox` (the same with `--no-sandbox`). The image must hold the workload's
+    /// programs.
     #[arg(long, value_parser = parse_workload, default_value = "xterm")]
     workload: Workload,
     /// With --copies N: the restored copies opt in to the guest's KSM (PR_SET_MEMORY_MERGE,

@@ -12,6 +12,7 @@
 //! and pivot; `init`: PID 1 starting the programs.
 
 mod argv;
+mod chromium;
 mod init;
 mod setup;
 mod workload;
@@ -20,6 +21,7 @@ pub use argv::{
     browser_argv, dbus_argv, init_argv, spawn_argv, stateapp_argv, unshare_equivalent_argv,
     xterm_argv, xvfb_argv,
 };
+pub use chromium::{chromium_page_html, CHROMIUM_HOME, CHROMIUM_PAGE, CHROMIUM_UID};
 pub use init::init_main;
 pub use setup::{bind_with_flags, pid_line, spawn_main, spawn_setup, spawned_pid};
 pub use workload::{

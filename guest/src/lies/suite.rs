@@ -218,8 +218,10 @@ mod tests {
                 "restore-reset-editor-lost-text"
             ]
         );
+        let chromium = names(Workload::ChromiumNosandbox);
+        assert_eq!(chromium, ["restore-b-page-field-shows-typed-text"]);
         let xterm = names(Workload::Xterm);
-        assert_eq!(xterm.len() + desktop.len(), LIES.len());
+        assert_eq!(xterm.len() + desktop.len() + chromium.len(), LIES.len());
         assert!(!xterm.contains(&"restore-reset-editor-lost-text"));
         let named = chosen_lies(&["restore-reset-editor-lost-text".into()], Workload::Xterm);
         assert_eq!(named.unwrap().len(), 1);

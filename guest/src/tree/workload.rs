@@ -26,7 +26,7 @@ pub enum After {
 }
 
 impl Program {
-    fn new(name: &'static str, argv: Vec<String>) -> Program {
+    pub(super) fn new(name: &'static str, argv: Vec<String>) -> Program {
         Program {
             name,
             argv,
@@ -92,6 +92,9 @@ pub fn expected_processes(w: Kind) -> Vec<(&'static str, &'static str, &'static 
             "browser_process",
             "the browser (firefox-esr)",
         )),
+        Kind::Chromium | Kind::ChromiumNosandbox => {
+            v.push(("chromium", "browser_process", "the browser (chromium)"))
+        }
     }
     v
 }
@@ -199,6 +202,11 @@ pub fn workload(spec: &TreeSpec) -> Workload {
                 );
             }
             clients.push(browser);
+        }
+        Kind::Chromium | Kind::ChromiumNosandbox => {
+            let (page, chromium) = super::chromium::chromium_parts(spec.workload);
+            files.extend(page);
+            clients.push(chromium);
         }
     }
     Workload {
