@@ -330,3 +330,38 @@ fn chromium_nosandbox_on_bookworm_apps_keeps_its_page_in_every_copy() {
     assert!(keys.contains(&Key::NoBrowser), "{keys:?}");
     verify_exits(&dir, 3);
 }
+
+/// The chromium workload's lie, in one guest of bookworm-apps: copy B's page field shows text
+/// typed after its restore, and `isolation.b_page_field_same_text` must catch it. A whole
+/// Chromium run under TCG, so the extended tier's.
+#[test]
+#[ignore = "boots bookworm-apps and runs one chromium-nosandbox lie (a whole Chromium run under TCG); the extended tier's: cargo xtask test --tier extended"]
+fn chromium_field_lie_is_caught_in_the_guest() {
+    let Some((sb, gate)) = sandbox("workload-chromium-lie") else {
+        return;
+    };
+    common::seed::seed(&sb, "cache", "bookworm-apps", "unshare");
+    let mut args = common::vm_exec_args(
+        &sb,
+        &[
+            "--image",
+            "bookworm-apps",
+            "--memory",
+            "2048",
+            "--timeout",
+            "2400",
+            "--gate-binary",
+            gate.to_str().unwrap(),
+            "--",
+            "/usr/local/bin/sharedos-gate lie-suite --workload chromium-nosandbox \
+             --lie restore-b-page-field-shows-typed-text --out /root/lies --step-timeout 180",
+        ],
+    );
+    let mode = args.iter().position(|a| a == "--mode").unwrap();
+    args[mode + 1] = "unshare".into();
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = sb.run_as_user(&sb.xtask, &argv);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(stdout.contains("1 of 1 lies caught"), "{stdout}");
+}

@@ -53,6 +53,7 @@ setInterval(() => {{ counter += 1; show(); }}, {tick});
 /// window (no tab strip or address bar, its title the page's), 520x360 at the top left, clear
 /// of the mark isolation and reset draw at 560,400. No first-run pages, GPU, component updates,
 /// sync, translation or other network probes: the tree's network namespace has only loopback.
+/// A child process's wait for the browser is raised from 15 s to 600 s (below).
 pub fn chromium_argv(sandbox: bool) -> Vec<String> {
     let id = CHROMIUM_UID.to_string();
     let mut v: Vec<String> = vec![
@@ -72,6 +73,10 @@ pub fn chromium_argv(sandbox: bool) -> Vec<String> {
         "--disable-component-update".into(),
         "--disable-sync".into(),
         "--disable-features=Translate,MediaRouter,OptimizationHints,DialMediaRouteProvider".into(),
+        // A child waits 15 s for the browser's connection, then kills itself. Under TCG in
+        // the tree's network namespace the network service's wait ran out every time (and
+        // the page never loaded in 12 minutes); in the guest's own namespace it did not.
+        "--ipc-connection-timeout=600".into(),
         "--window-position=0,0".into(),
         "--window-size=520,360".into(),
     ];
