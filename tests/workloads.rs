@@ -9,7 +9,9 @@
 //!   it. What CRIU makes of it is a finding, not a regression: the run must reach the dump, and
 //!   a dump or restore that fails must FAIL naming CRIU's own error.
 //! - `chromium-nosandbox` on bookworm (`bookworm-apps`): Debian's Chromium with `--no-sandbox`,
-//!   its page's token, counter and typed field in every copy. All must PASS but the review.
+//!   its page's token, counter and typed field read live; where CRIU dumps it, in every copy,
+//!   and where it cannot, the dump names CRIU's cause. `chromium` (sandbox on) likewise, in the
+//!   extended tier.
 //!
 //! Minutes each (an image build and a boot under TCG), so `#[ignore]`d in a plain `cargo test`;
 //! CI runs them with `--include-ignored`.
@@ -270,14 +272,16 @@ fn browser_on_bookworm_reaches_the_dump_and_names_what_criu_says() {
 const CHROMIUM_MEMORY_MIB: u32 = 2048;
 
 /// `chromium-nosandbox` on bookworm-apps: Debian's Chromium, as an unprivileged user in the
-/// tree and with `--no-sandbox`, shows the page; the live probe types a token into its field.
-/// Every gate must PASS but the review: each restored copy shows the dump-time page token, a
-/// counter that continues, and the typed field; copy A's change to its field is not in copy B,
-/// and the reset copy is back at the dump-time field. Without its sandbox it closes no
-/// `no_browser`. Verify agrees.
+/// tree and with `--no-sandbox`, shows the page; the live probe types a token into its field
+/// and reads it back from the title. Where CRIU dumps it, every gate must PASS but the review:
+/// each restored copy shows the dump-time page token, a counter that continues and the typed
+/// field, copy A's change to its field is not in copy B, and the reset copy is back at the
+/// dump-time field. Where CRIU cannot (criu 3.17.1 cannot: V8's sandbox reservation, more than
+/// 1 TiB in one mapping, defeats its page-map read), the failing gate must name CRIU's own
+/// cause. Without its sandbox it never closes `no_browser`. Verify agrees.
 #[test]
 #[ignore = "builds an image and boots a VM: minutes; run with --include-ignored"]
-fn chromium_nosandbox_on_bookworm_apps_keeps_its_page_in_every_copy() {
+fn chromium_nosandbox_on_bookworm_apps_keeps_its_page_or_names_what_criu_says() {
     let Some((sb, gate)) = sandbox("workload-chromium-nosandbox") else {
         return;
     };
@@ -289,83 +293,77 @@ fn chromium_nosandbox_on_bookworm_apps_keeps_its_page_in_every_copy() {
         &["--workload", "chromium-nosandbox"],
     );
     assert_eq!(r.options.workload, Workload::ChromiumNosandbox);
-    for g in &r.gates {
-        let want = match g.name {
-            GateName::GuiPixelReview => Status::ReviewRequired,
-            _ => Status::Pass,
-        };
-        assert_eq!(g.status, want, "{}: {}\n{}", g.name, g.reason, summary(&r));
-    }
-    assert_eq!(code, Some(3), "gates:\n{}", summary(&r));
-    for (gate, check) in [
-        (GateName::LiveStateProbe, "browser_window"),
-        (GateName::LiveStateProbe, "browser_process"),
-        (GateName::LiveStateProbe, "page_counter_advances"),
-        (GateName::LiveStateProbe, "page_field_holds_typed_text"),
-        (GateName::RestoreLiveProcess, "page_same_token"),
-        (GateName::RestoreLiveProcess, "page_counter_continues"),
-        (GateName::RestoreLiveProcess, "page_field_same_text"),
-        (GateName::Isolation, "a_page_field_changed"),
-        (GateName::Isolation, "b_page_same_token"),
-        (GateName::Isolation, "b_page_field_same_text"),
-        (GateName::Reset, "page_field_change_seen"),
-        (GateName::Reset, "page_same_token"),
-        (GateName::Reset, "page_field_same_text"),
+    for g in [
+        GateName::Prerequisites,
+        GateName::Launch,
+        GateName::LiveStateProbe,
     ] {
-        assert!(passed(&r, gate, check), "{gate}.{check}:\n{}", summary(&r));
+        let gate = r.gate(g).unwrap();
+        assert_eq!(
+            gate.status,
+            Status::Pass,
+            "{g}: {}\n{}",
+            gate.reason,
+            summary(&r)
+        );
     }
-    // The text typed before the dump is what copy B showed, without A's change.
-    let live = r.gate(GateName::LiveStateProbe).unwrap();
-    let typed = &live.check("page_field_holds_typed_text").unwrap().value["typed"];
-    let b = &r
-        .gate(GateName::Isolation)
-        .unwrap()
-        .check("b_page_field_same_text")
-        .unwrap()
-        .value;
-    assert_eq!(&b["seen"], typed);
-    assert_eq!(b["typed_elsewhere_seen"], false);
+    for check in [
+        "browser_window",
+        "browser_process",
+        "page_counter_advances",
+        "page_field_holds_typed_text",
+    ] {
+        assert!(passed(&r, GateName::LiveStateProbe, check), "{check}");
+    }
     // No process of Chromium's in a namespace sandbox: the variant's name holds.
+    let live = r.gate(GateName::LiveStateProbe).unwrap();
     let sandbox = live.data["chromium_sandbox"]["sandbox"].as_str().unwrap();
     assert!(sandbox.starts_with("no namespace sandbox"), "{sandbox}");
+    let dump = r.gate(GateName::Dump).unwrap();
+    assert_ne!(dump.status, Status::NotRun, "{}", dump.reason);
+    if dump.status == Status::Fail {
+        assert!(dump.reason.contains("CRIU says:"), "{}", dump.reason);
+        let cause = dump.cause.as_ref().expect("a failed dump quotes its cause");
+        assert_eq!(cause.log, "criu/dump.log");
+        assert!(!cause.error.contains("Dumping FAILED"), "{cause:?}");
+    } else {
+        for g in &r.gates {
+            let want = match g.name {
+                GateName::GuiPixelReview => Status::ReviewRequired,
+                _ => Status::Pass,
+            };
+            assert_eq!(g.status, want, "{}: {}\n{}", g.name, g.reason, summary(&r));
+        }
+        assert_eq!(code, Some(3), "gates:\n{}", summary(&r));
+        for (gate, check) in [
+            (GateName::RestoreLiveProcess, "page_same_token"),
+            (GateName::RestoreLiveProcess, "page_counter_continues"),
+            (GateName::RestoreLiveProcess, "page_field_same_text"),
+            (GateName::Isolation, "a_page_field_changed"),
+            (GateName::Isolation, "b_page_same_token"),
+            (GateName::Isolation, "b_page_field_same_text"),
+            (GateName::Reset, "page_field_change_seen"),
+            (GateName::Reset, "page_same_token"),
+            (GateName::Reset, "page_field_same_text"),
+        ] {
+            assert!(passed(&r, gate, check), "{gate}.{check}:\n{}", summary(&r));
+        }
+        // The text typed before the dump is what copy B showed, without A's change.
+        let typed = &live.check("page_field_holds_typed_text").unwrap().value["typed"];
+        let b = &r
+            .gate(GateName::Isolation)
+            .unwrap()
+            .check("b_page_field_same_text")
+            .unwrap()
+            .value;
+        assert_eq!(&b["seen"], typed);
+        assert_eq!(b["typed_elsewhere_seen"], false);
+    }
     let keys: Vec<Key> = r.fidelity_differences.iter().map(|d| d.key).collect();
     assert!(keys.contains(&Key::NoBrowser), "{keys:?}");
-    verify_exits(&dir, 3);
-}
-
-/// The chromium workload's lie, in one guest of bookworm-apps: copy B's page field shows text
-/// typed after its restore, and `isolation.b_page_field_same_text` must catch it. A whole
-/// Chromium run under TCG, so the extended tier's.
-#[test]
-#[ignore = "boots bookworm-apps and runs one chromium-nosandbox lie (a whole Chromium run under TCG); the extended tier's: cargo xtask test --tier extended"]
-fn chromium_field_lie_is_caught_in_the_guest() {
-    let Some((sb, gate)) = sandbox("workload-chromium-lie") else {
-        return;
-    };
-    common::seed::seed(&sb, "cache", "bookworm-apps", "unshare");
-    let mut args = common::vm_exec_args(
-        &sb,
-        &[
-            "--image",
-            "bookworm-apps",
-            "--memory",
-            "2048",
-            "--timeout",
-            "2400",
-            "--gate-binary",
-            gate.to_str().unwrap(),
-            "--",
-            "/usr/local/bin/sharedos-gate lie-suite --workload chromium-nosandbox \
-             --lie restore-b-page-field-shows-typed-text --out /root/lies --step-timeout 180",
-        ],
-    );
-    let mode = args.iter().position(|a| a == "--mode").unwrap();
-    args[mode + 1] = "unshare".into();
-    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
-    let out = sb.run_as_user(&sb.xtask, &argv);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "{stdout}");
-    assert!(stdout.contains("1 of 1 lies caught"), "{stdout}");
+    assert_eq!(r.gate(GateName::Cleanup).unwrap().status, Status::Pass);
+    let code = if r.all_gates_pass { 0 } else { r.exit_code };
+    verify_exits(&dir, code);
 }
 
 /// `chromium` on bookworm-apps: Chromium with its sandbox on, as users run it, as an

@@ -15,11 +15,6 @@ use sharedos_report::report::Workload as Kind;
 pub const CHROMIUM_PAGE: &str = "/tmp/sharedos-chromium-page.html";
 /// Chromium's HOME and, below it, its profile; made by Chromium itself, so they are its user's.
 pub const CHROMIUM_HOME: &str = "/tmp/sharedos-chromium";
-/// Chromium's address-space limit (RLIMIT_AS), in bytes. V8 reserves a sandbox of 1 TiB and
-/// more in each renderer when it can, and falls back to a smaller, partly reserved one when it
-/// cannot; criu 3.17.1 reads a mapping's page map in one read, which Linux cuts at 2 GiB (a
-/// mapping of 1 TiB), and fails the dump on the short read ("Can't read PID's pagemap file").
-pub const CHROMIUM_ADDRESS_SPACE: u64 = 256 << 30;
 /// The unprivileged user Chromium runs as: Debian's `nobody`, which owns no file.
 pub const CHROMIUM_UID: u32 = 65534;
 
@@ -62,9 +57,6 @@ setInterval(() => {{ counter += 1; show(); }}, {tick});
 pub fn chromium_argv(sandbox: bool) -> Vec<String> {
     let id = CHROMIUM_UID.to_string();
     let mut v: Vec<String> = vec![
-        "prlimit".into(),
-        format!("--as={CHROMIUM_ADDRESS_SPACE}"),
-        "--".into(),
         "setpriv".into(),
         format!("--reuid={id}"),
         format!("--regid={id}"),
