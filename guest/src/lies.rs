@@ -27,7 +27,7 @@ pub struct Lie {
     pub options: &'static [&'static str],
 }
 
-pub const LIES: [Lie; 21] = [
+pub const LIES: [Lie; 22] = [
     Lie {
         name: "dump-writes-nothing",
         does: "`criu dump` exits 0 without dumping: no image, the tree keeps running",
@@ -158,6 +158,13 @@ pub const LIES: [Lie; 21] = [
         target: GateName::Reset,
         caught_by: &["workspace_same"],
         options: &["--workload", "session"],
+    },
+    Lie {
+        name: "restore-b-page-field-shows-typed-text",
+        does: "copy b is restored, then text is typed at the end of its page's field, as if what is typed into copy a reached it",
+        target: GateName::Isolation,
+        caught_by: &["b_page_field_same_text"],
+        options: &["--workload", "chromium-nosandbox"],
     },
     Lie {
         name: "density-copy-wrong-token",
@@ -357,6 +364,15 @@ mod tests {
             "docs/reports.md's lie table is not the suite's: replace it with the output of \
              `cargo run -p sharedos-gate -- lie-suite --list`"
         );
+    }
+
+    #[test]
+    fn the_chromium_field_lie_runs_chromium_nosandbox_and_is_caught_by_copy_b_s_field() {
+        let lie = lie("restore-b-page-field-shows-typed-text").unwrap();
+        assert_eq!(lie_workload(&lie), Workload::ChromiumNosandbox);
+        assert_eq!(lie.target, GateName::Isolation);
+        assert!(judge(&lie, &report_for(&lie, "b_page_field_same_text")).is_empty());
+        assert!(!judge(&lie, &report_for(&lie, "b_page_same_token")).is_empty());
     }
 
     #[test]

@@ -152,9 +152,11 @@ struct DiagnoseArgs {
     /// (openbox, the GTK editor mousepad with a typed token, a D-Bus session bus), `browser`
     /// (Firefox ESR with its sandbox on, showing a local page), `browser-nosandbox` (the same
     /// browser with its sandboxes off), `session` (a full XFCE session: xfce4-session, xfwm4,
-    /// xfce4-panel, xfsettingsd, xfconfd on its D-Bus session bus), or `office` (openbox,
-    /// LibreOffice Writer with a token typed into an unsaved document). The image must hold the
-    /// workload's programs.
+    /// xfce4-panel, xfsettingsd, xfconfd on its D-Bus session bus), `office` (openbox,
+    /// LibreOffice Writer with a token typed into an unsaved document), `chromium` (Debian's
+    /// Chromium with its sandbox on, as an unprivileged user, showing a page with a counter and
+    /// a typed field) or `chromium-nosandbox` (the same with `--no-sandbox`). The image must hold
+    /// the workload's programs.
     #[arg(long, value_parser = parse_workload, default_value = "xterm")]
     workload: Workload,
     /// With --copies N: the restored copies opt in to the guest's KSM (PR_SET_MEMORY_MERGE,

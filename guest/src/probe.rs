@@ -64,6 +64,35 @@ pub fn pidns_of(pid: i32) -> std::io::Result<String> {
     std::fs::read_link(format!("/proc/{pid}/ns/pid")).map(|l| l.display().to_string())
 }
 
+/// The pid namespaces above a process's own, the nearest first, up to the one this process
+/// cannot see above (the kernel's initial one, from the guest's root); empty when its own
+/// cannot be opened. The kernel nests pid namespaces at most 32 deep.
+pub fn pidns_parents_of(pid: i32) -> Vec<String> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    // NS_GET_PARENT, _IO(0xb7, 0x2) in linux/nsfs.h.
+    const NS_GET_PARENT: nix::libc::c_ulong = 0xb702;
+    let mut out = Vec::new();
+    let Ok(file) = std::fs::File::open(format!("/proc/{pid}/ns/pid")) else {
+        return out;
+    };
+    let mut fd: OwnedFd = file.into();
+    for _ in 0..32 {
+        // SAFETY: the ioctl takes no argument and returns a new descriptor or -1; the new
+        // descriptor is owned below and closed when replaced.
+        let parent = unsafe { nix::libc::ioctl(fd.as_raw_fd(), NS_GET_PARENT as _) };
+        if parent < 0 {
+            break;
+        }
+        // SAFETY: `parent` is a descriptor the kernel just opened for us, owned by nothing else.
+        fd = unsafe { OwnedFd::from_raw_fd(parent) };
+        match std::fs::read_link(format!("/proc/self/fd/{parent}")) {
+            Ok(l) => out.push(l.display().to_string()),
+            Err(_) => break,
+        }
+    }
+    out
+}
+
 /// The last field of `NSpid:` in /proc/PID/status: the pid in the innermost namespace.
 pub fn ns_pid_of(pid: i32) -> Option<i32> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
@@ -267,6 +296,7 @@ pub fn census(marker: &str) -> Census {
             marker_in,
             pidns: pidns_of(pid).ok(),
             ns_pid: ns_pid_of(pid),
+            pidns_parents: pidns_parents_of(pid),
         });
     }
     Census {

@@ -12,6 +12,7 @@
 //! and pivot; `init`: PID 1 starting the programs.
 
 mod argv;
+mod chromium;
 mod init;
 mod office;
 mod session;
@@ -22,6 +23,7 @@ pub use argv::{
     browser_argv, dbus_argv, init_argv, spawn_argv, stateapp_argv, unshare_equivalent_argv,
     xterm_argv, xvfb_argv,
 };
+pub use chromium::{chromium_page_html, CHROMIUM_HOME, CHROMIUM_PAGE, CHROMIUM_UID};
 pub use init::init_main;
 pub use office::{office_argv, OFFICE_CLASS, OFFICE_PROFILE};
 pub use session::{PANEL_CLASS, SESSION_WM_NAME, SETTINGS_NEEDLE, WORKSPACES, XSETTINGS_SELECTION};

@@ -86,6 +86,13 @@ fn workload_copy_checks(w: Workload) -> &'static [(&'static str, Kind)] {
         ],
         Workload::Session => &[("workspace_same", Kind::SameWorkspace)],
         Workload::Office => &[("office_same_text", Kind::EditorSameText)],
+        // The page's field holds its text as an editor would: the editor's comparison.
+        Workload::Chromium | Workload::ChromiumNosandbox => &[
+            ("page_same_token", Kind::SameToken),
+            ("page_counter_continues", Kind::CounterContinues),
+            ("page_counter_advances", Kind::CounterAdvances),
+            ("page_field_same_text", Kind::EditorSameText),
+        ],
     }
 }
 
@@ -96,6 +103,10 @@ fn workload_live_checks(w: Workload) -> &'static [(&'static str, Kind)] {
         Workload::Browser | Workload::BrowserNosandbox => {
             &[("page_counter_advances", Kind::CounterAdvances)]
         }
+        Workload::Chromium | Workload::ChromiumNosandbox => &[
+            ("page_counter_advances", Kind::CounterAdvances),
+            ("page_field_holds_typed_text", Kind::EditorHoldsTyped),
+        ],
         Workload::Xterm => &[],
         Workload::Session => &[("workspace_switched", Kind::WorkspaceSwitched)],
         Workload::Office => &[("office_holds_typed_text", Kind::EditorHoldsTyped)],
@@ -248,6 +259,7 @@ fn field_label(k: Kind, check: &str) -> &'static str {
         Kind::SameToken if check.contains("page_") => "dump-time page tokens",
         Kind::SameToken => "dump-time tokens",
         Kind::SameWindows => "dump-time windows",
+        Kind::EditorSameText if check.contains("page_field") => "dump-time field texts",
         Kind::EditorSameText => "dump-time editor texts",
         Kind::SameWorkspace => "dump-time workspaces",
         _ => "dump-time frames",
@@ -800,6 +812,113 @@ mod tests {
             &r,
             &s.0,
             "reset PASS, but it lacks the check workspace_same",
+        );
+    }
+
+    /// A chromium-nosandbox run: the page's checks and its field's beside the honest ones.
+    fn chromium_report() -> Report {
+        let mut r = honest_report();
+        r.options.workload = Workload::ChromiumNosandbox;
+        let token = "0123456789abcdef0123456789abcdef";
+        let text = "89abcdef01234567";
+        let app = |counter| AppState {
+            token: token.into(),
+            counter,
+            pid: 0,
+            file: None,
+        };
+        let add =
+            |r: &mut Report, gate: GateName, c: Check| r.gate_mut(gate).unwrap().checks.push(c);
+        add(
+            &mut r,
+            GateName::LiveStateProbe,
+            compare::counter_advances("page_counter_advances", &app(3), Ok(&app(4))),
+        );
+        add(
+            &mut r,
+            GateName::LiveStateProbe,
+            compare::page_field_holds_typed("page_field_holds_typed_text", text, Ok(text)),
+        );
+        for (gate, prefix, elsewhere) in [
+            (GateName::RestoreLiveProcess, "", None),
+            (GateName::Isolation, "b_", Some("-changed-1a2b3c4d")),
+            (GateName::Reset, "", Some("-changed-5e6f7a8b")),
+        ] {
+            let n = |name: &str| format!("{prefix}{name}");
+            add(
+                &mut r,
+                gate,
+                compare::same_token(&n("page_same_token"), token, token),
+            );
+            add(
+                &mut r,
+                gate,
+                compare::counter_continues(
+                    &n("page_counter_continues"),
+                    40,
+                    Duration::from_secs(5),
+                    60,
+                ),
+            );
+            add(
+                &mut r,
+                gate,
+                compare::counter_advances(&n("page_counter_advances"), &app(60), Ok(&app(61))),
+            );
+            add(
+                &mut r,
+                gate,
+                compare::page_field_same_text(
+                    &n("page_field_same_text"),
+                    text,
+                    Ok(text),
+                    elsewhere,
+                ),
+            );
+        }
+        r
+    }
+
+    #[test]
+    fn the_page_field_checks_of_a_chromium_run_are_judged_again() {
+        let s = honest_dir("chromium");
+        assert_eq!(
+            problems(&chromium_report(), &at(&s.0)),
+            Vec::<String>::new()
+        );
+        // Copy b's field claimed to pass while it shows what was typed into copy a.
+        let mut r = chromium_report();
+        check_mut(&mut r, GateName::Isolation, "b_page_field_same_text").value["seen"] =
+            json!("89abcdef01234567-changed-1a2b3c4d");
+        one_problem(&r, &s.0, "isolation.b_page_field_same_text passed, but");
+        let mut r = chromium_report();
+        check_mut(
+            &mut r,
+            GateName::LiveStateProbe,
+            "page_field_holds_typed_text",
+        )
+        .value["read"] = json!("");
+        one_problem(
+            &r,
+            &s.0,
+            "live_state_probe.page_field_holds_typed_text passed, but",
+        );
+        // Copies held against different dump-time field texts.
+        let mut r = chromium_report();
+        let c = check_mut(&mut r, GateName::Reset, "page_field_same_text");
+        c.value["dump_time"] = json!("other");
+        c.value["seen"] = json!("other");
+        one_problem(&r, &s.0, "against different dump-time field texts");
+        // A PASS without the field's check.
+        let mut r = chromium_report();
+        r.gate_mut(GateName::Reset)
+            .unwrap()
+            .checks
+            .retain(|c| c.name != "page_field_same_text");
+        one_problem(
+            &r,
+            &s.0,
+            "reset PASS, but it lacks the check page_field_same_text",
         );
     }
 

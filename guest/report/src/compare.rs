@@ -285,6 +285,41 @@ pub fn editor_changed(
     )
 }
 
+/// The page's field (`chromium`'s page) holds exactly the text typed into it, as the page's
+/// title shows it: the editor's comparison, on the field, with the same recorded value.
+pub fn page_field_holds_typed(name: &str, typed: &str, read: Result<&str, String>) -> Check {
+    let mut c = editor_holds_typed(name, typed, read);
+    c.expected = format!("the page's field, as its title shows it, holds the typed {typed:?}");
+    c
+}
+
+/// A copy's page field holds the dump-time text, and none of what was typed into another copy.
+pub fn page_field_same_text(
+    name: &str,
+    dump_time: &str,
+    seen: Result<&str, String>,
+    typed_elsewhere: Option<&str>,
+) -> Check {
+    let mut c = editor_same_text(name, dump_time, seen, typed_elsewhere);
+    c.expected = match typed_elsewhere {
+        Some(t) => format!("the dump-time field text {dump_time:?}, without {t:?}"),
+        None => format!("the dump-time field text {dump_time:?}"),
+    };
+    c
+}
+
+/// A copy's page field after `typed` was typed at its end: the text before, then it.
+pub fn page_field_changed(
+    name: &str,
+    before: &str,
+    typed: &str,
+    seen: Result<&str, String>,
+) -> Check {
+    let mut c = editor_changed(name, before, typed, seen);
+    c.expected = format!("the field's text with the typed change at its end: {before:?}{typed:?}");
+    c
+}
+
 /// With a window manager: its supporting window is there and names `wm`.
 pub fn window_manager_running(name: &str, seen: Result<Option<String>, String>, wm: &str) -> Check {
     let passed = matches!(&seen, Ok(Some(n)) if n == wm);
@@ -340,7 +375,7 @@ pub fn processes_in_tree(
     tree_pidns: Option<&str>,
     what: &str,
 ) -> Check {
-    let inside = |p: &&&MarkedProcess| tree_pidns.is_some() && p.pidns.as_deref() == tree_pidns;
+    let inside = |p: &&&MarkedProcess| tree_pidns.is_some_and(|ns| p.in_pidns(ns));
     let n_inside = found.iter().filter(inside).count();
     let outside: Vec<Value> = found
         .iter()
@@ -355,7 +390,7 @@ pub fn processes_in_tree(
                    .collect::<Vec<_>>(),
                "outside_the_tree": outside}),
         &format!(
-            "{what}, carrying the marker, inside the tree's pid namespace {}",
+            "{what}, carrying the marker, inside the tree's pid namespace {} (or one nested in it)",
             tree_pidns.unwrap_or("(unknown)")
         ),
     )
@@ -365,7 +400,7 @@ pub fn processes_in_tree(
 pub fn all_marked_in_tree(marked: &[MarkedProcess], tree_pidns: Option<&str>) -> Check {
     let outside: Vec<Value> = marked
         .iter()
-        .filter(|p| tree_pidns.is_none() || p.pidns.as_deref() != tree_pidns)
+        .filter(|p| !tree_pidns.is_some_and(|ns| p.in_pidns(ns)))
         .map(|p| json!({"pid": p.pid, "program": p.program(), "pidns": p.pidns}))
         .collect();
     check(
@@ -373,7 +408,7 @@ pub fn all_marked_in_tree(marked: &[MarkedProcess], tree_pidns: Option<&str>) ->
         tree_pidns.is_some() && !marked.is_empty() && outside.is_empty(),
         json!({"marked": marked.len(), "outside_the_tree": outside}),
         &format!(
-            "every process carrying the marker inside {}",
+            "every process carrying the marker inside {} (or a pid namespace nested in it)",
             tree_pidns.unwrap_or("(unknown)")
         ),
     )
@@ -470,6 +505,7 @@ mod tests {
             marker_in: vec!["environ".into()],
             pidns: pidns.map(str::to_string),
             ns_pid: Some(2),
+            pidns_parents: Vec::new(),
         }
     }
 
@@ -629,6 +665,34 @@ mod tests {
     }
 
     #[test]
+    fn the_page_field_must_hold_what_was_typed_and_stay_each_copy_s_own() {
+        let typed = "0123456789abcdef";
+        assert!(page_field_holds_typed("f", typed, Ok(typed)).passed);
+        let lost = page_field_holds_typed("f", typed, Ok(""));
+        assert!(!lost.passed);
+        assert!(lost.expected.contains("field"), "{}", lost.expected);
+        assert!(!page_field_holds_typed("f", typed, Ok("0123456789abcde")).passed);
+        assert!(!page_field_holds_typed("f", typed, Err("no title".into())).passed);
+        assert!(!page_field_holds_typed("f", "", Ok("")).passed);
+
+        assert!(page_field_same_text("s", typed, Ok(typed), Some("-changed-ab")).passed);
+        let leaked = page_field_same_text(
+            "s",
+            typed,
+            Ok("0123456789abcdef-changed-ab"),
+            Some("-changed-ab"),
+        );
+        assert!(!leaked.passed);
+        assert_eq!(leaked.value["typed_elsewhere_seen"], true);
+        assert!(!page_field_same_text("s", typed, Ok(""), None).passed);
+        assert!(!page_field_same_text("s", typed, Err("x".into()), None).passed);
+
+        assert!(page_field_changed("c", typed, "-ch", Ok("0123456789abcdef-ch")).passed);
+        assert!(!page_field_changed("c", typed, "-ch", Ok(typed)).passed);
+        assert!(!page_field_changed("c", typed, "-ch", Err("x".into())).passed);
+    }
+
+    #[test]
     fn the_window_manager_and_the_managed_editor_window() {
         assert!(window_manager_running("w", Ok(Some("Openbox".into())), "Openbox").passed);
         assert!(!window_manager_running("w", Ok(None), "Openbox").passed);
@@ -700,6 +764,15 @@ mod tests {
         assert_eq!(mixed.value["outside_the_tree"][0]["pid"], 11);
         assert!(!processes_in_tree("x", &[&inside, &unread], ns, "an Xvfb").passed);
         assert!(!processes_in_tree("x", &[&inside], None, "an Xvfb").passed);
+        // A sandbox's process in a pid namespace nested in the tree's is the tree's; one
+        // nested in another namespace is not.
+        let mut nested = marked(13, Some("pid:[4026532400]"));
+        nested.pidns_parents = vec!["pid:[4026532301]".into(), "pid:[4026531836]".into()];
+        assert!(processes_in_tree("x", &[&inside, &nested], ns, "an Xvfb").passed);
+        assert!(all_marked_in_tree(&[inside.clone(), nested.clone()], ns).passed);
+        nested.pidns_parents = vec!["pid:[4026532999]".into(), "pid:[4026531836]".into()];
+        assert!(!processes_in_tree("x", &[&inside, &nested], ns, "an Xvfb").passed);
+        assert!(!all_marked_in_tree(&[inside, nested], ns).passed);
     }
 
     #[test]

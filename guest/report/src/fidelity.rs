@@ -144,7 +144,8 @@ pub enum FidelityOption {
     Userns,
     /// `--workload desktop`.
     DesktopWorkload,
-    /// `--workload browser`: the browser with its sandbox on; `browser-nosandbox` closes nothing.
+    /// `--workload browser` or `--workload chromium`: a browser with its sandbox on; the
+    /// `-nosandbox` variants close nothing.
     BrowserWorkload,
     /// `--workload session`.
     SessionWorkload,
@@ -243,6 +244,13 @@ pub fn still_differs(c: &Closable, options: &RunOptions, gates: &[Gate]) -> Opti
         {
             return Some(
                 "the browser ran with its sandbox off (--workload browser-nosandbox)".into(),
+            );
+        }
+        if c.option == FidelityOption::BrowserWorkload
+            && options.workload == crate::report::Workload::ChromiumNosandbox
+        {
+            return Some(
+                "the browser ran with its sandbox off (--workload chromium-nosandbox)".into(),
             );
         }
         return Some(format!("{} was not requested", c.flag));
@@ -508,6 +516,24 @@ mod tests {
             Key::NotAFullDesktop,
         );
         assert!(kept.unwrap().contains("did not run"));
+        // Chromium with its sandbox on closes it on the same page checks; without, never.
+        let chromium = RunOptions {
+            workload: Workload::Chromium,
+            ..RunOptions::default()
+        };
+        assert_eq!(
+            detail(&differences("k", &chromium, &page), Key::NoBrowser),
+            None
+        );
+        let failing_page = vec![page[0].clone(), page[1].clone()];
+        let kept = detail(&differences("k", &chromium, &failing_page), Key::NoBrowser).unwrap();
+        assert!(kept.contains("reset.page_same_token did not run"), "{kept}");
+        let chromium_off = RunOptions {
+            workload: Workload::ChromiumNosandbox,
+            ..RunOptions::default()
+        };
+        let kept = detail(&differences("k", &chromium_off, &page), Key::NoBrowser).unwrap();
+        assert!(kept.contains("chromium-nosandbox"), "{kept}");
     }
 
     #[test]

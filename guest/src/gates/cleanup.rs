@@ -354,6 +354,7 @@ mod tests {
                 marker_in: vec!["environ".into()],
                 pidns: None,
                 ns_pid: None,
+                pidns_parents: Vec::new(),
             }],
             ..Default::default()
         };

@@ -12,6 +12,10 @@ use crate::tree::{self, TreeSpec};
 use crate::x11::{self, FrameExt, XConn};
 use anyhow::Result;
 use sharedos_report::compare;
+
+/// `criu dump --ghost-limit` for Chromium, in bytes: the largest unlinked file CRIU copies
+/// whole into the images (its default is 1 MiB).
+pub const CHROMIUM_GHOST_LIMIT: u64 = 64 << 20;
 use sharedos_report::model::app::AppState;
 use sharedos_report::model::tree::{Observation, TreeRecord};
 use sharedos_report::report::{Check, Environment, GateName, RunOptions};
@@ -120,6 +124,15 @@ impl Config {
             Vec::new()
         };
         v.extend(self.workload_criu_args());
+        if self.options.workload.is_chromium() {
+            // Chromium's shared memory is unlinked 2 MiB files in the tree's /tmp, over CRIU's
+            // 1 MiB default for a file it must copy whole ("Can't dump ghost file
+            // /tmp/.org.chromium.Chromium.XXXXXX of 2097152 size, increase limit").
+            v.extend([
+                "--ghost-limit".to_string(),
+                CHROMIUM_GHOST_LIMIT.to_string(),
+            ]);
+        }
         v
     }
     /// A browser holds file locks on its profile (`.parentlock`, SQLite's): CRIU dumps and
@@ -377,6 +390,18 @@ pub(crate) mod tests {
             let locks = |v: Vec<String>| v.contains(&"--file-locks".to_string());
             assert_eq!(locks(cfg.dump_extra()), w.is_browser(), "{w}");
             assert_eq!(locks(cfg.restore_extra("a")), w.is_browser(), "{w}");
+        }
+    }
+
+    #[test]
+    fn only_chromium_dumps_with_a_raised_ghost_limit() {
+        use sharedos_report::report::Workload;
+        let mut cfg = config();
+        for w in Workload::ALL {
+            cfg.options.workload = w;
+            let ghost = |v: Vec<String>| v.contains(&"--ghost-limit".to_string());
+            assert_eq!(ghost(cfg.dump_extra()), w.is_chromium(), "{w}");
+            assert!(!ghost(cfg.restore_extra("a")), "{w}");
         }
     }
 

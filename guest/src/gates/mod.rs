@@ -7,6 +7,7 @@
 //! functions its `run` calls. A new gate is one new file and one line in `GATES`.
 
 pub mod builder;
+pub mod chromium;
 pub mod copies;
 pub mod ctx;
 pub mod fidelity;

@@ -98,6 +98,11 @@ pub fn readiness(ctx: &Ctx, pid: i32) -> Vec<Condition> {
                     .any(|t| t.class == OFFICE_CLASS && t.client.is_some()),
             ));
         }
+        Workload::Chromium | Workload::ChromiumNosandbox => v.push(c(
+            "page_shown",
+            "chromium",
+            x_socket && ctx.x(pid, "page title", page_state).is_ok(),
+        )),
     }
     v.push(c("app_answers", "stateapp", ctx.app(pid, "get").is_ok()));
     v
@@ -134,9 +139,12 @@ pub fn editor_class(w: Workload) -> Option<&'static str> {
     match w {
         Workload::Desktop => Some(EDITOR_CLASS),
         Workload::Office => Some(OFFICE_CLASS),
-        Workload::Xterm | Workload::Browser | Workload::BrowserNosandbox | Workload::Session => {
-            None
-        }
+        Workload::Xterm
+        | Workload::Browser
+        | Workload::BrowserNosandbox
+        | Workload::Session
+        | Workload::Chromium
+        | Workload::ChromiumNosandbox => None,
     }
 }
 
@@ -251,6 +259,10 @@ pub fn observe_extra(ctx: &Ctx, pid: i32) -> Result<Extra> {
             page: Some(ctx.x(pid, "the page's title", page_state)?),
             ..Extra::default()
         },
+        Workload::Chromium | Workload::ChromiumNosandbox => Extra {
+            page: Some(ctx.x(pid, "the page's title", page_state)?),
+            ..Extra::default()
+        },
         Workload::Session => Extra {
             workspace: Some(ctx.x(pid, "the current workspace", super::session::read_workspace)?),
             ..Extra::default()
@@ -286,31 +298,39 @@ pub fn live_checks(ctx: &mut Ctx, g: &mut GateBuilder, pid: i32) {
             g.check(bus_check("session_bus_answers", &bus));
             type_token(ctx, g, pid);
         }
-        Workload::Browser | Workload::BrowserNosandbox => {
-            match ctx.x(pid, "X top levels", |c| c.toplevels()) {
-                Ok(tops) => g.check(compare::one_window_showing_page("browser_window", &tops)),
-                Err(e) => {
-                    g.problem(format!("listing the top-level windows: {e:#}"));
-                    false
-                }
-            };
-            match ctx.x(pid, "the page's title", page_state) {
-                Ok(first) => {
-                    let mut shape = compare::token_is_32_hex(&first.token);
-                    shape.name = "page_token_is_32_hex".into();
-                    g.check(shape);
-                    let next = next_page(ctx, pid, first.counter).map(|p| p.as_app());
-                    g.check(compare::counter_advances(
-                        "page_counter_advances",
-                        &first.as_app(),
-                        next.as_ref().map_err(|e| e.clone()),
-                    ));
-                }
-                Err(e) => g.problem(format!("reading the page's title: {e:#}")),
-            }
+        Workload::Browser | Workload::BrowserNosandbox => page_live_checks(ctx, g, pid),
+        Workload::Chromium | Workload::ChromiumNosandbox => {
+            page_live_checks(ctx, g, pid);
+            super::chromium::type_token(ctx, g, pid);
+            g.data("chromium_sandbox", super::chromium::sandbox_data(pid));
         }
         Workload::Session => super::session::live_checks(ctx, g, pid),
         Workload::Office => super::office::live_checks(ctx, g, pid),
+    }
+}
+
+/// The browsers' page, live: one window shows it, its token's shape, its counter moving on.
+fn page_live_checks(ctx: &Ctx, g: &mut GateBuilder, pid: i32) {
+    match ctx.x(pid, "X top levels", |c| c.toplevels()) {
+        Ok(tops) => g.check(compare::one_window_showing_page("browser_window", &tops)),
+        Err(e) => {
+            g.problem(format!("listing the top-level windows: {e:#}"));
+            false
+        }
+    };
+    match ctx.x(pid, "the page's title", page_state) {
+        Ok(first) => {
+            let mut shape = compare::token_is_32_hex(&first.token);
+            shape.name = "page_token_is_32_hex".into();
+            g.check(shape);
+            let next = next_page(ctx, pid, first.counter).map(|p| p.as_app());
+            g.check(compare::counter_advances(
+                "page_counter_advances",
+                &first.as_app(),
+                next.as_ref().map_err(|e| e.clone()),
+            ));
+        }
+        Err(e) => g.problem(format!("reading the page's title: {e:#}")),
     }
 }
 
@@ -392,34 +412,11 @@ pub fn check_copy_state(
             g.check(bus_check(&format!("{prefix}session_bus_answers"), &bus));
         }
         Workload::Browser | Workload::BrowserNosandbox => {
-            let Some(dump) = &snap.page else {
-                g.problem("no dump-time page state");
-                return;
-            };
-            let first = match ctx.x(pid, "the page's title", page_state) {
-                Ok(p) => p,
-                Err(e) => {
-                    g.problem(format!("the restored page's title: {e:#}"));
-                    return;
-                }
-            };
-            g.check(compare::same_token(
-                &format!("{prefix}page_same_token"),
-                &dump.token,
-                &first.token,
-            ));
-            g.check(compare::counter_continues(
-                &format!("{prefix}page_counter_continues"),
-                dump.counter,
-                snap.app_asked_at.elapsed(),
-                first.counter,
-            ));
-            let next = next_page(ctx, pid, first.counter).map(|p| p.as_app());
-            g.check(compare::counter_advances(
-                &format!("{prefix}page_counter_advances"),
-                &first.as_app(),
-                next.as_ref().map_err(|e| e.clone()),
-            ));
+            page_copy_checks(ctx, g, pid, snap, prefix)
+        }
+        Workload::Chromium | Workload::ChromiumNosandbox => {
+            page_copy_checks(ctx, g, pid, snap, prefix);
+            super::chromium::check_copy_field(ctx, g, pid, snap, prefix, typed_elsewhere);
         }
         Workload::Session => {
             super::session::check_copy_state(ctx, g, pid, snap, prefix, typed_elsewhere)
@@ -452,6 +449,39 @@ fn check_copy_text(
     ));
 }
 
+/// A restored copy's page: the dump-time token, a counter that continues from the dump's and
+/// moves on.
+fn page_copy_checks(ctx: &Ctx, g: &mut GateBuilder, pid: i32, snap: &Observation, prefix: &str) {
+    let Some(dump) = &snap.page else {
+        g.problem("no dump-time page state");
+        return;
+    };
+    let first = match ctx.x(pid, "the page's title", page_state) {
+        Ok(p) => p,
+        Err(e) => {
+            g.problem(format!("the restored page's title: {e:#}"));
+            return;
+        }
+    };
+    g.check(compare::same_token(
+        &format!("{prefix}page_same_token"),
+        &dump.token,
+        &first.token,
+    ));
+    g.check(compare::counter_continues(
+        &format!("{prefix}page_counter_continues"),
+        dump.counter,
+        snap.app_asked_at.elapsed(),
+        first.counter,
+    ));
+    let next = next_page(ctx, pid, first.counter).map(|p| p.as_app());
+    g.check(compare::counter_advances(
+        &format!("{prefix}page_counter_advances"),
+        &first.as_app(),
+        next.as_ref().map_err(|e| e.clone()),
+    ));
+}
+
 /// A change typed at the end of a copy's editor text, different per call: isolation and reset
 /// type one into copy A (which may hold an earlier gate's change already). Returns the text the
 /// editor held before and the change; None for a workload without an editor. The session's
@@ -466,6 +496,9 @@ pub fn change_editor(
 ) -> Option<(String, String)> {
     if ctx.cfg.options.workload == Workload::Session {
         return super::session::change(ctx, g, pid, name, snap);
+    }
+    if ctx.cfg.options.workload.is_chromium() {
+        return super::chromium::change_field(ctx, g, pid, name);
     }
     let class = editor_class(ctx.cfg.options.workload)?;
     let suffix = match sharedos_report::random::random_hex(4) {
@@ -501,6 +534,12 @@ pub fn check_changed(
     change: Option<&(String, String)>,
     workload: Workload,
 ) {
+    if o.page.as_ref().is_some_and(|p| p.field.is_some()) {
+        // The page's field stands in for the editor: `a_page_field_changed`,
+        // `page_field_change_seen`.
+        let name = name.replacen("editor", "page_field", 1);
+        return super::chromium::check_field_changed(g, &name, o, change);
+    }
     let Some((before, change)) = change else {
         return;
     };

@@ -234,9 +234,11 @@ mod tests {
                 "restore-reset-office-lost-text"
             ]
         );
+        let chromium = names(Workload::ChromiumNosandbox);
+        assert_eq!(chromium, ["restore-b-page-field-shows-typed-text"]);
         let xterm = names(Workload::Xterm);
         assert_eq!(
-            xterm.len() + desktop.len() + session.len() + office.len(),
+            xterm.len() + desktop.len() + session.len() + office.len() + chromium.len(),
             LIES.len()
         );
         assert!(!xterm.contains(&"restore-reset-editor-lost-text"));

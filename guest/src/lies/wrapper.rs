@@ -198,6 +198,10 @@ fn spoil_restored(lie: &Lie, pid: i32) -> Result<()> {
                 " changed-by-a-lie",
             )?;
         }
+        "restore-b-page-field-shows-typed-text" => {
+            let c = crate::x11::XConn::connect(&x_socket(pid)?)?;
+            crate::gates::chromium::type_into_field(&c, "-changed-by-a-lie")?;
+        }
         "restore-reset-editor-lost-text" => {
             let c = crate::x11::XConn::connect(&x_socket(pid)?)?;
             crate::gates::workload::clear_editor(&c, crate::tree::EDITOR_CLASS)?;

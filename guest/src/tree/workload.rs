@@ -106,6 +106,9 @@ pub fn expected_processes(w: Kind) -> Vec<(&'static str, &'static str, &'static 
             ),
             ("soffice.bin", "office_process", "LibreOffice (soffice.bin)"),
         ]),
+        Kind::Chromium | Kind::ChromiumNosandbox => {
+            v.push(("chromium", "browser_process", "the browser (chromium)"))
+        }
     }
     v
 }
@@ -222,6 +225,11 @@ pub fn workload(spec: &TreeSpec) -> Workload {
             let (programs, own) = super::office::office_programs();
             clients.extend(programs);
             files.extend(own);
+        }
+        Kind::Chromium | Kind::ChromiumNosandbox => {
+            let (page, chromium) = super::chromium::chromium_parts(spec.workload);
+            files.extend(page);
+            clients.push(chromium);
         }
     }
     Workload {

@@ -37,19 +37,36 @@ pub fn is_token(s: &str) -> bool {
 pub struct PageState {
     pub token: String,
     pub counter: u64,
+    /// The text in the page's field, where the page has one (`chromium`'s): the word after the
+    /// counter, `field=TEXT`. None for a title without it (Firefox's page).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
 }
+
+/// What precedes the field's text in a page title that shows it.
+pub const PAGE_FIELD_PREFIX: &str = "field=";
 
 /// The first word of the page's title, before its token and counter.
 pub const PAGE_TITLE_WORD: &str = "sharedos-page";
 
 /// The page's state from a window title that holds `sharedos-page TOKEN COUNTER` (a browser
-/// adds its own name after it); None when the title holds no such words.
+/// adds its own name after it), and `field=TEXT` after them where the page has a field; None
+/// when the title holds no such words. The field's text is one word: what is typed into it
+/// holds no whitespace, so a text that does is cut at it and compares unequal.
 pub fn parse_page_title(title: &str) -> Option<PageState> {
     let mut words = title.split_whitespace();
     words.find(|w| *w == PAGE_TITLE_WORD)?;
     let token = words.next().filter(|t| is_token(t))?.to_string();
     let counter = words.next()?.parse().ok()?;
-    Some(PageState { token, counter })
+    let field = words
+        .next()
+        .and_then(|w| w.strip_prefix(PAGE_FIELD_PREFIX))
+        .map(str::to_string);
+    Some(PageState {
+        token,
+        counter,
+        field,
+    })
 }
 
 /// A window title with the page's counter (which moves on by design) replaced by `<counter>`,
@@ -95,6 +112,15 @@ mod tests {
             format!("sharedos-page {t} <counter> - Firefox")
         );
         assert_eq!(title_without_counter("sharedos-spike"), "sharedos-spike");
+        assert_eq!(p.field, None);
+        let with_field = |f: &str| parse_page_title(&format!("sharedos-page {t} 42 {f}")).unwrap();
+        assert_eq!(with_field("field=abc").field.as_deref(), Some("abc"));
+        assert_eq!(with_field("field=").field.as_deref(), Some(""));
+        assert_eq!(with_field("feld=abc").field, None);
+        assert_eq!(
+            title_without_counter(&format!("sharedos-page {t} 42 field=ab")),
+            format!("sharedos-page {t} <counter> field=ab")
+        );
     }
 
     #[test]

@@ -56,9 +56,18 @@ pub struct MarkedProcess {
     /// Its pid inside its own (innermost) pid namespace: the pid CRIU records.
     #[serde(default)]
     pub ns_pid: Option<i32>,
+    /// The pid namespaces above `pidns`, the nearest first: a sandbox (Chromium's) starts its
+    /// processes in pid namespaces nested in the tree's, and they are the tree's processes too.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pidns_parents: Vec<String>,
 }
 
 impl MarkedProcess {
+    /// Whether it runs in the pid namespace `ns` or in one nested in it.
+    pub fn in_pidns(&self, ns: &str) -> bool {
+        self.pidns.as_deref() == Some(ns) || self.pidns_parents.iter().any(|p| p == ns)
+    }
+
     /// The program name: basename of argv[0], else the kernel's comm.
     pub fn program(&self) -> String {
         self.cmdline
