@@ -12,7 +12,7 @@ fn c5_dropping_the_unclosable_fidelity_differences_fails() {
     let mut g = guest_report();
     g.fidelity_differences
         .retain(|d| d.key.closable().is_some());
-    assert_eq!(g.fidelity_differences.len(), 5);
+    assert_eq!(g.fidelity_differences.len(), 6);
     archive_with(&r, g, |_| {});
     let o = verify(&r);
     exits(&o, 1);
@@ -21,7 +21,6 @@ fn c5_dropping_the_unclosable_fidelity_differences_fails() {
         "xvfb_framebuffer",
         "criu_needs_root_and_same_kernel",
         "gui_review_is_pixels",
-        "not_a_full_desktop",
     ] {
         assert!(
             out(&o).contains(&format!("leaves out the fidelity difference {k}")),
