@@ -354,6 +354,9 @@ fn session_on_bookworm_apps_keeps_its_workspace_or_names_what_criu_says() {
         (GateName::Reset, "workspace_same"),
     ];
     let copies_passed = copy_checks.iter().all(|(g, c)| passed(&r, *g, c));
+    // bookworm-apps's criu 3.17.1 forks the session (with pidfd_open refused to it): a failed
+    // dump or restore here is a regression, not a finding.
+    assert!(dump.status == Status::Pass && restored, "{}", summary(&r));
     if dump.status == Status::Pass && restored {
         // CRIU forked the session: every copy gate passes, holding the dump-time workspace.
         for g in [

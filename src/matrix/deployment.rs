@@ -22,6 +22,12 @@ pub const TURNED_OFF: &[(&str, &str)] = &[
         "Firefox's sandboxes (content, GMP, RDD, socket process)",
     ),
     ("chromium-nosandbox", "Chromium's sandbox (--no-sandbox)"),
+    // GLib watches the children it spawns through pidfds, which criu 3.17.1 cannot dump; the
+    // session's tree refuses the call (ENOSYS), as a kernel before 5.3 would.
+    (
+        "session",
+        "pidfd_open for xfce4-session and its clients (a seccomp filter: ENOSYS)",
+    ),
 ];
 
 /// What `workload` turned off to fork: [`TURNED_OFF`]'s entry, else "nothing".
