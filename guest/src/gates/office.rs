@@ -15,7 +15,7 @@ use super::{Ctx, GateBuilder, MARK};
 use crate::tree::WM_NAME;
 use crate::x11::{keysym, XConn};
 use serde_json::json;
-use sharedos_report::compare::{self, check};
+use sharedos_report::compare::check;
 use sharedos_report::model::screen::TopLevel;
 use x11rb::protocol::xproto::Rectangle;
 
@@ -39,24 +39,7 @@ pub fn clear_of_mark(t: &TopLevel) -> bool {
 /// (`office_window_clear_of_mark`), and a token typed into its document and read back
 /// (`office_holds_typed_text`).
 pub fn live_checks(ctx: &mut Ctx, g: &mut GateBuilder, pid: i32) {
-    let wm = ctx
-        .x(pid, "window manager", |c| c.window_manager_name())
-        .map_err(|e| format!("{e:#}"));
-    g.check(compare::window_manager_running(
-        "window_manager_running",
-        wm,
-        WM_NAME,
-    ));
-    match ctx.x(pid, "X top levels", |c| c.toplevels()) {
-        Ok(tops) => {
-            g.check(compare::one_managed_window_of_class(
-                "office_window",
-                &tops,
-                OFFICE_CLASS,
-            ));
-        }
-        Err(e) => g.problem(format!("listing the top-level windows: {e:#}")),
-    }
+    super::workload::managed_window_checks(ctx, g, pid, WM_NAME, ("office_window", OFFICE_CLASS));
     g.check(place_window(ctx, pid));
     type_token(ctx, g, pid);
 }

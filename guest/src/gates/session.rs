@@ -12,7 +12,7 @@ use crate::tree::{
 };
 use crate::x11::XConn;
 use anyhow::{Context, Result};
-use sharedos_report::compare::{self, session as cmp};
+use sharedos_report::compare::session as cmp;
 use sharedos_report::model::screen::TopLevel;
 use sharedos_report::model::tree::Observation;
 use std::time::Duration;
@@ -119,24 +119,13 @@ fn pick_workspace(count: u32, avoid: &[u32]) -> Result<u32> {
 /// The live probe's checks of the session, and the switch to a workspace other than the first,
 /// whose effect every later gate reads.
 pub fn live_checks(ctx: &Ctx, g: &mut GateBuilder, pid: i32) {
-    let wm = ctx
-        .x(pid, "window manager", |c| c.window_manager_name())
-        .map_err(|e| format!("{e:#}"));
-    g.check(compare::window_manager_running(
-        "window_manager_running",
-        wm,
+    super::workload::managed_window_checks(
+        ctx,
+        g,
+        pid,
         SESSION_WM_NAME,
-    ));
-    match ctx.x(pid, "X top levels", |c| c.toplevels()) {
-        Ok(tops) => {
-            g.check(compare::one_managed_window_of_class(
-                "panel_window",
-                &tops,
-                PANEL_CLASS,
-            ));
-        }
-        Err(e) => g.problem(format!("listing the top-level windows: {e:#}")),
-    }
+        ("panel_window", PANEL_CLASS),
+    );
     g.check(cmp::owns_selection(
         "settings_daemon_owns_xsettings",
         XSETTINGS_SELECTION,

@@ -25,6 +25,7 @@ use anyhow::{Context, Result};
 use serde_json::json;
 use sharedos_report::compare::{self, check};
 use sharedos_report::model::app::{parse_page_title, PageState};
+use sharedos_report::model::screen::TopLevel;
 use sharedos_report::model::tree::Observation;
 use sharedos_report::report::Workload;
 use std::time::Duration;
@@ -67,16 +68,12 @@ pub fn readiness(ctx: &Ctx, pid: i32) -> Vec<Condition> {
         Workload::Desktop => {
             let bus = tree::path_in_tree(pid, tree::BUS_SOCKET);
             v.push(c("session_bus", "dbus-daemon", bus_answers(&bus).is_ok()));
-            let wm = x_socket
-                && ctx
-                    .x(pid, "window manager", |c| c.window_manager_name())
-                    .is_ok_and(|n| n.as_deref() == Some(WM_NAME));
-            v.push(c("window_manager", "openbox", wm));
-            v.push(c(
-                "editor_window",
-                "mousepad",
-                tops.iter()
-                    .any(|t| t.class == EDITOR_CLASS && t.client.is_some()),
+            v.extend(openbox_and_window(
+                ctx,
+                pid,
+                x_socket,
+                &tops,
+                ("editor_window", "mousepad", EDITOR_CLASS),
             ));
         }
         Workload::Browser | Workload::BrowserNosandbox => v.push(c(
@@ -85,19 +82,13 @@ pub fn readiness(ctx: &Ctx, pid: i32) -> Vec<Condition> {
             x_socket && ctx.x(pid, "page title", page_state).is_ok(),
         )),
         Workload::Session => v.extend(super::session::readiness(ctx, pid, x_socket, &tops)),
-        Workload::Office => {
-            let wm = x_socket
-                && ctx
-                    .x(pid, "window manager", |c| c.window_manager_name())
-                    .is_ok_and(|n| n.as_deref() == Some(WM_NAME));
-            v.push(c("window_manager", "openbox", wm));
-            v.push(c(
-                "office_window",
-                "soffice.bin",
-                tops.iter()
-                    .any(|t| t.class == OFFICE_CLASS && t.client.is_some()),
-            ));
-        }
+        Workload::Office => v.extend(openbox_and_window(
+            ctx,
+            pid,
+            x_socket,
+            &tops,
+            ("office_window", "soffice.bin", OFFICE_CLASS),
+        )),
         Workload::Chromium | Workload::ChromiumNosandbox => v.push(c(
             "page_shown",
             "chromium",
@@ -106,6 +97,35 @@ pub fn readiness(ctx: &Ctx, pid: i32) -> Vec<Condition> {
     }
     v.push(c("app_answers", "stateapp", ctx.app(pid, "get").is_ok()));
     v
+}
+
+/// The readiness of openbox announced on the display and of one managed window of `window`'s
+/// class (its condition's name, the process it waits for, the class): the desktop's and
+/// office's trees.
+fn openbox_and_window(
+    ctx: &Ctx,
+    pid: i32,
+    x_socket: bool,
+    tops: &[TopLevel],
+    window: (&'static str, &'static str, &str),
+) -> [Condition; 2] {
+    let wm = x_socket
+        && ctx
+            .x(pid, "window manager", |c| c.window_manager_name())
+            .is_ok_and(|n| n.as_deref() == Some(WM_NAME));
+    let (name, process, class) = window;
+    [
+        Condition {
+            name: "window_manager",
+            process: "openbox",
+            holds: wm,
+        },
+        Condition {
+            name,
+            process,
+            holds: tops.iter().any(|t| t.class == class && t.client.is_some()),
+        },
+    ]
 }
 
 /// What a restored or original tree's session bus answers: the D-Bus handshake's first step
@@ -276,24 +296,7 @@ pub fn live_checks(ctx: &mut Ctx, g: &mut GateBuilder, pid: i32) {
     match ctx.cfg.options.workload {
         Workload::Xterm => {}
         Workload::Desktop => {
-            let wm = ctx
-                .x(pid, "window manager", |c| c.window_manager_name())
-                .map_err(|e| format!("{e:#}"));
-            g.check(compare::window_manager_running(
-                "window_manager_running",
-                wm,
-                WM_NAME,
-            ));
-            match ctx.x(pid, "X top levels", |c| c.toplevels()) {
-                Ok(tops) => {
-                    g.check(compare::one_managed_window_of_class(
-                        "editor_window",
-                        &tops,
-                        EDITOR_CLASS,
-                    ));
-                }
-                Err(e) => g.problem(format!("listing the top-level windows: {e:#}")),
-            }
+            managed_window_checks(ctx, g, pid, WM_NAME, ("editor_window", EDITOR_CLASS));
             let bus = tree::path_in_tree(pid, tree::BUS_SOCKET);
             g.check(bus_check("session_bus_answers", &bus));
             type_token(ctx, g, pid);
@@ -331,6 +334,34 @@ fn page_live_checks(ctx: &Ctx, g: &mut GateBuilder, pid: i32) {
             ));
         }
         Err(e) => g.problem(format!("reading the page's title: {e:#}")),
+    }
+}
+
+/// The window manager announced as `wm_name` (`window_manager_running`), and exactly one
+/// managed window of `class` (the check named `window.0`): the desktop's, office's and the
+/// session's live probes.
+pub fn managed_window_checks(
+    ctx: &Ctx,
+    g: &mut GateBuilder,
+    pid: i32,
+    wm_name: &str,
+    window: (&str, &str),
+) {
+    let wm = ctx
+        .x(pid, "window manager", |c| c.window_manager_name())
+        .map_err(|e| format!("{e:#}"));
+    g.check(compare::window_manager_running(
+        "window_manager_running",
+        wm,
+        wm_name,
+    ));
+    match ctx.x(pid, "X top levels", |c| c.toplevels()) {
+        Ok(tops) => {
+            g.check(compare::one_managed_window_of_class(
+                window.0, &tops, window.1,
+            ));
+        }
+        Err(e) => g.problem(format!("listing the top-level windows: {e:#}")),
     }
 }
 
