@@ -4,7 +4,7 @@
 //! random token into it; every restored copy must show it, and a change typed into one copy
 //! (isolation's A, reset's changed copy) must stay in that copy.
 
-use super::workload::page_state;
+use super::workload::{page_state, random_to_type};
 use super::{Ctx, GateBuilder};
 use crate::x11::{keysym, XConn};
 use anyhow::{Context, Result};
@@ -69,12 +69,8 @@ fn field_once_it_reads(ctx: &Ctx, pid: i32, want: &str) -> Result<String, String
 /// The live probe: a random token typed into the field, then read back from the title; kept in
 /// `ctx.typed`.
 pub fn type_token(ctx: &mut Ctx, g: &mut GateBuilder, pid: i32) {
-    let token = match sharedos_report::random::random_hex(8) {
-        Ok(t) => t,
-        Err(e) => {
-            g.problem(format!("making a token to type: {e:#}"));
-            return;
-        }
+    let Some(token) = random_to_type(g, 8, "a token") else {
+        return;
     };
     let before = match ctx.x(pid, "the page's field", field_of) {
         Ok(f) => f,
@@ -133,13 +129,7 @@ pub fn change_field(
     pid: i32,
     name: &str,
 ) -> Option<(String, String)> {
-    let suffix = match sharedos_report::random::random_hex(4) {
-        Ok(s) => s,
-        Err(e) => {
-            g.problem(format!("making the change to type: {e:#}"));
-            return None;
-        }
-    };
+    let suffix = random_to_type(g, 4, "the change")?;
     // No whitespace: the title shows the field's text as one word.
     let change = format!("-changed-{suffix}");
     let t = change.clone();

@@ -376,16 +376,24 @@ pub fn bus_check(name: &str, socket: &std::path::Path) -> sharedos_report::repor
     )
 }
 
+/// `bytes` random bytes in hex, to be typed as `what` (a token, a change); None, with the
+/// gate's problem said, when the system's generator fails.
+pub fn random_to_type(g: &mut GateBuilder, bytes: usize, what: &str) -> Option<String> {
+    match sharedos_report::random::random_hex(bytes) {
+        Ok(t) => Some(t),
+        Err(e) => {
+            g.problem(format!("making {what} to type: {e:#}"));
+            None
+        }
+    }
+}
+
 /// Types a random token into the editor and reads the whole text back.
 pub fn type_token(ctx: &mut Ctx, g: &mut GateBuilder, pid: i32) {
     let w = ctx.cfg.options.workload;
     let class = editor_class(w).unwrap_or(EDITOR_CLASS);
-    let token = match sharedos_report::random::random_hex(16) {
-        Ok(t) => t,
-        Err(e) => {
-            g.problem(format!("making a token to type: {e:#}"));
-            return;
-        }
+    let Some(token) = random_to_type(g, 16, "a token") else {
+        return;
     };
     let typed = {
         let t = token.clone();
@@ -532,13 +540,7 @@ pub fn change_editor(
         return super::chromium::change_field(ctx, g, pid, name);
     }
     let class = editor_class(ctx.cfg.options.workload)?;
-    let suffix = match sharedos_report::random::random_hex(4) {
-        Ok(s) => s,
-        Err(e) => {
-            g.problem(format!("making the change to type: {e:#}"));
-            return None;
-        }
-    };
+    let suffix = random_to_type(g, 4, "the change")?;
     let change = format!(" changed-{suffix}");
     let t = change.clone();
     let typed = ctx.x(pid, &format!("typing into {name}'s editor"), move |c| {
