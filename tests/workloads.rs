@@ -125,6 +125,51 @@ fn passed(r: &Report, gate: GateName, check: &str) -> bool {
         .is_some_and(|c| c.passed)
 }
 
+/// A dump that failed says so in CRIU's words: its reason quotes CRIU, and its cause is CRIU's
+/// own line from `criu/dump.log` (the line that says why, not the closing "Dumping FAILED"),
+/// which show and the matrix print. Nothing is asked of a dump that did not fail.
+fn a_failed_dump_quotes_criu(dump: &sharedos_report::report::Gate) {
+    if dump.status != Status::Fail {
+        return;
+    }
+    assert!(dump.reason.contains("CRIU says:"), "{}", dump.reason);
+    let cause = dump.cause.as_ref().expect("a failed dump quotes its cause");
+    assert_eq!(cause.log, "criu/dump.log");
+    assert!(!cause.error.contains("Dumping FAILED"), "{cause:?}");
+}
+
+/// A restore CRIU refused quotes CRIU in its gate's reason.
+fn a_refused_restore_quotes_criu(r: &Report) {
+    if let Some(g) = r.gate(GateName::RestoreLiveProcess) {
+        if g.status == Status::Fail
+            && !passed(r, GateName::RestoreLiveProcess, "criu_restore_succeeded")
+        {
+            assert!(g.reason.contains("CRIU says:"), "{}", g.reason);
+        }
+    }
+}
+
+/// A browser with its sandbox on closes `no_browser` exactly when its page token held in every
+/// copy.
+fn no_browser_closes_only_with_its_copies(r: &Report) {
+    let keys: Vec<Key> = r.fidelity_differences.iter().map(|d| d.key).collect();
+    let copies_passed = [
+        (GateName::RestoreLiveProcess, "page_same_token"),
+        (GateName::Isolation, "b_page_same_token"),
+        (GateName::Reset, "page_same_token"),
+    ]
+    .iter()
+    .all(|(g, c)| passed(r, *g, c));
+    assert_eq!(keys.contains(&Key::NoBrowser), !copies_passed, "{keys:?}");
+}
+
+/// Cleanup passed, and verify exits as the run's verdict does.
+fn cleaned_up_and_verified(r: &Report, dir: &Path) {
+    assert_eq!(r.gate(GateName::Cleanup).unwrap().status, Status::Pass);
+    let code = if r.all_gates_pass { 0 } else { r.exit_code };
+    verify_exits(dir, code);
+}
+
 /// `desktop` with `--copies 2` on one image: every gate passes but the review; the editor's
 /// typed token is read back from every copy, copy A's change is not in B, the reset copy lost
 /// the change; the density gate measured two copies of the desktop tree; the fidelity list
@@ -243,34 +288,11 @@ fn browser_on_bookworm_reaches_the_dump_and_names_what_criu_says() {
     ));
     let dump = r.gate(GateName::Dump).unwrap();
     assert_ne!(dump.status, Status::NotRun, "{}", dump.reason);
-    let named = |g: &sharedos_report::report::Gate| g.reason.contains("CRIU says:");
-    if dump.status == Status::Fail {
-        assert!(named(dump), "{}", dump.reason);
-        // The cause show and the matrix print: CRIU's own line that says why, not its closing one.
-        let cause = dump.cause.as_ref().expect("a failed dump quotes its cause");
-        assert_eq!(cause.log, "criu/dump.log");
-        assert!(!cause.error.contains("Dumping FAILED"), "{cause:?}");
-    }
-    if let Some(g) = r.gate(GateName::RestoreLiveProcess) {
-        if g.status == Status::Fail
-            && !passed(&r, GateName::RestoreLiveProcess, "criu_restore_succeeded")
-        {
-            assert!(named(g), "{}", g.reason);
-        }
-    }
+    a_failed_dump_quotes_criu(dump);
+    a_refused_restore_quotes_criu(&r);
     // The sandbox stayed on: the browser's difference closes only if its copies passed.
-    let keys: Vec<Key> = r.fidelity_differences.iter().map(|d| d.key).collect();
-    let copies_passed = [
-        (GateName::RestoreLiveProcess, "page_same_token"),
-        (GateName::Isolation, "b_page_same_token"),
-        (GateName::Reset, "page_same_token"),
-    ]
-    .iter()
-    .all(|(g, c)| passed(&r, *g, c));
-    assert_eq!(keys.contains(&Key::NoBrowser), !copies_passed, "{keys:?}");
-    assert_eq!(r.gate(GateName::Cleanup).unwrap().status, Status::Pass);
-    let code = if r.all_gates_pass { 0 } else { r.exit_code };
-    verify_exits(&dir, code);
+    no_browser_closes_only_with_its_copies(&r);
+    cleaned_up_and_verified(&r, &dir);
 }
 
 /// `session` on bookworm-apps: a full XFCE session (xfce4-session, xfwm4, xfce4-panel,
@@ -328,12 +350,8 @@ fn session_on_bookworm_apps_keeps_its_workspace_or_names_what_criu_says() {
     assert!(marked >= 9, "{marked} marked processes");
     let dump = r.gate(GateName::Dump).unwrap();
     assert_ne!(dump.status, Status::NotRun, "{}", dump.reason);
-    let named = |g: &sharedos_report::report::Gate| g.reason.contains("CRIU says:");
+    a_failed_dump_quotes_criu(dump);
     if dump.status == Status::Fail {
-        assert!(named(dump), "{}", dump.reason);
-        let cause = dump.cause.as_ref().expect("a failed dump quotes its cause");
-        assert_eq!(cause.log, "criu/dump.log");
-        assert!(!cause.error.contains("Dumping FAILED"), "{cause:?}");
         let detail = r
             .fidelity_differences
             .iter()
@@ -345,7 +363,7 @@ fn session_on_bookworm_apps_keeps_its_workspace_or_names_what_criu_says() {
     let restored = passed(&r, GateName::RestoreLiveProcess, "criu_restore_succeeded");
     if dump.status == Status::Pass && !restored {
         let g = r.gate(GateName::RestoreLiveProcess).unwrap();
-        assert!(named(g), "{}", g.reason);
+        assert!(g.reason.contains("CRIU says:"), "{}", g.reason);
     }
     let copy_checks = [
         (GateName::RestoreLiveProcess, "workspace_same"),
@@ -376,9 +394,7 @@ fn session_on_bookworm_apps_keeps_its_workspace_or_names_what_criu_says() {
         !copies_passed,
         "{keys:?}"
     );
-    assert_eq!(r.gate(GateName::Cleanup).unwrap().status, Status::Pass);
-    let code = if r.all_gates_pass { 0 } else { r.exit_code };
-    verify_exits(&dir, code);
+    cleaned_up_and_verified(&r, &dir);
 }
 
 /// The session's lies in one guest of bookworm-apps (`lie-suite --workload session`): copy B
@@ -579,12 +595,8 @@ fn chromium_nosandbox_on_bookworm_apps_keeps_its_page_or_names_what_criu_says() 
     assert!(sandbox.starts_with("no namespace sandbox"), "{sandbox}");
     let dump = r.gate(GateName::Dump).unwrap();
     assert_ne!(dump.status, Status::NotRun, "{}", dump.reason);
-    if dump.status == Status::Fail {
-        assert!(dump.reason.contains("CRIU says:"), "{}", dump.reason);
-        let cause = dump.cause.as_ref().expect("a failed dump quotes its cause");
-        assert_eq!(cause.log, "criu/dump.log");
-        assert!(!cause.error.contains("Dumping FAILED"), "{cause:?}");
-    } else {
+    a_failed_dump_quotes_criu(dump);
+    if dump.status != Status::Fail {
         for g in &r.gates {
             let want = match g.name {
                 GateName::GuiPixelReview => Status::ReviewRequired,
@@ -619,9 +631,7 @@ fn chromium_nosandbox_on_bookworm_apps_keeps_its_page_or_names_what_criu_says() 
     }
     let keys: Vec<Key> = r.fidelity_differences.iter().map(|d| d.key).collect();
     assert!(keys.contains(&Key::NoBrowser), "{keys:?}");
-    assert_eq!(r.gate(GateName::Cleanup).unwrap().status, Status::Pass);
-    let code = if r.all_gates_pass { 0 } else { r.exit_code };
-    verify_exits(&dir, code);
+    cleaned_up_and_verified(&r, &dir);
 }
 
 /// `chromium` on bookworm-apps: Chromium with its sandbox on, as users run it, as an
@@ -664,30 +674,8 @@ fn chromium_on_bookworm_apps_reaches_the_dump_and_names_what_criu_says() {
     assert!(sandbox.starts_with("namespace sandbox"), "{sandbox}");
     let dump = r.gate(GateName::Dump).unwrap();
     assert_ne!(dump.status, Status::NotRun, "{}", dump.reason);
-    let named = |g: &sharedos_report::report::Gate| g.reason.contains("CRIU says:");
-    if dump.status == Status::Fail {
-        assert!(named(dump), "{}", dump.reason);
-        let cause = dump.cause.as_ref().expect("a failed dump quotes its cause");
-        assert_eq!(cause.log, "criu/dump.log");
-        assert!(!cause.error.contains("Dumping FAILED"), "{cause:?}");
-    }
-    if let Some(g) = r.gate(GateName::RestoreLiveProcess) {
-        if g.status == Status::Fail
-            && !passed(&r, GateName::RestoreLiveProcess, "criu_restore_succeeded")
-        {
-            assert!(named(g), "{}", g.reason);
-        }
-    }
-    let keys: Vec<Key> = r.fidelity_differences.iter().map(|d| d.key).collect();
-    let copies_passed = [
-        (GateName::RestoreLiveProcess, "page_same_token"),
-        (GateName::Isolation, "b_page_same_token"),
-        (GateName::Reset, "page_same_token"),
-    ]
-    .iter()
-    .all(|(g, c)| passed(&r, *g, c));
-    assert_eq!(keys.contains(&Key::NoBrowser), !copies_passed, "{keys:?}");
-    assert_eq!(r.gate(GateName::Cleanup).unwrap().status, Status::Pass);
-    let code = if r.all_gates_pass { 0 } else { r.exit_code };
-    verify_exits(&dir, code);
+    a_failed_dump_quotes_criu(dump);
+    a_refused_restore_quotes_criu(&r);
+    no_browser_closes_only_with_its_copies(&r);
+    cleaned_up_and_verified(&r, &dir);
 }
